@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Delete what run.sh created: the Job with its pods, the Service and the ConfigMap (the volume with --all).
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
+
+usage() {
+  cat <<USAGE
+Usage: ./clean.sh [--all]
+
+Deletes the Job (waiting for its pods to go), the Service and the ConfigMap rendered in $BUILD_DIR/.
+The PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained model, so it is
+kept unless --all is given.
+USAGE
+}
+
+remove_volume=false
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --all) remove_volume=true; shift ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+
+require_build
+require_kubectl
+# Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
+kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
+kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml" -f "$BUILD_DIR/2-configmap.yaml"
+if [[ "$remove_volume" == true && -f "$BUILD_DIR/1-persistentvolumeclaim.yaml" ]]; then
+  kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/1-persistentvolumeclaim.yaml"
+elif [[ -f "$BUILD_DIR/1-persistentvolumeclaim.yaml" ]]; then
+  info "kept the volume claim (data, checkpoints, model); ./clean.sh --all deletes it"
+fi

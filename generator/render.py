@@ -1,0 +1,146 @@
+"""Render validated values into Kubernetes manifests: a pure, deterministic function of the values.
+
+Python derives the few numbers the templates need (process counts, retry limits, quantities); the
+templates in templates/ hold the manifests' shape, and every user value passes through ``to_yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from generator import __version__
+from generator.errors import TemplateError
+from generator.quantities import cpu_quantity, gib_quantity
+from generator.resources import templates_dir
+from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
+
+SHARED_MOUNT = "/pvc-home"
+# The labels the Service selects the Job's pods by (values may not override them).
+SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+# The worker's documented exit code for bad configuration (sysexits EX_CONFIG): the Job's
+# podFailurePolicy fails the whole Job on it instead of retrying a configuration that cannot work.
+EXIT_BAD_CONFIG = 78
+# Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
+MIN_KUBERNETES = "1.34"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One rendered object: its kind, its file name under --output-dir (apply order first) and its YAML."""
+
+    kind: str
+    filename: str
+    text: str
+
+
+# Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
+# pod 0's name must resolve.
+_TEMPLATES = (
+    ("PersistentVolumeClaim", "persistentvolumeclaim.yaml.j2"),
+    ("ConfigMap", "configmap.yaml.j2"),
+    ("Service", "service.yaml.j2"),
+    ("Job", "job.yaml.j2"),
+)
+
+
+@lru_cache(maxsize=4)
+def _environment(directory: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(directory)),
+        undefined=jinja2.StrictUndefined,  # a misspelt name is an error, never an empty string
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["yaml"] = to_yaml
+    env.filters["yaml_string"] = to_yaml_string
+    env.filters["yaml_mapping"] = to_yaml_mapping
+    return env
+
+
+def derive(values: dict) -> dict:
+    """The numbers and names the templates need, computed once from the values."""
+    name, replicas = values["name"], values["replicas"]
+    gpu = values["resources"]["gpu"]
+    gpus = gpu["accelerator_count"]
+    procs = values["local_device_count"] or gpus or 1
+    volume = values["shared_volume"]
+    common_labels = {
+        **values["labels"],
+        "app.kubernetes.io/name": "indexed-trainer",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": "gen-manifests",
+        "app.kubernetes.io/version": __version__,
+    }
+    labels = {
+        component: {**common_labels, "app.kubernetes.io/component": component}
+        for component in ("storage", "config", "rendezvous", "worker")
+    }
+    # The Kueue queue label goes on the Job only: Kueue admits Jobs, not their pods.
+    labels["job"] = dict(labels["worker"])
+    if values["queue_name"] is not None:
+        labels["job"]["kueue.x-k8s.io/queue-name"] = values["queue_name"]
+    selector = dict(values["node_selector"])
+    if gpu["accelerator"] is not None:
+        selector[gpu["accelerator_label"]] = gpu["accelerator"]
+    config = {
+        # defaults that put data and results on the shared volume; config_map may override them
+        "DATA_DIR": f"{SHARED_MOUNT}/data",
+        "OUTPUT_DIR": f"{SHARED_MOUNT}/runs/{name}",
+        **values["config_map"],
+    }
+    return {
+        "procs_per_pod": procs,
+        "gpus": gpus,
+        "master_addr": f"{name}-0.{name}",
+        "service_name": name,
+        "config_map_name": f"{name}-config",
+        "claim_name": volume["existing_claim"] or f"{name}-data",
+        "create_claim": volume["existing_claim"] is None,
+        # Every pod of the gang fails once per fault (the survivors exit when a peer dies), so a budget of
+        # N gang restarts is N x replicas pod failures.
+        "backoff_limit": values["max_restarts"] * replicas,
+        "cpu": cpu_quantity(values["resources"]["cpu"]),
+        "memory": gib_quantity(values["resources"]["memory"]),
+        "shm": gib_quantity(values["shm_size"]),
+        "storage": gib_quantity(volume["size"]),
+        "labels": labels,
+        "selector_labels": {key: labels["worker"][key] for key in SELECTOR_LABELS},
+        "node_selector": selector,
+        "config": dict(sorted(config.items())),
+        "exit_bad_config": EXIT_BAD_CONFIG,
+        "shared_mount": SHARED_MOUNT,
+    }
+
+
+def render_manifests(values: dict, directory: Path | None = None) -> list[Manifest]:
+    """Render validated ``values`` into manifests in apply order. Same values, same bytes."""
+    env = _environment(directory or templates_dir())
+    context = {"v": values, "d": derive(values)}
+    manifests = []
+    for order, (kind, template_name) in enumerate(_TEMPLATES, start=1):
+        try:
+            text = env.get_template(template_name).render(context)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"templates/{template_name}: {exc}") from None
+        if not text.strip():
+            continue  # a template may render nothing (no claim when an existing one is used)
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise TemplateError(f"templates/{template_name} rendered invalid YAML: {exc}") from None
+        if not isinstance(document, dict) or document.get("kind") != kind:
+            raise TemplateError(f"templates/{template_name} must render one {kind} object")
+        manifests.append(Manifest(kind, f"{order}-{kind.lower()}.yaml", text))
+    return manifests
+
+
+def to_stream(manifests: list[Manifest]) -> str:
+    """One multi-document YAML stream, in apply order, for ``kubectl apply -f -``."""
+    return "".join(f"---\n{manifest.text}" for manifest in manifests)

@@ -1,0 +1,271 @@
+"""Validate resolved values: the JSON Schema first, then the rules a schema cannot express.
+
+Every problem is collected and reported at once, each as ``key.path: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from generator.errors import ValuesError
+from generator.render import SELECTOR_LABELS
+from generator.resources import schema_path
+from generator.values import type_name
+
+MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
+# Environment variables the Job sets itself: a ConfigMap key with one of these names would be shadowed
+# by the container's own env (env wins over envFrom), so the user's value would silently do nothing.
+RESERVED_ENV = frozenset(
+    {
+        "JOB_COMPLETION_INDEX",
+        "OMP_NUM_THREADS",
+        "PYTHONUNBUFFERED",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "NNODES",
+        "NPROC_PER_NODE",
+    }
+)
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@lru_cache(maxsize=1)
+def load_schema(path: Path | None = None) -> dict:
+    return json.loads((path or schema_path()).read_text(encoding="utf-8"))
+
+
+def format_path(parts: Iterable[Any]) -> str:
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _schema_messages(error) -> list[str]:
+    """Turn one jsonschema error into ``path: message`` lines worded for a person editing a values file."""
+    path = list(error.absolute_path)
+    validator, value, schema = error.validator, error.instance, error.schema
+    where = format_path(path)
+    if validator == "additionalProperties" and isinstance(value, dict):
+        allowed = sorted(schema.get("properties", {}))
+        lines = []
+        for key in sorted(set(value) - set(allowed)):
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
+            lines.append(f"{format_path(path + [key])}: unknown key ({hint})")
+        return lines
+    if "propertyNames" in error.absolute_schema_path:
+        # the key itself is wrong: name it, not the mapping that holds it
+        reason = schema.get("x-pattern-hint", error.message) if validator == "pattern" else error.message
+        return [f"{format_path(path + [value])}: invalid key name: {reason}"]
+    if validator == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        hint = ""
+        if isinstance(value, bool) and "string" in error.validator_value:
+            hint = "; quote it (or use --set-string) if you mean the text"
+        return [f"{where}: must be {expected}, not {type_name(value)} ({_describe(value)}){hint}"]
+    if validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return [f"{format_path(path + [missing])}: is required"]
+    if validator == "enum":
+        options = ", ".join(json.dumps(option) for option in error.validator_value)
+        return [f"{where}: {_describe(value)} is not one of {options}"]
+    if validator == "pattern":
+        hint = schema.get("x-pattern-hint") or f"must match {error.validator_value}"
+        return [f"{where}: {_describe(value)} {hint}"]
+    if validator in _BOUND_WORDS:
+        return [f"{where}: {_describe(value)} must be {_BOUND_WORDS[validator]} {error.validator_value}"]
+    if validator in ("minLength", "maxLength"):
+        words = "at least" if validator == "minLength" else "at most"
+        return [f"{where}: must be {words} {error.validator_value} characters long, not {len(value)}"]
+    if validator == "anyOf":
+        # nullable names: report the non-null branch's complaint, which is what the user meant
+        reasons = [line.partition(": ")[2] for sub in error.context if sub.validator != "type" for line in _schema_messages(sub)]
+        return [f"{where}: must be null or a name: " + "; ".join(reasons or ["wrong type"])]
+    if validator == "uniqueItems":
+        return [f"{where}: has duplicate entries"]
+    return [f"{where}: {error.message}"]
+
+
+_BOUND_WORDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "greater than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
+
+
+def schema_problems(values: dict) -> list[str]:
+    import jsonschema  # deferred: only validation needs it, and --help should not pay for it
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+    return [line for error in validator.iter_errors(values) for line in _schema_messages(error)]
+
+
+def _bad_strings(value: Any, path: list) -> Iterable[str]:
+    """Strings that cannot be written as UTF-8 at all (lone surrogates from JSON escapes like \\ud800)."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            yield f"{format_path(path)}: holds an unpaired UTF-16 surrogate (e.g. a JSON \\ud800 escape); it is not valid Unicode"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _SURROGATE.search(key):
+                yield f"{format_path(path)}: a key holds an unpaired UTF-16 surrogate; it is not valid Unicode"
+            yield from _bad_strings(item, path + [key])
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _bad_strings(item, path + [index])
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+    return None
+
+
+def _label_problems(mapping: dict, key_path: str, *, check_values: bool) -> Iterable[str]:
+    for key, value in sorted(mapping.items()):
+        where = f"{key_path}.{key}"
+        problem = _label_key_problem(key)
+        if problem:
+            yield f"{where}: invalid key: {problem}"
+        if check_values and value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            yield f"{where}: {_describe(value)} is not a valid label value: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+
+def semantic_problems(values: dict) -> list[str]:
+    """Rules across keys that JSON Schema cannot express. Assumes the schema already passed."""
+    problems: list[str] = []
+    name, replicas = values["name"], values["replicas"]
+    last_host = f"{name}-{replicas - 1}"
+    if len(last_host) > MAX_HOSTNAME:
+        problems.append(
+            f"name: {name!r} is too long for {replicas} replicas: the last pod's hostname {last_host!r} has "
+            f"{len(last_host)} characters, the limit is {MAX_HOSTNAME}; shorten the name to at most "
+            f"{MAX_HOSTNAME - len(str(replicas - 1)) - 1} characters"
+        )
+
+    gpu = values["resources"]["gpu"]
+    gpus, procs = gpu["accelerator_count"], values["local_device_count"]
+    if gpu["accelerator"] is not None and gpus == 0:
+        problems.append(
+            f"resources.gpu.accelerator: {gpu['accelerator']!r} is set but resources.gpu.accelerator_count is 0; "
+            "set a GPU count or set accelerator to null"
+        )
+    if gpus and procs is not None and procs > gpus:
+        problems.append(
+            f"local_device_count: {procs} processes per pod exceed the {gpus} GPUs per pod "
+            "(resources.gpu.accelerator_count); use at most one process per GPU, or null for one per GPU"
+        )
+    cpu = values["resources"]["cpu"]
+    if not gpus and procs is not None and procs > math.ceil(cpu):
+        problems.append(
+            f"local_device_count: {procs} processes per pod need at least {procs} CPUs, but resources.cpu is {cpu}; "
+            "raise resources.cpu or lower local_device_count"
+        )
+    if values["shm_size"] >= values["resources"]["memory"]:
+        problems.append(
+            f"shm_size: {values['shm_size']} GiB of /dev/shm counts against the pod's memory and must be less "
+            f"than resources.memory ({values['resources']['memory']} GiB)"
+        )
+
+    for key_path, amount, unit in (
+        ("resources.cpu", values["resources"]["cpu"], 1000),
+        ("resources.memory", values["resources"]["memory"], 1024),
+        ("shm_size", values["shm_size"], 1024),
+        ("shared_volume.size", values["shared_volume"]["size"], 1024),
+    ):
+        if round(amount * unit) < 1:
+            smallest = "0.001 (one millicore)" if unit == 1000 else "1/1024 (one MiB)"
+            problems.append(f"{key_path}: {amount} is below the smallest unit Kubernetes keeps, {smallest}")
+
+    volume = values["shared_volume"]
+    if volume["existing_claim"] is None and replicas > 1 and volume["access_mode"] != "ReadWriteMany":
+        problems.append(
+            f"shared_volume.access_mode: {replicas} pods share one new volume, which needs ReadWriteMany, "
+            f"not {volume['access_mode']}; set ReadWriteMany (and a storage_class that provides it) or "
+            "use replicas: 1"
+        )
+    if volume["existing_claim"] is not None and volume["storage_class"] is not None:
+        problems.append(
+            "shared_volume.storage_class: only applies to a new claim, but shared_volume.existing_claim is set; "
+            "set one of them to null"
+        )
+
+    for key in sorted(values["config_map"]):
+        if key in RESERVED_ENV:
+            problems.append(
+                f"config_map.{key}: set by the Job itself and would be ignored; remove it "
+                "(use local_device_count, replicas, master_port or resources.cpu instead)"
+            )
+    for key, value in sorted(values["config_map"].items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"config_map.{key}: {value} is not a finite number")
+
+    problems.extend(_label_problems(values["labels"], "labels", check_values=True))
+    problems.extend(_label_problems(values["node_selector"], "node_selector", check_values=True))
+    problems.extend(_label_problems(values["annotations"], "annotations", check_values=False))
+    for key in SELECTOR_LABELS:
+        if key in values["labels"]:
+            # the Service selects the pods by these: overriding one would detach the Service from the Job
+            problems.append(f"labels.{key}: set by gen-manifests to select the Job's pods; remove it")
+    label_key = gpu["accelerator_label"]
+    if _label_key_problem(label_key):
+        problems.append(f"resources.gpu.accelerator_label: invalid label key: {_label_key_problem(label_key)}")
+    if gpu["accelerator"] is not None and not _LABEL_NAME.match(gpu["accelerator"]):
+        problems.append(
+            f"resources.gpu.accelerator: {_describe(gpu['accelerator'])} is not a valid node label value: "
+            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+        )
+    if values["queue_name"] is not None and not _LABEL_NAME.match(values["queue_name"]):
+        problems.append(
+            f"queue_name: {_describe(values['queue_name'])} is not a valid label value: letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit"
+        )
+    for index, toleration in enumerate(values["tolerations"]):
+        if toleration.get("operator") == "Exists" and toleration.get("value"):
+            problems.append(f"tolerations[{index}].value: must be empty when operator is Exists")
+        if "tolerationSeconds" in toleration and toleration.get("effect") != "NoExecute":
+            problems.append(f"tolerations[{index}].tolerationSeconds: only applies with effect NoExecute")
+        if not toleration.get("key") and toleration.get("operator", "Equal") != "Exists":
+            problems.append(f"tolerations[{index}].key: an empty key requires operator Exists")
+    return problems
+
+
+def validate_values(values: dict) -> dict:
+    """Return ``values`` if valid; otherwise raise ValuesError listing every problem."""
+    problems = list(_bad_strings(values, []))
+    if not problems:
+        problems = schema_problems(values)
+    if not problems:
+        problems = semantic_problems(values)
+    if problems:
+        raise ValuesError(*problems)
+    return values

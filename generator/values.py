@@ -1,0 +1,207 @@
+"""Reading values: files (JSON or YAML), deep merge, and ``--set`` overrides. Nothing here validates meaning."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from generator.errors import ValuesError
+
+# A values file is a small configuration: anything bigger is a mistake (or an attack), and parsing
+# 100 MB of YAML in pure Python would take minutes.
+MAX_VALUES_BYTES = 4 * 1024 * 1024
+# Bound on the nodes of the fully expanded document, so that a YAML alias bomb ("billion laughs")
+# is refused instead of being walked exponentially by the merge and the validator.
+MAX_VALUE_NODES = 100_000
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: a repeated key is almost always a typo that loses a value."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is not a string (quote it)", key_node.start_mark
+            )
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _count_nodes(value: Any, budget: int) -> int:
+    """Return the budget left after walking ``value``; raise once it is spent."""
+    stack = [value]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            raise OverflowError
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return budget
+
+
+def parse_values_text(text: str, source: str) -> dict:
+    """Parse one values document (JSON is YAML) into a mapping; ``source`` names it in errors."""
+    try:
+        documents = list(yaml.load_all(text, Loader=_UniqueKeyLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValuesError(f"{source}: not valid YAML or JSON{where}: {problem}") from None
+    except RecursionError:
+        raise ValuesError(f"{source}: nested too deeply to be a values file") from None
+    if len(documents) > 1:
+        raise ValuesError(f"{source}: holds {len(documents)} YAML documents; a values file holds one")
+    data = documents[0] if documents else None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValuesError(
+            f"{source}: the top level must be a mapping of keys to values, not {type_name(data)}"
+        )
+    try:
+        _count_nodes(data, MAX_VALUE_NODES)
+    except OverflowError:
+        raise ValuesError(
+            f"{source}: expands to more than {MAX_VALUE_NODES} values (a YAML alias bomb?); "
+            "write the values out without anchors"
+        ) from None
+    return data
+
+
+def load_values_file(path: str | Path) -> dict:
+    """Read and parse one values file, refusing oversized, binary and non-UTF-8 input."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_VALUES_BYTES + 1)
+    except OSError as exc:
+        raise ValuesError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_VALUES_BYTES:
+        raise ValuesError(
+            f"{path}: larger than {MAX_VALUES_BYTES // (1024 * 1024)} MiB; a values file is a small "
+            "configuration"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValuesError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8"
+        ) from None
+    if "\x00" in text:
+        raise ValuesError(f"{path}: contains NUL bytes: a binary file, not a values file")
+    return parse_values_text(text, str(path))
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Return ``base`` with ``override`` merged in: mappings merge key by key, anything else replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def split_key_path(dotted: str) -> list[str]:
+    r"""Split ``a.b.c`` into its keys; ``\.`` keeps a dot inside a key (``labels.team\.io/owner``)."""
+    keys, current, escaped = [], [], False
+    for char in dotted:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ".":
+            keys.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if escaped:
+        current.append("\\")
+    keys.append("".join(current))
+    return keys
+
+
+def parse_set_value(raw: str) -> Any:
+    """Type a ``--set`` value as YAML would (3 -> int, true -> bool, [a, b] -> list); else keep the text."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    # An empty right-hand side means the empty string, not null: "--set image=" is rarely a request for null.
+    return "" if value is None and raw.strip() == "" else value
+
+
+def apply_set(values: dict, assignment: str, *, as_string: bool) -> dict:
+    """Apply one ``KEY.PATH=VALUE`` assignment, returning a new mapping."""
+    option = "--set-string" if as_string else "--set"
+    key_text, sep, raw_value = assignment.partition("=")
+    keys = split_key_path(key_text)
+    if not sep or not key_text or any(key == "" for key in keys):
+        raise ValuesError(f"{option} {assignment!r}: expected KEY=VALUE, e.g. {option} replicas=4")
+    value = raw_value if as_string else parse_set_value(raw_value)
+    result = copy.deepcopy(values)
+    node = result
+    for depth, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            path = ".".join(keys[: depth + 1])
+            raise ValuesError(
+                f"{option} {assignment!r}: {path} is {type_name(child)}, not a mapping, so it has no key "
+                f"{keys[depth + 1]!r}"
+            )
+        node = child
+    node[keys[-1]] = value
+    return result
+
+
+def resolve_values(
+    default_path: Path,
+    values_files: Iterable[str | Path],
+    sets: Iterable[str] = (),
+    set_strings: Iterable[str] = (),
+) -> dict:
+    """Defaults, then each values file in order, then ``--set``, then ``--set-string``."""
+    values = load_values_file(default_path)
+    for path in values_files:
+        values = deep_merge(values, load_values_file(path))
+    for assignment in sets:
+        values = apply_set(values, assignment, as_string=False)
+    for assignment in set_strings:
+        values = apply_set(values, assignment, as_string=True)
+    return values
+
+
+def type_name(value: Any) -> str:
+    """A user-facing name for a parsed value's type."""
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)

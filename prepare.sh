@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Render and validate the manifests into build/, replacing the previous render only if this one succeeds.
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
+
+usage() {
+  cat <<USAGE
+Usage: ./prepare.sh [GEN-MANIFESTS OPTIONS]
+
+Renders variables/variables.json (plus any --values FILE, --set KEY=VALUE, --set-string KEY=VALUE given
+here) into $BUILD_DIR/, one file per object. Installs the generator into .venv on first use.
+On invalid values nothing in $BUILD_DIR changes. Then: ./run.sh (cluster) or ./run.sh --local.
+
+Examples:
+  ./prepare.sh
+  ./prepare.sh --set replicas=4 --set config_map.EPOCHS=5
+  ./prepare.sh --values my-gpu-values.yaml
+USAGE
+}
+
+for arg in "$@"; do
+  case "$arg" in
+    -h | --help) usage; exit 0 ;;
+    -o | --output-dir | --output-dir=*) die "the output is always $BUILD_DIR (set BUILD_DIR to change it)" ;;
+  esac
+done
+
+generator="$(find_generator)"
+staging="$(mktemp -d "${BUILD_DIR%/}.tmp.XXXXXX")"
+trap 'rm -rf -- "$staging" "${BUILD_DIR%/}.old"' EXIT
+
+status=0
+errors="$("$generator" --values "$ROOT/variables/variables.json" "$@" --output-dir "$staging" 2>&1 >/dev/null)" ||
+  status=$?
+if [[ $status -ne 0 ]]; then
+  printf '%s\n' "$errors" >&2
+  info "nothing changed in $BUILD_DIR; fix the values above"
+  exit "$status"
+fi
+
+# Swap the whole directory: readers see the old render or the new one, never a mix.
+rm -rf -- "${BUILD_DIR%/}.old"
+[[ -d "$BUILD_DIR" ]] && mv -- "$BUILD_DIR" "${BUILD_DIR%/}.old"
+mv -- "$staging" "$BUILD_DIR"
+info "rendered into $BUILD_DIR: $(cd "$BUILD_DIR" && echo *.yaml)"
+info "next: ./run.sh (apply to the cluster) or ./run.sh --local (run on this machine)"

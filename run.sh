@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Apply the rendered manifests to the cluster (or run the Job on this machine with --local).
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
+
+usage() {
+  cat <<USAGE
+Usage: ./run.sh [--local]
+
+Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
+says how to follow the training.
+  --local   run the Job's pods as processes on this machine instead (no cluster needed)
+USAGE
+}
+
+local_run=false
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --local) local_run=true; shift ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+
+require_build
+if [[ "$local_run" == true ]]; then
+  die "the local runner is not available yet: apply to a cluster with ./run.sh"
+fi
+
+require_kubectl
+name="$(job_field name)"
+namespace="$(job_field namespace)"
+kubectl get namespace "$namespace" >/dev/null 2>&1 ||
+  die "namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values"
+# The files are numbered in apply order: claim, ConfigMap, Service, then the Job.
+kubectl apply -f "$BUILD_DIR"
+cat >&2 <<NEXT
+run.sh: Job $namespace/$name submitted. Follow it with:
+  kubectl -n $namespace get pods -l app.kubernetes.io/instance=$name -w
+  kubectl -n $namespace logs -f -l app.kubernetes.io/instance=$name,batch.kubernetes.io/job-completion-index=0
+  kubectl -n $namespace wait --for=condition=complete --timeout=1h job/$name
+Remove it with ./clean.sh (the data volume stays; ./clean.sh --all removes it too).
+NEXT

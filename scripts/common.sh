@@ -1,0 +1,48 @@
+# shellcheck shell=bash
+# Helpers shared by prepare.sh, run.sh and clean.sh. Sourced, never run.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+
+die() {
+  printf '%s: error: %s\n' "$(basename "$0")" "$*" >&2
+  exit 1
+}
+
+info() {
+  printf '%s: %s\n' "$(basename "$0")" "$*" >&2
+}
+
+# Print the command that runs the generator, installing it into .venv on first use.
+find_generator() {
+  if [[ -x "$ROOT/.venv/bin/gen-manifests" ]]; then
+    printf '%s\n' "$ROOT/.venv/bin/gen-manifests"
+  elif command -v gen-manifests >/dev/null 2>&1; then
+    command -v gen-manifests
+  else
+    command -v python3 >/dev/null 2>&1 || die "python3 is required to install the generator"
+    info "installing the generator into $ROOT/.venv (first run only)"
+    python3 -m venv "$ROOT/.venv" >&2 || die "could not create $ROOT/.venv"
+    "$ROOT/.venv/bin/pip" install --quiet "$ROOT" >&2 || die "could not install the generator (pip install $ROOT)"
+    printf '%s\n' "$ROOT/.venv/bin/gen-manifests"
+  fi
+}
+
+require_kubectl() {
+  command -v kubectl >/dev/null 2>&1 ||
+    die "kubectl is not installed; see https://kubernetes.io/docs/tasks/tools/ (or try the job on this machine: ./run.sh --local)"
+  kubectl version --request-timeout=10s >/dev/null 2>&1 ||
+    die "no Kubernetes cluster is reachable with the current kubeconfig (context: $(kubectl config current-context 2>/dev/null || echo none)); check 'kubectl cluster-info', or try the job on this machine: ./run.sh --local"
+}
+
+require_build() {
+  [[ -f "$BUILD_DIR/4-job.yaml" ]] || die "no rendered manifests in $BUILD_DIR; run ./prepare.sh first"
+}
+
+# Read one field of the rendered Job (name or namespace) without kubectl or a cluster.
+job_field() {
+  local field="$1" python="python3"
+  [[ -x "$ROOT/.venv/bin/python" ]] && python="$ROOT/.venv/bin/python"
+  "$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"][sys.argv[2]])' \
+    "$BUILD_DIR/4-job.yaml" "$field"
+}

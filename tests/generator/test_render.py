@@ -1,0 +1,180 @@
+"""The rendered manifests: golden default, upstream Kubernetes schemas, and the Job's contract."""
+
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from generator.render import MIN_KUBERNETES, derive, render_manifests, to_stream
+from generator.resources import default_values_path
+from generator.validation import validate_values
+from generator.values import apply_set, resolve_values
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "default.yaml"
+# The oldest release we support (every Job field we use is GA there) and the newest the validator ships.
+KUBERNETES_VERSIONS = [MIN_KUBERNETES, kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version())]
+
+MATRIX = {
+    "cpu-default": [],
+    "cpu-one-replica": ["replicas=1"],
+    "cpu-many-replicas": ["replicas=1000", "name=big"],
+    "cpu-fractional": ["resources.cpu=0.5", "resources.memory=1.5", "shm_size=0.25", "local_device_count=1"],
+    "gpu": ["resources.gpu.accelerator_count=8", "resources.gpu.accelerator=NVIDIA-H100-80GB-HBM3",
+            "resources.cpu=32", "resources.memory=256"],
+    "gpu-fewer-processes": ["resources.gpu.accelerator_count=4", "local_device_count=2"],
+    "existing-claim": ["shared_volume.existing_claim=team-data"],
+    "everything": ["queue_name=team-a", "priority_class_name=low", "service_account_name=trainer",
+                   "active_deadline_seconds=3600", "ttl_seconds_after_finished=null",
+                   "image_pull_secrets=[regcred]", "node_selector={zone: a}", "labels={team: a}",
+                   "annotations={note: 'x: y'}", "tolerations=[{key: spot, operator: Exists, effect: NoSchedule}]",
+                   "shared_volume.storage_class=fast"],
+}
+
+
+def render(*sets: str) -> list[dict]:
+    values = resolve_values(default_values_path(), [], sets)
+    return [yaml.safe_load(m.text) for m in render_manifests(validate_values(values))]
+
+
+def job_of(docs):
+    return next(doc for doc in docs if doc["kind"] == "Job")
+
+
+def test_default_render_matches_golden_file():
+    values = validate_values(resolve_values(default_values_path(), []))
+    text = to_stream(render_manifests(values))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8"), "run with UPDATE_GOLDEN=1 to accept a deliberate change"
+
+
+def test_rendering_is_deterministic():
+    values = validate_values(resolve_values(default_values_path(), [], ["labels={b: '2', a: '1'}"]))
+    assert to_stream(render_manifests(values)) == to_stream(render_manifests(values))
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_object_passes_strict_kubernetes_schema(case, version):
+    docs = render(*MATRIX[case])
+    for doc in docs:
+        # strict: unknown fields fail too. A missing schema raises SchemaNotFoundError, failing the test.
+        assert kubernetes_validate.validate(doc, version, strict=True) == version
+
+
+def test_schema_validator_rejects_a_broken_job():
+    """The schema check above can fail: an unknown field and a wrong type are caught."""
+    job = job_of(render())
+    job["spec"]["completionz"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, MIN_KUBERNETES, strict=True)
+    with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "NoSuchKind"}, MIN_KUBERNETES, strict=True)
+
+
+def test_job_is_an_indexed_gang_with_torchrun_as_main_process():
+    job = job_of(render("replicas=3", "master_port=23456"))
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 3
+    assert spec["backoffLimit"] == 3 * 3  # max_restarts gang restarts x replicas
+    assert spec["podReplacementPolicy"] == "Failed"
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78]}}
+    assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "mnist-train" and pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    worker = pod["containers"][0]
+    assert worker["command"] == ["torchrun"]
+    assert worker["args"] == [
+        "--nnodes=3", "--nproc-per-node=1", "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--master-addr=mnist-train-0.mnist-train", "--master-port=23456", "--max-restarts=0", "-m", "worker",
+    ]
+    env = {item["name"]: item for item in worker["env"]}
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+    assert env["OMP_NUM_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
+    assert env["PYTHONUNBUFFERED"]["value"] == "1"
+    assert worker["envFrom"] == [{"configMapRef": {"name": "mnist-train-config"}}]
+    mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
+    assert mounts["/pvc-home"] == "shared" and mounts["/dev/shm"] == "dshm"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shared"]["persistentVolumeClaim"]["claimName"] == "mnist-train-data"
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    init = pod["initContainers"][0]
+    assert init["command"] == ["python", "-m", "worker", "--check-config"]
+    assert init["env"] == worker["env"] and init["envFrom"] == worker["envFrom"]
+
+
+def test_cpu_job_has_no_gpu_limit_and_gpu_job_has_one():
+    cpu_limits = job_of(render())["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert cpu_limits == {"cpu": "2", "memory": "4Gi"}
+    gpu_job = job_of(render("resources.gpu.accelerator_count=4", "resources.gpu.accelerator=A100"))
+    pod = gpu_job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert "--nproc-per-node=4" in pod["containers"][0]["args"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100"}
+
+
+def test_pods_meet_the_restricted_pod_security_standard():
+    pod = job_of(render())["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["fsGroup"] == 1000
+    for container in pod["containers"] + pod["initContainers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert "add" not in context["capabilities"]
+
+
+def test_service_is_headless_and_selects_exactly_the_job_pods():
+    docs = render()
+    service = next(doc for doc in docs if doc["kind"] == "Service")
+    pod_labels = job_of(docs)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["metadata"]["name"] == job_of(docs)["spec"]["template"]["spec"]["subdomain"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_config_map_carries_the_training_environment_as_strings():
+    config = next(doc for doc in render("config_map.EPOCHS=7", "config_map.LEARNING_RATE=0.003")
+                  if doc["kind"] == "ConfigMap")
+    assert config["data"]["EPOCHS"] == "7"
+    assert config["data"]["LEARNING_RATE"] == "0.003"
+    assert config["data"]["DATA_DIR"] == "/pvc-home/data"
+    assert config["data"]["OUTPUT_DIR"] == "/pvc-home/runs/mnist-train"
+
+
+def test_existing_claim_replaces_the_new_claim():
+    docs = render("shared_volume.existing_claim=team-data")
+    assert "PersistentVolumeClaim" not in [doc["kind"] for doc in docs]
+    volumes = {v["name"]: v for v in job_of(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["shared"]["persistentVolumeClaim"]["claimName"] == "team-data"
+
+
+def test_queue_name_labels_and_suspends_the_job_only():
+    job = job_of(render("queue_name=team-a"))
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+
+
+def test_output_size_does_not_grow_with_replicas():
+    small = to_stream(render_manifests(validate_values(apply_set(
+        resolve_values(default_values_path(), []), "replicas=1", as_string=False))))
+    large = to_stream(render_manifests(validate_values(apply_set(
+        resolve_values(default_values_path(), []), "replicas=10000", as_string=False))))
+    assert abs(len(large) - len(small)) < 40  # only the digits of a few numbers differ
+
+
+def test_derived_numbers():
+    values = validate_values(resolve_values(default_values_path(), [], ["resources.gpu.accelerator_count=8",
+                                                                         "replicas=4", "max_restarts=2"]))
+    derived = derive(values)
+    assert derived["procs_per_pod"] == 8 and derived["backoff_limit"] == 8

@@ -1,0 +1,105 @@
+"""prepare.sh, run.sh and clean.sh as a user runs them."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, ROOT
+
+
+def script(name, *args, build: Path, path_prefix: Path | None = None, timeout=120):
+    env = {**os.environ, "BUILD_DIR": str(build), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}:{env['PATH']}"
+    return subprocess.run([str(ROOT / name), *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def fake_kubectl(tmp_path):
+    """A kubectl that records its arguments: there is no cluster on the machines the tests run on."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    log = tmp_path / "kubectl.log"
+    (bin_dir / "kubectl").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexit 0\n')
+    (bin_dir / "kubectl").chmod(0o755)
+    return bin_dir, log
+
+
+def test_prepare_renders_into_build_and_keeps_it_on_failure(tmp_path):
+    build = tmp_path / "build"
+    result = script("prepare.sh", "--set", "replicas=3", build=build)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in build.iterdir()) == [
+        "1-persistentvolumeclaim.yaml", "2-configmap.yaml", "3-service.yaml", "4-job.yaml"]
+    before = (build / "4-job.yaml").read_text()
+    assert "completions: 3" in before
+    failed = script("prepare.sh", "--set", "replicas=0", build=build)
+    assert failed.returncode == 2
+    assert "replicas: 0 must be at least 1" in failed.stderr
+    assert (build / "4-job.yaml").read_text() == before
+    assert not list(tmp_path.glob("build.tmp.*")), "staging directories are cleaned up"
+
+
+@pytest.mark.parametrize("name", ["prepare.sh", "run.sh", "clean.sh"])
+def test_scripts_have_help(name, tmp_path):
+    result = script(name, "--help", build=tmp_path / "build")
+    assert result.returncode == 0 and result.stdout.startswith(f"Usage: ./{name}")
+
+
+def test_run_without_a_render_says_to_prepare(tmp_path):
+    result = script("run.sh", build=tmp_path / "none")
+    assert result.returncode == 1
+    assert "run ./prepare.sh first" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs the kubectl client")
+def test_run_without_a_cluster_says_so(tmp_path, monkeypatch):
+    build = tmp_path / "build"
+    script("prepare.sh", build=build)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    result = script("run.sh", build=build)
+    assert result.returncode == 1
+    assert "no Kubernetes cluster is reachable" in result.stderr
+
+
+def test_run_without_kubectl_says_so(tmp_path):
+    build = tmp_path / "build"
+    script("prepare.sh", build=build)
+    # A PATH holding only what run.sh needs before it looks for kubectl.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "basename"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    result = subprocess.run([str(bin_dir / "bash"), str(ROOT / "run.sh")], capture_output=True, text=True,
+                            env={"BUILD_DIR": str(build), "PATH": str(bin_dir)}, cwd=ROOT)
+    assert result.returncode == 1 and "kubectl is not installed" in result.stderr
+
+
+def test_run_applies_the_build_directory_and_explains_how_to_follow(tmp_path, fake_kubectl):
+    bin_dir, log = fake_kubectl
+    build = tmp_path / "build"
+    script("prepare.sh", "--set", "namespace=ml", "--set", "name=digits", build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    assert f"apply -f {build}" in calls
+    assert "get namespace ml" in calls
+    assert "kubectl -n ml logs -f -l app.kubernetes.io/instance=digits" in result.stderr
+
+
+def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
+    bin_dir, log = fake_kubectl
+    build = tmp_path / "build"
+    script("prepare.sh", build=build)
+    assert script("clean.sh", build=build, path_prefix=bin_dir).returncode == 0
+    calls = log.read_text()
+    assert "4-job.yaml" in calls and "--cascade=foreground" in calls and "3-service.yaml" in calls
+    assert "1-persistentvolumeclaim.yaml" not in calls
+    assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
+    assert "1-persistentvolumeclaim.yaml" in log.read_text()

@@ -1,0 +1,87 @@
+"""Reading values: files, deep merge, --set typing and key paths."""
+
+import pytest
+
+from generator.errors import ValuesError
+from generator.values import apply_set, deep_merge, load_values_file, parse_values_text, split_key_path
+
+
+def test_deep_merge_merges_mappings_and_replaces_everything_else():
+    base = {"resources": {"cpu": 2, "gpu": {"accelerator_count": 0}}, "tolerations": [{"key": "a"}]}
+    override = {"resources": {"gpu": {"accelerator_count": 4}}, "tolerations": [{"key": "b"}]}
+    merged = deep_merge(base, override)
+    assert merged == {"resources": {"cpu": 2, "gpu": {"accelerator_count": 4}}, "tolerations": [{"key": "b"}]}
+    assert base["resources"]["gpu"]["accelerator_count"] == 0  # inputs are not modified
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("4", 4), ("0.5", 0.5), ("true", True), ("0755", 493), ("[a, b]", ["a", "b"]), ("text", "text"), ("", ""),
+     ("a: b: c", "a: b: c")],
+)
+def test_set_values_are_typed_as_yaml(raw, expected):
+    assert apply_set({}, f"key={raw}", as_string=False) == {"key": expected}
+
+
+def test_set_string_keeps_text_that_looks_like_a_number():
+    assert apply_set({}, "config_map.SEED=0042", as_string=True) == {"config_map": {"SEED": "0042"}}
+
+
+def test_escaped_dots_stay_inside_a_key():
+    assert split_key_path(r"labels.team\.example\.com/owner") == ["labels", "team.example.com/owner"]
+    assert apply_set({"labels": {}}, r"labels.a\.b=c", as_string=False) == {"labels": {"a.b": "c"}}
+
+
+@pytest.mark.parametrize("assignment", ["replicas", "=3", "a..b=1", ".a=1"])
+def test_malformed_set_is_refused(assignment):
+    with pytest.raises(ValuesError, match="expected KEY=VALUE"):
+        apply_set({}, assignment, as_string=False)
+
+
+def test_set_through_a_scalar_names_the_path():
+    with pytest.raises(ValuesError, match=r"replicas is an integer, not a mapping"):
+        apply_set({"replicas": 2}, "replicas.x=1", as_string=False)
+
+
+def test_duplicate_keys_are_refused_with_their_line():
+    with pytest.raises(ValuesError, match=r"line 2.*duplicate key 'replicas'"):
+        parse_values_text("replicas: 2\nreplicas: 3\n", "v.yaml")
+
+
+def test_alias_bomb_is_refused_quickly():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for level in "bcdefghi":
+        prev = chr(ord(level) - 1)
+        bomb += f"{level}: &{level} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+    with pytest.raises(ValuesError, match="alias bomb"):
+        parse_values_text(bomb, "bomb.yaml")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe binary", "not UTF-8 text (byte 0xff at offset 0)"),
+        (b"replicas: 2\x00", "contains NUL bytes"),
+        (b"- a\n- b\n", "the top level must be a mapping"),
+        (b"a: 1\n---\nb: 2\n", "holds 2 YAML documents"),
+        (b"replicas: [\n", "not valid YAML or JSON"),
+    ],
+)
+def test_unreadable_files_are_refused(tmp_path, content, message):
+    path = tmp_path / "values.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ValuesError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_values_file(path)
+
+
+def test_oversized_file_is_refused_without_parsing(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"# " + b"x" * (5 * 1024 * 1024) + b"\n")
+    with pytest.raises(ValuesError, match="larger than 4 MiB"):
+        load_values_file(path)
+
+
+def test_empty_file_means_no_overrides(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_values_file(path) == {}
