@@ -115,6 +115,9 @@ def derive(values: dict) -> dict:
         "node_selector": selector,
         "config": dict(sorted(config.items())),
         "exit_bad_config": EXIT_BAD_CONFIG,
+        # torchrun's wait between forwarding SIGTERM and killing the workers: inside the pod's grace period,
+        # with a few seconds left for torchrun itself to exit
+        "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),
         "shared_mount": SHARED_MOUNT,
     }
 

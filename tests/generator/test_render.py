@@ -91,7 +91,8 @@ def test_job_is_an_indexed_gang_with_torchrun_as_main_process():
     assert worker["command"] == ["torchrun"]
     assert worker["args"] == [
         "--nnodes=3", "--nproc-per-node=1", "--node-rank=$(JOB_COMPLETION_INDEX)",
-        "--master-addr=mnist-train-0.mnist-train", "--master-port=23456", "--max-restarts=0", "-m", "worker",
+        "--master-addr=mnist-train-0.mnist-train", "--master-port=23456", "--max-restarts=0",
+        "--rdzv-conf=timeout=600", "--shutdown-timeout=55", "-m", "worker",
     ]
     env = {item["name"]: item for item in worker["env"]}
     assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (

@@ -1,0 +1,58 @@
+"""A real HTTP server on 127.0.0.1 serving a directory, counting requests, able to misbehave on request."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import http.server
+import threading
+from pathlib import Path
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_GET(self):
+        server = self.server
+        name = self.path.lstrip("/")
+        with server.lock:
+            server.requests[name] += 1
+        if name in server.truncate:
+            data = (Path(self.directory) / name).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))  # promise it all, send half, hang up
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        super().do_GET()
+
+
+class Mirror:
+    """``with Mirror(directory) as mirror: mirror.url`` serves ``directory``; ``mirror.requests`` counts."""
+
+    def __init__(self, directory: Path, truncate: set[str] = frozenset()):
+        handler = functools.partial(_Handler, directory=str(directory))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.requests = collections.Counter()
+        self.server.truncate = set(truncate)
+        self.server.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    @property
+    def requests(self) -> collections.Counter:
+        return self.server.requests
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

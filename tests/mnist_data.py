@@ -1,0 +1,94 @@
+"""MNIST-format files for tests: the real digits from ../shared when present, else synthetic ones.
+
+Tests never download: they write IDX files themselves, or split the real MNIST test set in
+../shared/data/mnist-test-set (first 8,000 to train, last 2,000 to test) into the layout the worker reads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import SHARED_MNIST
+
+IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    magic = IMAGE_MAGIC if array.ndim == 3 else LABEL_MAGIC
+    return struct.pack(f">I{array.ndim}I", magic, *array.shape) + array.astype(np.uint8).tobytes()
+
+
+def read_idx(data: bytes) -> np.ndarray:
+    magic = struct.unpack(">I", data[:4])[0]
+    dims = 3 if magic == IMAGE_MAGIC else 1
+    shape = struct.unpack(f">{dims}I", data[4:4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def real_digits_available() -> bool:
+    return (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").exists()
+
+
+def real_digits() -> tuple[np.ndarray, np.ndarray]:
+    images = read_idx(gzip.decompress((SHARED_MNIST / "t10k-images-idx3-ubyte.gz").read_bytes()))
+    labels = read_idx(gzip.decompress((SHARED_MNIST / "t10k-labels-idx1-ubyte.gz").read_bytes()))
+    return images, labels
+
+
+def synthetic_digits(count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Learnable fake digits: each class is one fixed random pattern (the same for every seed) plus noise."""
+    prototypes = (np.random.default_rng(12345).random((10, 28, 28)) > 0.7) * 200.0
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, count)
+    noise = rng.normal(0, 30, (count, 28, 28))
+    images = np.clip(prototypes[labels] + noise, 0, 255).astype(np.uint8)
+    return images, labels.astype(np.uint8)
+
+
+def raw_files(train: tuple, test: tuple) -> dict[str, bytes]:
+    """The four decompressed files' names and contents."""
+    return {
+        "train-images-idx3-ubyte": idx_bytes(train[0]),
+        "train-labels-idx1-ubyte": idx_bytes(train[1]),
+        "t10k-images-idx3-ubyte": idx_bytes(test[0]),
+        "t10k-labels-idx1-ubyte": idx_bytes(test[1]),
+    }
+
+
+def dataset_files(train_count: int = 8000, test_count: int = 2000, prefer_real: bool = True) -> dict[str, bytes]:
+    if prefer_real and real_digits_available():
+        images, labels = real_digits()
+        assert train_count + test_count <= len(images)
+        train = images[:train_count], labels[:train_count]
+        test = images[len(images) - test_count:], labels[len(images) - test_count:]
+    else:
+        images, labels = synthetic_digits(train_count + test_count)
+        train, test = (images[:train_count], labels[:train_count]), (images[train_count:], labels[train_count:])
+    return raw_files(train, test)
+
+
+def write_raw(data_dir: Path, files: dict[str, bytes]) -> Path:
+    """Write decompressed files where the worker reads them: DATA_DIR/MNIST/raw/."""
+    raw = Path(data_dir) / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (raw / name).write_bytes(content)
+    return raw
+
+
+def write_mirror(directory: Path, files: dict[str, bytes]) -> Path:
+    """Write the .gz archives a mirror serves, and a SHA256SUMS file of them; return the checksum file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for name, content in files.items():
+        archive = gzip.compress(content, mtime=0)
+        (directory / f"{name}.gz").write_bytes(archive)
+        lines.append(f"{hashlib.sha256(archive).hexdigest()}  {name}.gz")
+    checksums = directory / "SHA256SUMS"
+    checksums.write_text("\n".join(lines) + "\n")
+    return checksums

@@ -1,0 +1,75 @@
+"""Starting real worker processes for tests: alone, under torchrun, or as hand-made ranks on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import BIN, ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def worker_env(data_dir: Path, output_dir: Path, **settings) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_", "GROUP_",
+                                                                      "MASTER_", "TORCHELASTIC", "JOB_COMPLETION"))}
+    env.update({"DATA_DIR": str(data_dir), "OUTPUT_DIR": str(output_dir), "PYTHONUNBUFFERED": "1",
+                "DOWNLOAD": "false", "PYTHONPATH": str(ROOT)})
+    env.update({key: str(value) for key, value in settings.items()})
+    return env
+
+
+def torchrun_command(nproc: int) -> list[str]:
+    return [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", "-m", "worker"]
+
+
+def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def start(command: list[str], env: dict) -> subprocess.Popen:
+    """Start in a new session, so the whole tree (torchrun and its workers) can be signalled together."""
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, start_new_session=True)
+
+
+def rank_command() -> list[str]:
+    return [sys.executable, "-m", "worker"]
+
+
+def rank_env(base: dict, rank: int, world: int, port: int, local_world: int | None = None) -> dict:
+    """The variables torchrun would set, for one hand-made rank (one rank per 'pod')."""
+    return {**base, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": str(local_world or 1), "GROUP_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+
+
+def read_until(process: subprocess.Popen, needle: str, timeout: float, seen: list[str]) -> bool:
+    """Read lines until one contains ``needle``; keep everything read in ``seen``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            if process.poll() is not None:
+                return False
+            continue
+        seen.append(line)
+        if needle in line:
+            return True
+    return False
+
+
+def kill_tree(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass

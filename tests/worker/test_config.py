@@ -1,0 +1,63 @@
+"""Configuration: environment and flags, validated in one place (no torch involved)."""
+
+import json
+
+import pytest
+
+from generator.resources import default_values_path
+from worker.__main__ import main
+from worker.config import ConfigError, TrainConfig, load_config
+from worker.distenv import read_dist_env
+
+
+def test_defaults_apply_without_environment():
+    assert load_config({}) == TrainConfig()
+
+
+def test_environment_is_read_and_flags_override_it():
+    config = load_config({"EPOCHS": "7", "BATCH_SIZE": "16", "DATA_SHARED": "no"}, {"epochs": "9"})
+    assert (config.epochs, config.batch_size, config.data_shared) == (9, 16, False)
+
+
+def test_every_problem_is_reported_with_its_source():
+    with pytest.raises(ConfigError) as caught:
+        load_config({"EPOCHS": "many", "LEARNING_RATE": "-1", "MNIST_MIRROR": "ftp://x"}, {"batch_size": "0"})
+    assert caught.value.problems == [
+        "EPOCHS: 'many' must be a whole number",
+        "--batch-size: '0' must be at least 1",
+        "LEARNING_RATE: '-1' must be a positive number",
+        "MNIST_MIRROR: 'ftp://x' must be an http(s):// or file:// base URL",
+    ]
+
+
+def test_generator_defaults_match_the_worker_defaults():
+    """The ConfigMap the generator renders by default trains exactly as the worker's own defaults do."""
+    config_map = json.loads(default_values_path().read_text())["config_map"]
+    assert load_config(config_map) == TrainConfig()
+
+
+def test_bad_configuration_exits_78_naming_the_variable(capsys, monkeypatch):
+    monkeypatch.setenv("EPOCHS", "0")
+    assert main([]) == 78
+    err = capsys.readouterr().err
+    assert "configuration error: EPOCHS: '0' must be at least 1" in err
+
+
+def test_check_config_passes_without_torch(monkeypatch, capsys):
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "3")
+    assert main(["--check-config"]) == 0
+    assert "configuration is valid" in capsys.readouterr().out
+
+
+def test_node_rank_must_equal_the_completion_index():
+    env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+           "JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "job-0.job", "MASTER_PORT": "29500"}
+    with pytest.raises(ConfigError, match=r"GROUP_RANK: this pod is node 1 .* JOB_COMPLETION_INDEX is 0"):
+        read_dist_env(env)
+    env["JOB_COMPLETION_INDEX"] = "1"
+    dist_env = read_dist_env(env)
+    assert (dist_env.rank, dist_env.nodes, dist_env.group_rank) == (2, 2, 1)
+
+
+def test_without_torchrun_it_is_one_process():
+    assert read_dist_env({}).world_size == 1

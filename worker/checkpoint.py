@@ -1,0 +1,116 @@
+"""Checkpoints on the shared volume: written atomically, verified before loading, the last few kept.
+
+A file is ``ckpt-e<epoch>-s<step>.pt``: a magic line, the SHA-256 of the payload, then the payload
+(torch.save of the state). It is written to a temporary name, flushed, fsynced and renamed, so a crash
+leaves the previous checkpoints intact and at most a temporary file, which is never read. Loading checks
+the magic and the hash before torch.load (weights_only), so a truncated, zeroed or corrupt file is skipped
+in favour of the one before it, never loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MAGIC = b"indexed-trainer checkpoint v1\n"
+_NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
+TEMP_PREFIX = ".tmp-"
+
+
+class CorruptCheckpoint(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where training stands: ``epoch`` (0-based) and ``step`` batches done in it."""
+
+    epoch: int
+    step: int
+
+    def filename(self) -> str:
+        return f"ckpt-e{self.epoch:04d}-s{self.step:06d}.pt"
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def encode(state: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(data: bytes) -> dict:
+    if not data.startswith(MAGIC):
+        raise CorruptCheckpoint("not a checkpoint (bad header)" if data else "empty file")
+    digest, _, payload = data[len(MAGIC):].partition(b"\n")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise CorruptCheckpoint(f"checksum mismatch ({len(payload)} payload bytes): truncated or corrupt")
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+
+
+def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
+    """Checkpoints in ``directory``, newest first."""
+    found = []
+    if directory.is_dir():
+        for path in directory.iterdir():
+            match = _NAME.match(path.name)
+            if match:
+                found.append((Position(int(match.group(1)), int(match.group(2))), path))
+    return sorted(found, key=lambda item: (item[0].epoch, item[0].step), reverse=True)
+
+
+def save(state: dict, directory: Path, position: Position, keep: int) -> Path:
+    path = directory / position.filename()
+    atomic_write(path, encode(state))
+    for _, old in list_checkpoints(directory)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_newest(directory: Path, log=print) -> tuple[dict, Path] | None:
+    """The newest checkpoint that verifies, or None; every one skipped is logged with its reason."""
+    for _, path in list_checkpoints(directory):
+        try:
+            return decode(path.read_bytes()), path
+        except (CorruptCheckpoint, OSError, RuntimeError, EOFError) as exc:
+            log(f"skipping checkpoint {path.name}: {exc}")
+    return None
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Temporary files left by a crash in the middle of a write: never read, removed at start."""
+    stale = [path for path in directory.glob(f"{TEMP_PREFIX}*")] if directory.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale

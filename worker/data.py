@@ -1,0 +1,105 @@
+"""MNIST in memory: one rank prepares the files, the others wait for its word; every rank then holds the
+normalized images as one tensor and takes whole batches of its shard by indexing."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+from worker.config import TrainConfig
+from worker.distenv import DistEnv
+from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
+
+MEAN, STD = 0.1307, 0.3081  # of the MNIST training images, as everyone normalizes them
+
+
+class PeerLost(Exception):
+    """A peer did not answer in time or went away (exit_codes.PEER_LOST)."""
+
+
+def _prepare_files(config: TrainConfig, log) -> None:
+    """Make the four files present and verified, downloading them if allowed. Runs on one rank."""
+    try:
+        check_raw_files(raw_dir(config.data_dir))
+        return
+    except DataError as missing:
+        if not config.download:
+            raise DataError(
+                f"MNIST is not in {raw_dir(config.data_dir)} ({missing}) and DOWNLOAD is false; put the four "
+                "files there or set MNIST_MIRROR to a reachable copy") from None
+        log(f"MNIST not ready in {raw_dir(config.data_dir)} ({missing}); downloading")
+    mirrors = [config.mnist_mirror] if config.mnist_mirror else list(OFFICIAL_MIRRORS)
+    checksums = read_checksums(config.mnist_checksums) if config.mnist_checksums else None
+    try:
+        download(config.data_dir, mirrors, checksums, timeout=min(60.0, config.download_timeout), log=log)
+    except DataError as exc:
+        raise DataError(f"{exc}. Without network access, set MNIST_MIRROR to a server holding the files, or put "
+                        f"them in {raw_dir(config.data_dir)}") from None
+    check_raw_files(raw_dir(config.data_dir))
+
+
+def prepare(config: TrainConfig, env: DistEnv, store, log) -> None:
+    """One rank per copy of DATA_DIR prepares it; the others wait for its verdict through the store.
+
+    With a shared DATA_DIR that is global rank 0, else local rank 0 of each pod. The store (the process
+    group's own) carries the outcome, so nobody relies on file locks, which many NFS servers ignore, and
+    waiting is bounded by DOWNLOAD_TIMEOUT with a clear message instead of a 30-minute barrier.
+    """
+    preparer = env.rank == 0 if config.data_shared else env.local_rank == 0
+    scope = "all" if config.data_shared else f"node-{env.group_rank}"
+    key = f"indexed-trainer/data/{env.restart_count}/{scope}"
+    if store is None:  # a single process
+        _prepare_files(config, log)
+        return
+    if preparer:
+        try:
+            _prepare_files(config, log)
+        except DataError as exc:
+            store.set(key, json.dumps({"ok": False, "error": str(exc)}))
+            raise
+        store.set(key, json.dumps({"ok": True}))
+        return
+    try:
+        store.wait([key], timedelta(seconds=config.download_timeout))
+    except Exception as exc:  # the store raises DistStoreError / RuntimeError on timeout or a lost connection
+        who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
+        raise PeerLost(f"{who} did not finish preparing the data within DOWNLOAD_TIMEOUT="
+                       f"{config.download_timeout:g} s ({type(exc).__name__}: {exc})") from None
+    verdict = json.loads(store.get(key))
+    if not verdict["ok"]:
+        raise DataError(f"the preparing rank failed: {verdict['error']}")
+    check_raw_files(raw_dir(config.data_dir))  # the files must be visible here too (DATA_SHARED=true on a local dir?)
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28], zero mean and unit variance."""
+    return images.float().div_(255).sub_(MEAN).div_(STD).unsqueeze(1).contiguous()
+
+
+def load_split(data_dir: Path, train: bool, limit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (normalized) and labels of one split, read by torchvision from DATA_DIR/MNIST/raw/."""
+    from torchvision.datasets import MNIST
+
+    dataset = MNIST(str(data_dir), train=train, download=False)
+    images, labels = dataset.data, dataset.targets
+    if limit:
+        images, labels = images[:limit], labels[:limit]
+    return normalize(images), labels.long()
+
+
+def shard_indices(count: int, world_size: int, rank: int, seed: int, epoch: int) -> torch.Tensor:
+    """This rank's indices for ``epoch``: a permutation shared by all ranks (seeded by seed + epoch, as
+    DistributedSampler does), dealt out round-robin. The shards are disjoint and together cover every
+    index exactly once; their sizes differ by at most one (no padding, nothing dropped)."""
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return torch.randperm(count, generator=generator)[rank::world_size]
+
+
+def steps_per_epoch(count: int, world_size: int, batch_size: int) -> int:
+    """The same for every rank: enough steps for the largest shard."""
+    return math.ceil(math.ceil(count / world_size) / batch_size)

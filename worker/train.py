@@ -1,0 +1,311 @@
+"""The training run of one process: set up, resume, train with one all-reduce per step, evaluate,
+checkpoint, and stop cleanly (all ranks together) on SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+from dataclasses import asdict
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from worker import checkpoint, data, exit_codes
+from worker.checkpoint import Position
+from worker.config import TrainConfig
+from worker.distenv import DistEnv
+from worker.gradsync import FlatGradients
+from worker.model import MnistCNN, parameter_count
+from worker.threads import threads_per_process
+
+
+class Stopped(Exception):
+    """The ranks agreed to stop early (SIGTERM somewhere in the gang); the checkpoint is written."""
+
+    def __init__(self, signalled_here: bool):
+        super().__init__("stopped on request")
+        self.exit_code = exit_codes.TERMINATED if signalled_here else exit_codes.PEER_LOST
+
+
+class StopRequest:
+    """Remembers SIGTERM/SIGINT instead of dying mid-step; the training loop shares it with the gang."""
+
+    def __init__(self):
+        self.requested = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, env: DistEnv):
+        self.config, self.env = config, env
+        self.stop = StopRequest()
+        self.distributed = env.world_size > 1
+
+    # -- output -------------------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        # one write per line: the gang's processes share torchrun's stdout, and a separate write of the
+        # newline lets another rank's line land in between
+        sys.stdout.write(f"Rank {self.env.rank}: {message}\n")
+        sys.stdout.flush()
+
+    def log0(self, message: str) -> None:
+        if self.env.is_rank0:
+            self.log(message)
+
+    # -- setup --------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, env = self.config, self.env
+        torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
+        use_cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
+        self.device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(self.device)
+        store = None
+        if self.distributed:
+            backend = "nccl" if use_cuda else "gloo"
+            dist.init_process_group(
+                backend, timeout=timedelta(seconds=cfg.collective_timeout),
+                device_id=self.device if use_cuda else None,
+            )
+            store = dist.distributed_c10d._get_default_store()
+            self.log0(f"process group: {backend}, world size {env.world_size} "
+                      f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
+        data.prepare(cfg, env, store, self.log)
+        images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples)
+        test_images, test_labels = data.load_split(cfg.data_dir, train=False)
+        self.images, self.labels = images.to(self.device), labels.to(self.device)
+        # each rank evaluates its own slice of the test set; the counts are summed
+        self.test_images = test_images[env.rank::env.world_size].to(self.device)
+        self.test_labels = test_labels[env.rank::env.world_size].to(self.device)
+        self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
+
+        torch.manual_seed(cfg.seed)
+        self.model = MnistCNN().to(self.device)
+        if self.distributed:  # identical start everywhere, whatever each host's RNG did
+            for tensor in self.model.state_dict().values():
+                dist.broadcast(tensor, src=0)
+        self.grads = FlatGradients(self.model.parameters(), env.world_size)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate)
+        self.log0(f"{len(self.images)} training images, {len(test_images)} test images, "
+                  f"{parameter_count(self.model)} parameters, {self.steps} steps per epoch on {self.device}")
+
+    def make_scheduler(self, done_steps: int):
+        total = self.config.epochs * self.steps
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            self.optimizer, max_lr=self.config.learning_rate, total_steps=max(total, 2), pct_start=0.15)
+        with warnings.catch_warnings():  # replaying the schedule without optimizer steps is intended
+            warnings.simplefilter("ignore")
+            for _ in range(min(done_steps, total - 1)):
+                scheduler.step()
+        return scheduler
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def resume(self) -> tuple[Position, float, float]:
+        """Rank 0 reads the newest valid checkpoint and hands it to every rank; (position, loss, samples)."""
+        state = None
+        if self.env.is_rank0 and self.config.resume:
+            for stale in checkpoint.remove_stale_temporaries(self.config.checkpoint_dir):
+                self.log(f"removed {stale.name}, left by an interrupted checkpoint write")
+            found = checkpoint.load_newest(self.config.checkpoint_dir, log=self.log)
+            if found:
+                state, path = found
+                self.log(f"resuming from {path.name}")
+        if self.distributed:
+            box = [state]
+            dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+            state = box[0]
+        if state is None:
+            return Position(0, 0), 0.0, 0.0
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        position = Position(**state["position"])
+        if position.step and state["steps_per_epoch"] != self.steps:
+            self.log0(f"the checkpoint was taken with {state['steps_per_epoch']} steps per epoch, now {self.steps}: "
+                      f"epoch {position.epoch + 1} starts over")
+            position = Position(position.epoch, 0)
+        carried = state["epoch_loss_sum"] if (position.step and self.env.is_rank0) else 0.0
+        samples = state["epoch_samples"] if (position.step and self.env.is_rank0) else 0.0
+        return position, carried, samples
+
+    def save_checkpoint(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0) -> None:
+        if not self.env.is_rank0:
+            return
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "position": asdict(position),
+            "epoch_loss_sum": loss_sum,
+            "epoch_samples": samples,
+            "steps_per_epoch": self.steps,
+            "world_size": self.env.world_size,
+            "config": {k: str(v) for k, v in asdict(self.config).items()},
+        }
+        started = time.perf_counter()
+        path = checkpoint.save(state, self.config.checkpoint_dir, position, self.config.keep_checkpoints)
+        self.log(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def all_sum(self, values: list[float]) -> list[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.distributed:
+            dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def evaluate(self) -> tuple[int, int]:
+        self.model.eval()
+        correct = 0
+        with torch.inference_mode():
+            for start in range(0, len(self.test_images), 1000):
+                logits = self.model(self.test_images[start:start + 1000])
+                correct += int((logits.argmax(1) == self.test_labels[start:start + 1000]).sum())
+        self.model.train()
+        return correct, len(self.test_images)
+
+    def train(self) -> dict:
+        cfg, env = self.config, self.env
+        position, carried_loss, carried_samples = self.resume()
+        scheduler = self.make_scheduler(position.epoch * self.steps + position.step)
+        batch = cfg.batch_size
+        result = {}
+        self.model.train()
+        for epoch in range(position.epoch, cfg.epochs):
+            indices = data.shard_indices(len(self.images), env.world_size, env.rank, cfg.seed, epoch).to(self.device)
+            first = position.step if epoch == position.epoch else 0
+            loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+            local_samples, global_samples, sync_seconds = 0, 0, 0.0
+            started = time.perf_counter()
+            for step in range(first, self.steps):
+                chosen = indices[step * batch:(step + 1) * batch]
+                self.grads.zero()
+                if len(chosen):
+                    loss = F.cross_entropy(self.model(self.images[chosen]), self.labels[chosen], reduction="sum")
+                    loss.backward()
+                    loss_sum += loss.detach()
+                sync_started = time.perf_counter()
+                step_samples, stop = self.grads.synchronize(len(chosen), self.stop.requested)
+                sync_seconds += time.perf_counter() - sync_started
+                self.optimizer.step()
+                scheduler.step()
+                local_samples += len(chosen)
+                global_samples += step_samples
+                if (step + 1) % cfg.log_interval == 0 or step + 1 == self.steps:
+                    self.log(f"epoch: {epoch + 1}/{cfg.epochs}, batch: {step + 1}/{self.steps}, "
+                             f"mini-batch size: {len(chosen)}")
+                if stop:
+                    total_loss, total_samples = self.all_sum([float(loss_sum), local_samples])
+                    self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
+                    self.save_checkpoint(Position(epoch, step + 1), total_loss + carried_loss,
+                                         total_samples + carried_samples)
+                    raise Stopped(self.stop.requested)
+            train_seconds = time.perf_counter() - started
+            correct, tested = self.evaluate()
+            total_loss, total_samples, correct, tested, stop = self.all_sum(
+                [float(loss_sum), local_samples, correct, tested, float(self.stop.requested)])
+            total_loss += carried_loss
+            total_samples += carried_samples
+            carried_loss = carried_samples = 0.0
+            average = total_loss / max(total_samples, 1)
+            accuracy = correct / max(tested, 1)
+            self.log(f"epoch {epoch + 1}/{cfg.epochs}, average epoch loss={average:.4f}")
+            steps_run = max(self.steps - first, 1)
+            result = {
+                "epoch": epoch + 1,
+                "loss": round(average, 6),
+                "accuracy": round(accuracy, 6),
+                "images_per_second": round(global_samples / train_seconds, 1),
+                "train_seconds": round(train_seconds, 3),
+                "sync_ms_per_step": round(1000 * sync_seconds / steps_run, 3),
+                "world_size": env.world_size,
+            }
+            self.log0(f"epoch {epoch + 1}/{cfg.epochs}, test accuracy={100 * accuracy:.2f}%, "
+                      f"{result['images_per_second']:.0f} images/s, gradient sync "
+                      f"{result['sync_ms_per_step']:.2f} ms/step")
+            last = epoch + 1 == cfg.epochs
+            if stop or last or (cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0):
+                self.save_checkpoint(Position(epoch + 1, 0))
+            self.append_metrics(result)
+            if stop and not last:
+                raise Stopped(self.stop.requested)
+        return result
+
+    def append_metrics(self, record: dict) -> None:
+        if not self.env.is_rank0:
+            return
+        path = self.config.output_dir / "metrics.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+            handle.flush()
+
+    def save_model(self, result: dict) -> None:
+        if not self.env.is_rank0:
+            return
+        buffer = io.BytesIO()
+        torch.save(self.model.state_dict(), buffer)
+        checkpoint.atomic_write(self.config.output_dir / "model.pt", buffer.getvalue())
+        summary = {
+            "accuracy": result.get("accuracy"),
+            "loss": result.get("loss"),
+            "epochs": self.config.epochs,
+            "world_size": self.env.world_size,
+            "parameters": parameter_count(self.model),
+            "model": "worker.model.MnistCNN",
+            "config": {k: str(v) for k, v in asdict(self.config).items()},
+        }
+        checkpoint.atomic_write(self.config.output_dir / "model.json",
+                                (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+        self.log(f"model saved to {self.config.output_dir / 'model.pt'} (test accuracy "
+                 f"{100 * (result.get('accuracy') or 0):.2f}%)")
+
+    def close(self) -> None:
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run(config: TrainConfig, env: DistEnv) -> int:
+    """Train; return the process exit code (see worker.exit_codes)."""
+    trainer = Trainer(config, env)
+    try:
+        trainer.setup()
+        result = trainer.train()
+        trainer.save_model(result)
+        trainer.log("training completed.")
+        return exit_codes.OK
+    except Stopped as stopped:
+        trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
+                                   else "a peer was asked to stop; the gang restarts from the checkpoint"))
+        return stopped.exit_code
+    except data.DataError as exc:
+        trainer.log(f"error: data unavailable: {exc}")
+        return exit_codes.DATA_UNAVAILABLE
+    except data.PeerLost as exc:
+        trainer.log(f"error: {exc}")
+        return exit_codes.PEER_LOST
+    except (dist.DistError, RuntimeError) as exc:
+        if not _is_communication_error(exc):
+            raise
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        trainer.log(f"error: lost contact with a peer ({first_line}); exiting so that the gang restarts "
+                    "from the last checkpoint")
+        return exit_codes.PEER_LOST
+    finally:
+        trainer.close()
+
+
+def _is_communication_error(exc: BaseException) -> bool:
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("gloo", "nccl", "connection", "timed out", "timeout", "peer", "socket",
+                                         "broken pipe", "store"))
