@@ -6,26 +6,41 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./run.sh [--local]
+Usage: ./run.sh [--local [LOCAL-JOB OPTIONS]]
 
 Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
 says how to follow the training.
-  --local   run the Job's pods as processes on this machine instead (no cluster needed)
+  --local   run the Job's pods as processes on this machine instead (no cluster needed), with the
+            volumes under runs/<job>/; options after it go to local-job, e.g.
+            --volume <job>-data=DIR   use DIR (holding data/MNIST/raw/...) as the shared volume
 USAGE
 }
 
 local_run=false
+local_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
-    --local) local_run=true; shift ;;
+    --local) local_run=true; shift; local_args=("$@"); break ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
 
 require_build
 if [[ "$local_run" == true ]]; then
-  die "the local runner is not available yet: apply to a cluster with ./run.sh"
+  name="$(job_field name)"
+  bin_dir="$(dirname "$(find_generator)")"
+  if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
+    info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"
+    "$bin_dir/python" -m pip install --quiet "$ROOT[worker]" >&2 || die "could not install the worker: pip install '$ROOT[worker]'"
+  fi
+  local_job="$bin_dir/local-job"
+  root="$ROOT/runs/$name"
+  info "running Job $name on this machine; volumes and logs in $root"
+  status=0
+  "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" "${local_args[@]}" || status=$?
+  info "pod logs: $root/logs/; Job status: $root/status.json"
+  exit "$status"
 fi
 
 require_kubectl

@@ -161,3 +161,13 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | No
     if problems:
         raise ConfigError(problems)
     return TrainConfig(**values)
+
+
+def config_reference() -> str:
+    """The worker's variables as a Markdown table (embedded in the README; a test keeps them equal)."""
+    lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
+    for item in config_fields():
+        default = item.default
+        shown = "(empty)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {item.metadata['help']} |")
+    return "\n".join(lines) + "\n"

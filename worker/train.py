@@ -232,6 +232,8 @@ class Trainer:
                       f"{result['images_per_second']:.0f} images/s, gradient sync "
                       f"{result['sync_ms_per_step']:.2f} ms/step")
             last = epoch + 1 == cfg.epochs
+            if stop:
+                self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
             if stop or last or (cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0):
                 self.save_checkpoint(Position(epoch + 1, 0))
             self.append_metrics(result)

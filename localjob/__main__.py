@@ -1,0 +1,3 @@
+from localjob.cli import main
+
+main()

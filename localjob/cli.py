@@ -1,0 +1,97 @@
+"""local-job: run the rendered Indexed Job on this machine, as Kubernetes would.
+
+    gen-manifests --values variables/variables.json | local-job
+    local-job build/ --volume-root runs/local-job
+    local-job build/ --volume mnist-train-data=/data/mnist-volume      # use an existing directory as a claim
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from localjob.manifests import ManifestError, plan, read_source
+
+EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ManifestError(f"{option} {item!r}: expected NAME=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("source", default="-", metavar="[MANIFESTS]")
+@click.option("--volume-root", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory holding the volumes, pod directories and logs (default: a new temporary one, kept).")
+@click.option("--volume", "volumes", multiple=True, metavar="CLAIM=DIR",
+              help="Use an existing directory as the PersistentVolumeClaim CLAIM (e.g. one holding MNIST).")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="Extra environment variable for every container, as an image's ENV would set it.")
+@click.option("--backoff-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="First delay before a failed index is recreated (doubles per failure, as in Kubernetes).")
+@click.option("--status-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the Job's final status (condition, restarts, pods and exit codes) as JSON.")
+def local_job(source, volume_root, volumes, env, backoff_seconds, status_file):
+    """Run the Job in MANIFESTS (a file, a directory, or - for stdin: the output of gen-manifests) locally.
+
+    Each pod is a process tree with the environment Kubernetes would give it; the exit code is 0 when the
+    Job completes, 1 when it fails (with the reason Kubernetes would give), 2 when the manifests cannot be
+    run faithfully here.
+    """
+    from localjob.controller import JobController
+    from localjob.podspec import PodFactory
+
+    job_plan = plan(read_source(source))
+    claim_dirs = {claim: Path(directory).resolve() for claim, directory in _pairs("--volume", volumes).items()}
+    root = (volume_root or Path(tempfile.mkdtemp(prefix=f"local-job-{job_plan.name}-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    service = job_plan.headless_service or {}
+    ports = {int(p.get("targetPort", p["port"])): free_port() for p in service.get("ports", [])}
+    factory = PodFactory(job_plan, root, claim_dirs, _pairs("--env", env), ports)
+    controller = JobController(job_plan, factory, root, backoff_seconds)
+    controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
+                    f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
+    complete, reason, message = controller.run()
+    status = controller.status(complete, reason, message)
+    if status_file:
+        controller.write_status(status_file, status)
+    for pod_volume in (job_plan.pod_spec.get("volumes") or []):
+        if "persistentVolumeClaim" in pod_volume:
+            claim = pod_volume["persistentVolumeClaim"]["claimName"]
+            controller.note(f"claim {claim}: {claim_dirs.get(claim, root / 'volumes' / claim)}")
+    if complete:
+        controller.note(f"Job {job_plan.name} complete: {message}")
+        return 0
+    controller.note(f"Job {job_plan.name} failed: {reason}: {message}")
+    return EXIT_INTERRUPTED if reason == "Interrupted" else EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = local_job.main(args=argv, prog_name="local-job", standalone_mode=False)
+    except ManifestError as error:
+        for problem in error.problems:
+            click.echo(f"local-job: cannot run these manifests: {problem}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code or 0)

@@ -1,0 +1,195 @@
+"""Reading the rendered manifests and checking that they describe a Job this runner can run faithfully."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap")
+SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                    "spec.serviceAccountName", "status.podIP", "status.hostIP")
+MAX_LOCAL_PODS = 64
+
+
+class ManifestError(Exception):
+    """The manifests cannot be run here; each problem says why."""
+
+    def __init__(self, *problems: str):
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass
+class JobPlan:
+    job: dict
+    config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    services: dict[str, dict] = field(default_factory=dict)
+    claims: set[str] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return self.job["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.job["metadata"].get("namespace", "default")
+
+    @property
+    def spec(self) -> dict:
+        return self.job["spec"]
+
+    @property
+    def pod_template(self) -> dict:
+        return self.spec["template"]
+
+    @property
+    def pod_spec(self) -> dict:
+        return self.pod_template["spec"]
+
+    @property
+    def completions(self) -> int:
+        return int(self.spec.get("completions", 1))
+
+    @property
+    def parallelism(self) -> int:
+        return min(int(self.spec.get("parallelism", 1)), self.completions)
+
+    @property
+    def backoff_limit(self) -> int:
+        default = 2**31 - 1 if "backoffLimitPerIndex" in self.spec else 6
+        return int(self.spec.get("backoffLimit", default))
+
+    @property
+    def grace_seconds(self) -> float:
+        return float(self.pod_spec.get("terminationGracePeriodSeconds", 30))
+
+    @property
+    def headless_service(self) -> dict | None:
+        return self.services.get(self.pod_spec.get("subdomain", ""))
+
+
+def read_source(source: str) -> list[dict]:
+    """Documents from a file, every *.yaml/*.yml/*.json of a directory (in name order), or stdin ("-")."""
+    if source == "-":
+        texts = [("<stdin>", sys.stdin.buffer.read().decode("utf-8"))]
+    else:
+        path = Path(source)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+            if not files:
+                raise ManifestError(f"{path}: no .yaml, .yml or .json files in this directory")
+        elif path.is_file():
+            files = [path]
+        else:
+            raise ManifestError(f"{path}: no such file or directory")
+        texts = [(str(p), p.read_text(encoding="utf-8")) for p in files]
+    documents = []
+    for origin, text in texts:
+        try:
+            documents.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"{origin}: not valid YAML: {exc}") from None
+    if not all(isinstance(doc, dict) and "kind" in doc for doc in documents):
+        raise ManifestError("every document must be a Kubernetes object with a kind")
+    return documents
+
+
+def plan(documents: list[dict]) -> JobPlan:
+    """Find the Job and what it references; refuse anything that would not run as it would on a cluster."""
+    jobs = [doc for doc in documents if doc["kind"] == "Job"]
+    if len(jobs) != 1:
+        raise ManifestError(f"expected exactly one Job in the manifests, found {len(jobs)}")
+    job = jobs[0]
+    result = JobPlan(job)
+    for doc in documents:
+        kind, name = doc["kind"], doc.get("metadata", {}).get("name", "")
+        if kind == "ConfigMap":
+            result.config_maps[name] = {k: str(v) for k, v in (doc.get("data") or {}).items()}
+        elif kind == "Service":
+            result.services[name] = doc.get("spec", {})
+        elif kind == "PersistentVolumeClaim":
+            result.claims.add(name)
+        elif kind != "Job":
+            raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services and claims only")
+    problems = _job_problems(result)
+    if problems:
+        raise ManifestError(*problems)
+    return result
+
+
+def _job_problems(plan: JobPlan) -> list[str]:
+    job, spec = plan.job, plan.spec
+    where = f"Job {plan.name}"
+    problems = []
+    if job.get("apiVersion") != "batch/v1":
+        problems.append(f"{where}: apiVersion must be batch/v1")
+    if spec.get("completionMode") != "Indexed":
+        problems.append(f"{where}: only Indexed Jobs can be run (spec.completionMode is "
+                        f"{spec.get('completionMode', 'NonIndexed')}): their pods need JOB_COMPLETION_INDEX")
+    if plan.completions > MAX_LOCAL_PODS:
+        problems.append(f"{where}: {plan.completions} pods are too many for one machine (at most {MAX_LOCAL_PODS})")
+    pod = plan.pod_spec
+    if pod.get("restartPolicy") != "Never":
+        problems.append(f"{where}: spec.template.spec.restartPolicy must be Never (the Job replaces failed pods)")
+    containers = pod.get("containers") or []
+    if len(containers) != 1:
+        problems.append(f"{where}: the pod must have exactly one container (it has {len(containers)})")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            problems.append(f"{where}: {key} cannot be reproduced locally")
+    volumes = {}
+    for volume in pod.get("volumes") or []:
+        kinds = [k for k in volume if k != "name"]
+        if not kinds or kinds[0] not in SUPPORTED_VOLUMES:
+            problems.append(f"{where}: volume {volume.get('name')}: type {kinds[0] if kinds else '?'} is not "
+                            f"supported locally (supported: {', '.join(SUPPORTED_VOLUMES)})")
+            continue
+        volumes[volume["name"]] = volume
+        if kinds[0] == "configMap" and volume["configMap"]["name"] not in plan.config_maps:
+            problems.append(f"{where}: volume {volume['name']} uses ConfigMap {volume['configMap']['name']}, "
+                            "which is not in the manifests")
+    for container in (pod.get("initContainers") or []) + containers:
+        cname = container.get("name", "?")
+        if not container.get("command"):
+            problems.append(f"{where}: container {cname} has no command; the image's entrypoint is not known "
+                            "here, so the command must be in the manifest")
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") not in volumes:
+                problems.append(f"{where}: container {cname} mounts unknown volume {mount.get('name')}")
+        for source in container.get("envFrom") or []:
+            ref = source.get("configMapRef")
+            if ref is None:
+                problems.append(f"{where}: container {cname}: only envFrom configMapRef is supported")
+            elif ref["name"] not in plan.config_maps and not ref.get("optional"):
+                problems.append(f"{where}: container {cname} takes env from ConfigMap {ref['name']}, which is "
+                                "not in the manifests")
+        for variable in container.get("env") or []:
+            value_from = variable.get("valueFrom")
+            if not value_from:
+                continue
+            if "fieldRef" in value_from:
+                path = value_from["fieldRef"]["fieldPath"]
+                if path not in SUPPORTED_FIELDS and not path.startswith(("metadata.labels[", "metadata.annotations[")):
+                    problems.append(f"{where}: env {variable['name']}: fieldPath {path} is not supported locally")
+            elif "configMapKeyRef" in value_from:
+                ref = value_from["configMapKeyRef"]
+                if ref["name"] not in plan.config_maps and not ref.get("optional"):
+                    problems.append(f"{where}: env {variable['name']} uses ConfigMap {ref['name']}, not in the manifests")
+            elif "resourceFieldRef" not in value_from:
+                problems.append(f"{where}: env {variable['name']}: {next(iter(value_from))} is not supported locally "
+                                "(secrets never leave the cluster)")
+    subdomain = pod.get("subdomain")
+    if subdomain:
+        service = plan.services.get(subdomain)
+        labels = plan.pod_template.get("metadata", {}).get("labels", {})
+        if service is None:
+            problems.append(f"{where}: the pods' subdomain {subdomain} names a Service that is not in the manifests; "
+                            "without it the pods could not find each other")
+        elif service.get("clusterIP") != "None":
+            problems.append(f"Service {subdomain}: must be headless (clusterIP: None) to give pods DNS names")
+        elif not (service.get("selector") or {}).items() <= labels.items():
+            problems.append(f"Service {subdomain}: its selector does not match the Job's pod labels")
+    return problems

@@ -1,0 +1,183 @@
+"""What Kubernetes would give one pod of the Job, translated to this machine.
+
+Environment: the container's env and envFrom (from the rendered ConfigMaps), the Downward API fields it can
+resolve, then kubelet's $(VAR) expansion of env values, command and args. Network: every pod is 127.0.0.1,
+so the headless Service's names (<job>-<i>.<service>[.<namespace>[.svc[.cluster.local]]]) are rewritten to
+127.0.0.1 and the Service's ports to a free port of this machine (two local jobs never collide). Storage:
+each volume is a local directory (claims shared by all pods, emptyDirs per pod) and mount paths in env values
+and arguments are rewritten to it. The command runs from the PATH of local-job's own environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sys
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from localjob.expansion import expand
+from localjob.manifests import JobPlan
+from localjob.quantity import divide_round_up, parse_quantity
+
+POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+_PASSTHROUGH = ("HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME")
+
+
+@dataclass
+class ContainerRun:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+@dataclass
+class PodRun:
+    name: str
+    uid: str
+    index: int
+    init_containers: list[ContainerRun]
+    container: ContainerRun
+    cpu_limit: int
+
+
+def machine_cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+class PodFactory:
+    """Builds PodRuns for a Job plan; holds what all its pods share (ports, volume directories)."""
+
+    def __init__(self, plan: JobPlan, root: Path, claim_dirs: dict[str, Path], extra_env: dict[str, str],
+                 ports: dict[int, int]):
+        self.plan, self.root, self.extra_env, self.ports = plan, root, extra_env, ports
+        self.claim_dirs = claim_dirs
+        self.bin_dir = str(Path(sys.executable).parent)
+
+    # -- names --------------------------------------------------------------------------------------
+    def hostnames(self) -> dict[str, str]:
+        """Every DNS name of every pod of the Job -> 127.0.0.1, longest first."""
+        job, namespace = self.plan.name, self.plan.namespace
+        subdomain = self.plan.pod_spec.get("subdomain")
+        if not subdomain:
+            return {}
+        names = {}
+        for index in range(self.plan.completions):
+            host = f"{job}-{index}.{subdomain}"
+            for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
+                names[host + suffix] = "127.0.0.1"
+        return dict(sorted(names.items(), key=lambda item: -len(item[0])))
+
+    def rewrite(self, text: str, mounts: dict[str, Path]) -> str:
+        """Map cluster names, ports and mount paths inside one env value or argument to their local ones."""
+        for host, address in self.hostnames().items():
+            text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", address, text)
+        for cluster_port, local_port in self.ports.items():
+            if text == str(cluster_port):
+                text = str(local_port)
+            text = re.sub(rf"(?<=[=:]){cluster_port}(?!\d)", str(local_port), text)
+        if mounts:
+            # one pass over all mount paths (longest first), so a rewritten path is never rewritten again
+            by_path = {path.rstrip("/"): str(local) for path, local in mounts.items()}
+            pattern = "|".join(re.escape(path) for path in sorted(by_path, key=len, reverse=True))
+            text = re.sub(rf"(?<![\w.-])({pattern})(?=/|$|[^\w.-])", lambda m: by_path[m.group(1)], text)
+        return text
+
+    # -- volumes ------------------------------------------------------------------------------------
+    def volume_dir(self, volume: dict, pod_name: str) -> Path:
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            directory = self.claim_dirs.get(claim, self.root / "volumes" / claim)
+        else:
+            directory = self.root / "pods" / pod_name / "volumes" / volume["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            for key, value in self.plan.config_maps[volume["configMap"]["name"]].items():
+                (directory / key).write_text(value)
+        return directory
+
+    # -- env ----------------------------------------------------------------------------------------
+    def field_value(self, path: str, pod: dict) -> str:
+        simple = {"metadata.name": pod["name"], "metadata.namespace": self.plan.namespace,
+                  "metadata.uid": pod["uid"], "spec.nodeName": "localhost", "status.podIP": "127.0.0.1",
+                  "status.hostIP": "127.0.0.1",
+                  "spec.serviceAccountName": self.plan.pod_spec.get("serviceAccountName", "default")}
+        if path in simple:
+            return simple[path]
+        match = re.match(r"^metadata\.(labels|annotations)\['(.+)'\]$", path)
+        return pod[match.group(1)].get(match.group(2), "") if match else ""
+
+    def resource_value(self, ref: dict, container: dict) -> str:
+        kind, _, resource = ref["resource"].partition(".")
+        wanted = ref.get("containerName") or container.get("name")
+        everyone = (self.plan.pod_spec.get("initContainers") or []) + self.plan.pod_spec["containers"]
+        source = next((c for c in everyone if c.get("name") == wanted), container)
+        amounts = source.get("resources", {}).get(kind, {})
+        if resource in amounts:
+            amount = parse_quantity(amounts[resource])
+        elif resource == "cpu":  # no limit: the node's allocatable CPUs
+            amount = Decimal(len(machine_cores()))
+        else:
+            amount = Decimal(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        return str(divide_round_up(amount, parse_quantity(ref.get("divisor", "1"))))
+
+    def container_env(self, container: dict, pod: dict, mounts: dict[str, Path]) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            for key, value in self.plan.config_maps.get(source["configMapRef"]["name"], {}).items():
+                env[prefix + key] = value
+        for variable in container.get("env") or []:
+            value_from = variable.get("valueFrom")
+            if value_from is None:
+                value = expand(str(variable.get("value", "")), env)
+            elif "fieldRef" in value_from:
+                value = self.field_value(value_from["fieldRef"]["fieldPath"], pod)
+            elif "resourceFieldRef" in value_from:
+                value = self.resource_value(value_from["resourceFieldRef"], container)
+            else:
+                ref = value_from["configMapKeyRef"]
+                value = self.plan.config_maps.get(ref["name"], {}).get(ref["key"], "")
+            env[variable["name"]] = value
+        return {key: self.rewrite(value, mounts) for key, value in env.items()}
+
+    # -- the pod ------------------------------------------------------------------------------------
+    def container_run(self, container: dict, pod: dict) -> ContainerRun:
+        volumes = {v["name"]: v for v in self.plan.pod_spec.get("volumes") or []}
+        mounts = {m["mountPath"]: self.volume_dir(volumes[m["name"]], pod["name"])
+                  for m in container.get("volumeMounts") or []}
+        declared = self.container_env(container, pod, mounts)
+        base = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
+        base["PATH"] = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        base["HOSTNAME"] = pod["hostname"]
+        if "/tmp" in mounts:
+            base["TMPDIR"] = str(mounts["/tmp"])
+        env = {**base, **self.extra_env, **declared, POD_MARKER: pod["uid"]}
+        argv = [self.rewrite(expand(part, declared), mounts)
+                for part in list(container.get("command") or []) + list(container.get("args") or [])]
+        workdir = self.root / "pods" / pod["name"] / "workdir"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return ContainerRun(container.get("name", "container"), argv, env, workdir)
+
+    def pod(self, index: int) -> PodRun:
+        suffix = secrets.token_hex(3)[:5]
+        name = f"{self.plan.name}-{index}-{suffix}"
+        template_meta = self.plan.pod_template.get("metadata", {})
+        pod = {
+            "name": name,
+            "uid": f"{self.plan.name}-{index}-{secrets.token_hex(8)}",
+            "hostname": f"{self.plan.name}-{index}",
+            "labels": {**template_meta.get("labels", {}), INDEX_ANNOTATION: str(index),
+                       "batch.kubernetes.io/job-name": self.plan.name, "job-name": self.plan.name},
+            "annotations": {**template_meta.get("annotations", {}), INDEX_ANNOTATION: str(index)},
+        }
+        spec = self.plan.pod_spec
+        init = [self.container_run(c, pod) for c in spec.get("initContainers") or []]
+        main = self.container_run(spec["containers"][0], pod)
+        limits = spec["containers"][0].get("resources", {}).get("limits", {})
+        cpu = divide_round_up(parse_quantity(limits["cpu"]), Decimal(1)) if "cpu" in limits else len(machine_cores())
+        return PodRun(name, pod["uid"], index, init, main, cpu)

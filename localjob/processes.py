@@ -1,0 +1,104 @@
+"""A pod's containers as process trees: started in their own session, output streamed with the pod's name,
+and ended as a container runtime would end them, every process of the pod included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from localjob.podspec import POD_MARKER, ContainerRun
+
+
+def pod_pids(uid: str) -> list[int]:
+    """Every live process of the pod: they all carry its marker in their environment.
+
+    torchrun starts its workers in new sessions, so killing the agent's process group leaves them training;
+    the marker finds them wherever they were re-parented.
+    """
+    needle = f"{POD_MARKER}={uid}".encode()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_pod(uid: str, sig: int = signal.SIGKILL) -> None:
+    for pid in pod_pids(uid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class ContainerProcess:
+    """One running container: its process tree and a thread copying its output, line by line."""
+
+    def __init__(self, run: ContainerRun, uid: str, label: str, log_path: Path, emit: Callable[[str], None],
+                 cpus: set[int] | None):
+        self.run, self.uid = run, uid
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = log_path.open("ab")
+
+        def in_child():  # runs in the child before exec: the pod's share of the CPUs
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
+        self.process = subprocess.Popen(
+            run.argv, env=run.env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=in_child,
+        )
+        self.pump = threading.Thread(target=self._copy_output, args=(label, emit), daemon=True)
+        self.pump.start()
+
+    def _copy_output(self, label: str, emit: Callable[[str], None]) -> None:
+        for raw in iter(self.process.stdout.readline, b""):
+            self.log.write(raw)
+            self.log.flush()
+            emit(f"[{label}] {raw.decode('utf-8', errors='replace').rstrip()}")
+        self.process.stdout.close()
+
+    def poll(self) -> int | None:
+        """The exit code once the main process has exited; the runtime then kills what it left behind."""
+        code = self.process.poll()
+        if code is not None:
+            kill_pod(self.uid)
+            self.pump.join(timeout=5)
+            self.log.close()
+        return code
+
+    def terminate(self, grace: float) -> None:
+        """As the kubelet deletes a pod: SIGTERM to the main process, SIGKILL to everything after the grace."""
+        if self.process.poll() is None:
+            try:
+                self.process.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_pod(self.uid)
+        self.process.wait()
+        deadline = time.monotonic() + 10
+        while pod_pids(self.uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.pump.join(timeout=5)
+        if not self.log.closed:
+            self.log.close()
+
+    @staticmethod
+    def exit_code(code: int) -> int:
+        """A signal death reads as 128 + signal, as container runtimes report it."""
+        return 128 - code if code < 0 else code

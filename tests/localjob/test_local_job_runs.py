@@ -1,0 +1,170 @@
+"""gen-manifests | local-job, end to end: real pods (torchrun + gloo on 127.0.0.1), real failures."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from localjob.podspec import POD_MARKER
+from tests.conftest import BIN, ROOT
+from tests.mnist_data import dataset_files, raw_files, real_digits_available, synthetic_digits, write_raw
+from tests.worker.launch import read_until
+
+pytestmark = pytest.mark.slow
+
+
+def render(*sets: str) -> bytes:
+    args = [str(BIN / "gen-manifests")]
+    for item in sets:
+        args += ["--set", item]
+    return subprocess.run(args, capture_output=True, check=True).stdout
+
+
+def volume(tmp_path, files, name="volume"):
+    directory = tmp_path / name
+    write_raw(directory / "data", files)
+    return directory
+
+
+def local_job_args(tmp_path, claim_dir, claim="mnist-train-data", source="-"):
+    return [str(BIN / "local-job"), str(source), "--volume-root", str(tmp_path / "root"), "--volume",
+            f"{claim}={claim_dir}", "--status-file", str(tmp_path / "status.json"), "--backoff-seconds", "0.2"]
+
+
+def run_local_job(tmp_path, manifests, claim_dir, claim="mnist-train-data", timeout=600):
+    result = subprocess.run(local_job_args(tmp_path, claim_dir, claim), input=manifests, capture_output=True,
+                            timeout=timeout, cwd=ROOT)
+    status = json.loads((tmp_path / "status.json").read_text()) if (tmp_path / "status.json").exists() else None
+    return result, result.stdout.decode(), status
+
+
+SMALL = raw_files(synthetic_digits(1024, seed=7), synthetic_digits(256, seed=8))
+
+
+def test_two_pods_train_to_the_documented_accuracy(tmp_path):
+    claim = volume(tmp_path, dataset_files())
+    result, log, status = run_local_job(tmp_path, render("replicas=2"), claim)
+    assert result.returncode == 0, log[-4000:] + result.stderr.decode()[-2000:]
+    assert status["condition"] == {"type": "Complete", "reason": "Completed", "message": "all 2 indexes succeeded"}
+    assert status["restarts"] == {"0": 0, "1": 0}
+    # each pod's output, prefixed with its pod name, in the worker's documented format
+    assert re.search(r"^\[mnist-train-0-\w{5}\] Rank 0: epoch 5/5, average epoch loss=\d\.\d{4}$", log, re.M)
+    assert re.search(r"^\[mnist-train-1-\w{5}\] Rank 1: training completed\.$", log, re.M)
+    assert re.search(r"^\[mnist-train-0-\w{5}/check-config\] worker: configuration is valid", log, re.M)
+    output = claim / "runs" / "mnist-train"
+    metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3, 4, 5] and metrics[-1]["world_size"] == 2
+    summary = json.loads((output / "model.json").read_text())
+    assert summary["accuracy"] >= (0.985 if real_digits_available() else 0.95)
+    assert (output / "model.pt").exists() and (output / "checkpoints" / "ckpt-e0005-s000000.pt").exists()
+    assert len(list((tmp_path / "root" / "logs").glob("mnist-train-*.log"))) == 2
+
+
+def pod_processes(prefix: str) -> list[int]:
+    needle = f"{POD_MARKER}={prefix}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if any(item.startswith(needle) for item in environ):
+                pids.append(int(entry))
+    return pids
+
+
+def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "config_map.EPOCHS=4", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
+    (tmp_path / "job.yaml").write_bytes(manifests)
+    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                               start_new_session=True)
+    seen = []
+    try:
+        assert read_until(process, "Rank 1: epoch: 2/4, batch: 10/64", 180, seen), "".join(seen[-50:])
+        victims = pod_processes("mnist-train-1-")
+        assert len(victims) >= 2  # torchrun and its worker
+        for pid in victims:  # the node is lost: every process of the pod dies at once
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["condition"]["type"] == "Complete"
+    assert status["restarts"] == {"0": 1, "1": 1}  # the gang restart: both indexes failed once and were recreated
+    failed = [pod for pod in status["pods"] if pod["phase"] == "Failed"]
+    assert {pod["index"] for pod in failed} == {0, 1}
+    # the survivor noticed within seconds (its pod failed soon after the kill)
+    survivor = next(pod for pod in failed if pod["index"] == 0)
+    assert survivor["finished"] - (time.time() - (time.monotonic() - killed)) < 30
+    after = log[log.index("resuming from"):]
+    assert "resuming from ckpt-e0001-s000000.pt" in after  # the checkpoint of epoch 1: epoch 2 is redone
+    assert "epoch: 1/4" not in after and "Rank 0: epoch: 2/4, batch: 1/64" in after
+    assert "Rank 0: epoch 4/4, average epoch loss=" in after and "Rank 1: training completed." in after
+
+
+def test_bad_configuration_fails_the_job_at_once(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    result, log, status = run_local_job(tmp_path, render("config_map.EPOCHS=abc"), claim)
+    assert result.returncode == 1
+    assert status["condition"]["reason"] == "PodFailurePolicy"
+    assert status["restarts"] == {"0": 0, "1": 0}
+    assert "configuration error: EPOCHS: 'abc' must be a whole number" in log
+    assert "Job mnist-train failed: PodFailurePolicy" in log
+
+
+def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    manifests = render("max_restarts=1", "config_map.DOWNLOAD='false'")
+    result, log, status = run_local_job(tmp_path, manifests, empty)
+    assert result.returncode == 1
+    assert status["condition"]["reason"] == "BackoffLimitExceeded"
+    assert status["failed"] >= 3  # backoffLimit = max_restarts x replicas = 2: the third failure ends it
+    assert "DOWNLOAD is false" in log
+
+
+def test_active_deadline_ends_the_job(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = render("active_deadline_seconds=8", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
+    started = time.monotonic()
+    result, log, status = run_local_job(tmp_path, manifests, claim)
+    assert result.returncode == 1
+    assert status["condition"]["reason"] == "DeadlineExceeded"
+    assert time.monotonic() - started < 60
+    # the pods got SIGTERM and their grace period: the gang agreed to stop and rank 0 checkpointed
+    assert "Rank 0: stop requested: checkpointing" in log and "Rank 1: stopped: SIGTERM received here" in log
+    assert not pod_processes("mnist-train-")
+
+
+def test_two_jobs_side_by_side_do_not_collide(tmp_path):
+    runs = []
+    for name in ("alpha", "beta"):
+        directory = tmp_path / name
+        directory.mkdir()
+        claim = volume(directory, SMALL)
+        (directory / "job.yaml").write_bytes(render(f"name={name}", "config_map.EPOCHS=1"))  # both ask for 29500
+        process = subprocess.Popen(local_job_args(directory, claim, f"{name}-data", directory / "job.yaml"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+        runs.append((name, directory, claim, process))
+    for name, directory, claim, process in runs:
+        output = process.communicate(timeout=300)[0].decode()
+        assert process.returncode == 0, output[-3000:]
+        assert (claim / "runs" / name / "model.pt").exists()
+
+
+def test_refuses_a_job_that_is_not_indexed(tmp_path):
+    manifests = render().replace(b'completionMode: "Indexed"', b'completionMode: "NonIndexed"')
+    result = subprocess.run([str(BIN / "local-job")], input=manifests, capture_output=True)
+    assert result.returncode == 2
+    assert b"local-job: cannot run these manifests: Job mnist-train: only Indexed Jobs can be run" in result.stderr
