@@ -17,6 +17,7 @@ from generator import __version__
 from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.resources import templates_dir
+from generator.values import FastSafeLoader
 from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
 
 SHARED_MOUNT = "/pvc-home"
@@ -48,10 +49,20 @@ _TEMPLATES = (
 )
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Jinja's own per-user cache of compiled templates (keyed by their source): compiling the templates is
+    a good part of gen-manifests' start-up. Without a safe temporary directory, templates just compile."""
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
+
+
 @lru_cache(maxsize=4)
 def _environment(directory: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(directory)),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,  # a misspelt name is an error, never an empty string
         autoescape=False,
         keep_trailing_newline=True,
@@ -135,7 +146,7 @@ def render_manifests(values: dict, directory: Path | None = None) -> list[Manife
         if not text.strip():
             continue  # a template may render nothing (no claim when an existing one is used)
         try:
-            document = yaml.safe_load(text)
+            document = yaml.load(text, Loader=FastSafeLoader)
         except yaml.YAMLError as exc:
             raise TemplateError(f"templates/{template_name} rendered invalid YAML: {exc}") from None
         if not isinstance(document, dict) or document.get("kind") != kind:

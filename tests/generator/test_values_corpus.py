@@ -1,5 +1,6 @@
 """The corpus under tests/corpus: every invalid file gives exactly its expected errors, every valid one renders."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,14 +9,20 @@ import yaml
 from tests.generator.helpers import run_main
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
-INVALID = sorted((CORPUS / "invalid").glob("*.yaml"))
-VALID = sorted((CORPUS / "valid").glob("*.yaml"))
+INVALID = sorted(p for p in (CORPUS / "invalid").iterdir() if p.suffix in (".yaml", ".json"))
+VALID = sorted(p for p in (CORPUS / "valid").iterdir() if p.suffix in (".yaml", ".json"))
 
 
 def expected_errors(path: Path) -> list[str]:
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    prefix = "# error: "
-    return [line[len(prefix):].replace("{file}", str(path)) for line in lines if line.startswith(prefix)]
+    """'# error: ' lines in the file, or (JSON has no comments) the lines of a FILE.errors beside it."""
+    sidecar = path.with_name(path.name + ".errors")
+    if sidecar.exists():
+        lines = sidecar.read_text(encoding="utf-8").splitlines()
+    else:
+        prefix = "# error: "
+        lines = [line[len(prefix):] for line in path.read_bytes().decode("utf-8", errors="replace").splitlines()
+                 if line.startswith(prefix)]
+    return [line.replace("{file}", str(path)) for line in lines]
 
 
 def test_corpus_is_not_empty():
@@ -47,7 +54,7 @@ def test_valid_values_render_the_four_objects_in_apply_order(path):
     result = run_main("--values", str(path))
     assert result.exit_code == 0, result.stderr
     kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
-    user = yaml.safe_load(path.read_text(encoding="utf-8"))
+    user = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
     if user.get("shared_volume", {}).get("existing_claim"):
         assert kinds == ["ConfigMap", "Service", "Job"]
     else:

@@ -64,7 +64,7 @@ def test_alias_bomb_is_refused_quickly():
         (b"replicas: 2\x00", "contains NUL bytes"),
         (b"- a\n- b\n", "the top level must be a mapping"),
         (b"a: 1\n---\nb: 2\n", "holds 2 YAML documents"),
-        (b"replicas: [\n", "not valid YAML or JSON"),
+        (b"replicas: [\n", "not valid YAML"),
     ],
 )
 def test_unreadable_files_are_refused(tmp_path, content, message):
@@ -85,3 +85,17 @@ def test_empty_file_means_no_overrides(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("")
     assert load_values_file(path) == {}
+
+
+def test_json_files_decode_escaped_emoji_as_json_does(tmp_path):
+    """json.dumps writes an emoji as a surrogate-pair escape; YAML parsers reject or corrupt it, json does not."""
+    path = tmp_path / "values.json"
+    path.write_text('{"annotations": {"owner": "\\ud83d\\ude42 ada"}}')
+    assert load_values_file(path) == {"annotations": {"owner": "\U0001f642 ada"}}
+
+
+def test_duplicate_keys_in_json_are_refused(tmp_path):
+    path = tmp_path / "values.json"
+    path.write_text('{"replicas": 2, "replicas": 3}')
+    with pytest.raises(ValuesError, match="duplicate key 'replicas'"):
+        load_values_file(path)

@@ -1,0 +1,135 @@
+"""python -m bench: every figure as a ratio of two things measured in the same run, alternating, medians.
+
+    python -m bench                                  # real digits from ../shared when present, else --data-dir
+    python -m bench --data-dir DIR                   # DIR/MNIST/raw/ holding the four MNIST files
+    python -m bench --quick                          # a few steps of everything (the test suite runs this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import gradsync_cost, generator_cost, machine, training
+from bench.stats import ROOT, alternate
+
+
+def default_data_dir() -> Path | None:
+    """The real digits (first 8,000 train / last 2,000 test) from ../shared/data, written as MNIST files."""
+    sys.path.insert(0, str(ROOT))
+    from tests.mnist_data import dataset_files, real_digits_available, write_raw
+
+    if not real_digits_available():
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="bench-digits-"))
+    write_raw(directory, dataset_files())
+    return directory
+
+
+def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
+    results: dict = {"target_accuracy": target, "quick": quick, "repeats": repeats}
+    log("time to accuracy (worker vs standard DDP loop)...")
+    for world in (1, 2):
+        results[f"time_to_accuracy_ws{world}"] = alternate({
+            "worker_s": lambda: training.worker_time_to_accuracy(data_dir, world, target, quick),
+            "standard_s": lambda: training.standard_time_to_accuracy(data_dir, world, target, quick),
+        }, repeats)
+    log("throughput (worker vs the same CNN under DDP with a DataLoader)...")
+    for world in (1, 2):
+        results[f"throughput_ws{world}"] = alternate({
+            "worker": lambda: training.worker_throughput(data_dir, world, quick),
+            "ddp_dataloader": lambda: training.ddp_throughput(data_dir, world, quick),
+        }, repeats)
+    log("gradient sync cost on 2 ranks...")
+    results["gradient_sync"] = gradsync_cost.measure(quick)
+    log("machine limit...")
+    threads = min(2, os.cpu_count() or 1)
+    matmul = machine.matmul_flops(threads, seconds=0.2 if quick else 2.0)
+    achieved = results["throughput_ws1"]["worker"] * machine.TRAINING_FLOPS_PER_IMAGE
+    results["machine_limit"] = {"threads": threads, "matmul_gflops": matmul / 1e9, "training_gflops": achieved / 1e9,
+                                "fraction": achieved / matmul}
+    log("generator start-up and render scale...")
+    results["generator_startup"] = generator_cost.startup(3 if quick else 15)
+    results["render_scale"] = generator_cost.render_scale(3 if quick else 30)
+    log("peak memory per rank...")
+    results["memory_mib"] = {str(world): training.peak_memory_per_rank(data_dir, world, quick) for world in (1, 2, 4)}
+    return results
+
+
+def verdict(ratio: float, limit: float, at_most: bool) -> str:
+    ok = ratio <= limit if at_most else ratio >= limit
+    return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"
+
+
+def table(r: dict) -> str:
+    rows = [("measure", "worker", "baseline", "ratio", "target")]
+    for world in (1, 2):
+        t = r[f"time_to_accuracy_ws{world}"]
+        ratio = t["worker_s"] / t["standard_s"]
+        rows.append((f"time to {100 * r['target_accuracy']:.1f}% test accuracy, world size {world} (s)",
+                     f"{t['worker_s']:.1f}", f"{t['standard_s']:.1f} (standard DDP loop)", f"{ratio:.3f}",
+                     verdict(ratio, 0.25, True) if world == 2 else ""))
+    for world in (1, 2):
+        t = r[f"throughput_ws{world}"]
+        ratio = t["worker"] / t["ddp_dataloader"]
+        rows.append((f"training images/s per process, world size {world}", f"{t['worker']:.0f}",
+                     f"{t['ddp_dataloader']:.0f} (same CNN, DDP + DataLoader)", f"{ratio:.2f}", verdict(ratio, 1.0, False)))
+    g = r["gradient_sync"]
+    rows.append(("gradient sync ms/step, 2 ranks", f"{g['flat_ms']:.2f} (one flat all-reduce)",
+                 f"{g['per_parameter_ms']:.2f} (per-parameter loop)", f"{g['per_parameter_ms'] / g['flat_ms']:.2f}x cheaper",
+                 verdict(g["per_parameter_ms"] / g["flat_ms"], 2.0, False)))
+    rows.append(("gradient sync vs one all-reduce of the same bytes", f"{g['flat_ms']:.2f}",
+                 f"{g['one_all_reduce_ms']:.2f} ({g['bytes']} bytes)", f"{g['flat_ms'] / g['one_all_reduce_ms']:.2f}",
+                 verdict(g["flat_ms"] / g["one_all_reduce_ms"], 1.2, True)))
+    rows.append(("gradient sync share of the step", f"{100 * g['flat_fraction']:.1f}%",
+                 f"{100 * g['per_parameter_fraction']:.1f}% (loop), {100 * g['ddp_fraction']:.1f}% (DDP, "
+                 f"{g['ddp_ms']:.2f} ms)", "", ""))
+    m = r["machine_limit"]
+    rows.append((f"training GFLOP/s vs matmul GFLOP/s, {m['threads']} threads", f"{m['training_gflops']:.1f}",
+                 f"{m['matmul_gflops']:.1f}", f"{m['fraction']:.2f}", ""))
+    s = r["generator_startup"]
+    rows.append(("gen-manifests start-up vs importing its dependencies (s)", f"{s['gen_manifests']:.3f}",
+                 f"{s['import_floor']:.3f}", f"{s['ratio']:.2f}", verdict(s["ratio"], 1.3, True)))
+    scale = r["render_scale"]
+    times = [row["render_ms"] for row in scale]
+    rows.append(("render time, replicas " + "/".join(str(row["replicas"]) for row in scale) + " (ms)",
+                 "/".join(f"{t:.1f}" for t in times), "bytes " + "/".join(str(row["bytes"]) for row in scale),
+                 f"{max(times) / min(times):.2f} max/min", "flat"))
+    rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
+                 "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the real digits in ../shared)")
+    parser.add_argument("--quick", action="store_true", help="a few steps of everything, to check the benchmark runs")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
+    parser.add_argument("--target", type=float, default=0.98, help="test accuracy for time-to-accuracy")
+    parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
+    args = parser.parse_args(argv)
+    data_dir = args.data_dir or default_data_dir()
+    if data_dir is None:
+        parser.error("no data: pass --data-dir DIR (DIR/MNIST/raw/ with the four MNIST files)")
+    repeats = 1 if args.quick else args.repeats
+    results = run(data_dir, args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr))
+    results["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                          "cpus": os.cpu_count(), "python": platform.python_version(),
+                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    import torch
+
+    results["machine"]["torch"] = torch.__version__
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\n(written to {args.json}; {results['machine']['cpus']} CPUs, {results['machine']['date']})")
+    return 0

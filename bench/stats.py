@@ -1,0 +1,59 @@
+"""Small helpers: medians of alternating repetitions, and process launching with a clock."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def alternate(measures: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Run each measurement once per round, in turn (a, b, a, b, ...), and return each one's median.
+
+    Alternating spreads the machine's noise (other load, frequency changes) over all contenders alike.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            samples[name].append(measure())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def clean_env(**settings) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "LOCAL_", "WORLD_", "GROUP_", "MASTER_", "TORCHELASTIC", "PET_"))}
+    env.update({"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+    env.update({key: str(value) for key, value in settings.items()})
+    return env
+
+
+def launch_until(command: list[str], env: dict, done: Callable[[str], bool], timeout: float) -> tuple[float, list[str]]:
+    """Start ``command``; return (seconds from launch to the first line where ``done`` holds, lines read).
+
+    The process is killed as soon as that line appears: what comes after does not count.
+    """
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if done(line):
+                return time.perf_counter() - started, lines
+            if time.perf_counter() - started > timeout:
+                break
+        return float("inf"), lines
+    finally:
+        try:
+            os.killpg(process.pid, 9)
+        except ProcessLookupError:
+            pass
+        process.wait()

@@ -1,0 +1,110 @@
+"""Time to accuracy, throughput and memory: the worker and the standard DDP loop, launched as users would."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.stats import BIN, ROOT, clean_env, launch_until
+
+_WORKER_ACCURACY = re.compile(r"test accuracy=(\d+\.\d+)%, (\d+) images/s")
+_STANDARD_ACCURACY = re.compile(r"test accuracy=(\d\.\d+) images/s=(\d+\.\d+)")
+
+
+def _launcher(world: int, module: str) -> list[str]:
+    return [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={world}", "-m", module]
+
+
+def worker_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bool) -> float:
+    out = Path(tempfile.mkdtemp(prefix="bench-worker-"))
+    env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", OMP_NUM_THREADS=2)
+    if quick:
+        env.update(EPOCHS="1", TRAIN_SAMPLES="256")
+
+    def reached(line: str) -> bool:
+        match = _WORKER_ACCURACY.search(line)
+        return bool(match) and (quick or float(match.group(1)) / 100 >= target)
+
+    command = [sys.executable, "-m", "worker"] if world == 1 else _launcher(world, "worker")
+    seconds, _ = launch_until(command, env, reached, timeout=1800)
+    return seconds
+
+
+def standard_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bool) -> float:
+    env = clean_env(OMP_NUM_THREADS=max(1, 2 // world))
+    extra = ["--epochs", "1", "--max-steps", "4"] if quick else ["--epochs", "14"]
+
+    def reached(line: str) -> bool:
+        match = _STANDARD_ACCURACY.search(line)
+        return bool(match) and (quick or float(match.group(1)) >= target)
+
+    seconds, _ = launch_until(_launcher(world, "bench.standard_ddp") + ["--data-dir", str(data_dir), *extra],
+                              env, reached, timeout=3600)
+    return seconds
+
+
+def worker_throughput(data_dir: Path, world: int, quick: bool) -> float:
+    """Training images/s per process in the worker's second epoch (steady state)."""
+    out = Path(tempfile.mkdtemp(prefix="bench-worker-"))
+    env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", OMP_NUM_THREADS=2,
+                    EPOCHS=2, CHECKPOINT_EVERY=0)
+    if quick:
+        env["TRAIN_SAMPLES"] = "256"
+    rates = []
+
+    def second_epoch(line: str) -> bool:
+        match = _WORKER_ACCURACY.search(line)
+        if match:
+            rates.append(float(match.group(2)))
+        return len(rates) == 2
+
+    launch_until(_launcher(world, "worker"), env, second_epoch, timeout=1800)
+    return rates[-1] / world if rates else float("nan")
+
+
+def ddp_throughput(data_dir: Path, world: int, quick: bool) -> float:
+    """The same CNN under DDP with the standard DataLoader pipeline: images/s per process, second epoch."""
+    env = clean_env(OMP_NUM_THREADS=max(1, 2 // world))
+    extra = ["--epochs", "2", "--model", "worker"] + (["--max-steps", "4"] if quick else [])
+    rates = []
+
+    def second_epoch(line: str) -> bool:
+        match = _STANDARD_ACCURACY.search(line)
+        if match:
+            rates.append(float(match.group(2)))
+        return len(rates) == 2
+
+    launch_until(_launcher(world, "bench.standard_ddp") + ["--data-dir", str(data_dir), *extra], env,
+                 second_epoch, timeout=1800)
+    return rates[-1] if rates else float("nan")
+
+
+def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
+    """Largest peak resident memory (MiB) of one rank, each rank started by hand and measured by wait4."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    base = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", EPOCHS=1,
+                     OMP_NUM_THREADS=1, CHECKPOINT_EVERY=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                     WORLD_SIZE=world, LOCAL_WORLD_SIZE=world, GROUP_RANK=0)
+    if quick:
+        base["TRAIN_SAMPLES"] = "256"
+    processes = [subprocess.Popen([sys.executable, "-m", "worker"], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for r in range(world)]
+    peaks = []
+    for process in processes:
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise RuntimeError(f"memory run at world size {world} failed ({process.returncode})")
+        peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
+    return max(peaks)
+
+

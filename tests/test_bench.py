@@ -1,0 +1,27 @@
+"""The benchmark's quick mode runs end to end, so that `python -m bench` cannot rot (no timing assertions)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.mnist_data import raw_files, synthetic_digits, write_raw
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
+    write_raw(tmp_path / "data", raw_files(synthetic_digits(512, seed=1), synthetic_digits(128, seed=2)))
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "bench", "--quick", "--data-dir", str(tmp_path / "data"),
+                             "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for row in ("time to 98.0% test accuracy, world size 2", "training images/s per process, world size 2",
+                "gradient sync ms/step, 2 ranks", "gen-manifests start-up", "render time, replicas",
+                "peak resident memory per rank"):
+        assert row in result.stdout
+    results = json.loads(out.read_text())
+    assert [row["replicas"] for row in results["render_scale"]] == [1, 10, 100, 1000, 10000]
+    assert set(results["memory_mib"]) == {"1", "2", "4"}
+    assert all(value > 0 for value in results["gradient_sync"].values())
