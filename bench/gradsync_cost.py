@@ -4,6 +4,7 @@ one all-reduce per parameter, DDP, and the floor: one all-reduce of the same num
 from __future__ import annotations
 
 import json
+import random
 import socket
 import statistics
 import sys
@@ -25,29 +26,7 @@ def _step(model, images, labels):
     F.cross_entropy(model(images), labels, reduction="sum").backward()
 
 
-def _timed_sync(prepare, sync, steps: int) -> float:
-    """Milliseconds of ``sync`` alone: both ranks enter it together (a barrier first), so the rank skew of
-    the compute before it is not counted as communication."""
-    total = 0.0
-    for _ in range(steps):
-        prepare()
-        dist.barrier()
-        started = time.perf_counter()
-        sync()
-        total += time.perf_counter() - started
-    return total / steps * 1000
-
-
-def _timed(fn, steps: int) -> float:
-    dist.barrier()
-    started = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    dist.barrier()
-    return (time.perf_counter() - started) / steps * 1000
-
-
-def _rank(rank: int, world: int, port: int, steps: int, rounds: int, batch: int, out: str) -> None:
+def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(rank)
@@ -56,42 +35,49 @@ def _rank(rank: int, world: int, port: int, steps: int, rounds: int, batch: int,
     flat = FlatGradients(model.parameters(), world)
     params = list(model.parameters())
     ddp = DistributedDataParallel(MnistCNN())
-    raw = torch.zeros_like(flat.buffer)
 
-    def compute_only():
+    def compute():
         flat.zero()
         _step(model, images, labels)
-
-    def flat_sync():
-        flat.synchronize(batch, False)
 
     def per_parameter():
         for p in params:
             dist.all_reduce(p.grad)
             p.grad.div_(world)
 
-    def ddp_step():
+    def ddp_step(sync: bool):
         ddp.zero_grad()
-        _step(ddp, images, labels)
-
-    def ddp_no_sync():
-        ddp.zero_grad()
-        with ddp.no_sync():
+        if sync:
             _step(ddp, images, labels)
+        else:
+            with ddp.no_sync():
+                _step(ddp, images, labels)
 
-    def one_all_reduce():
-        dist.all_reduce(raw)
-
-    for fn in (compute_only, ddp_step, ddp_no_sync, one_all_reduce):
-        _timed(fn, 3)  # warm-up
-    samples = {name: [] for name in ("compute", "flat", "per_parameter", "ddp", "ddp_no_sync", "floor")}
-    for _ in range(rounds):  # alternate the variants, round after round
-        samples["compute"].append(_timed(compute_only, steps))
-        samples["flat"].append(_timed_sync(compute_only, flat_sync, steps))
-        samples["per_parameter"].append(_timed_sync(compute_only, per_parameter, steps))
-        samples["ddp"].append(_timed(ddp_step, steps))
-        samples["ddp_no_sync"].append(_timed(ddp_no_sync, steps))
-        samples["floor"].append(_timed_sync(lambda: None, one_all_reduce, steps))
+    # (name, work before the clock starts, the timed work). Communication variants start together (a barrier
+    # after the compute), so the ranks' compute skew is not counted as communication; DDP overlaps its
+    # all-reduce with backward, so its whole step is timed, with and without sync.
+    variants = [
+        ("compute", lambda: None, compute),
+        ("flat", compute, lambda: flat.synchronize(batch, False)),
+        ("per_parameter", compute, per_parameter),
+        # the floor: a bare all-reduce of the very same buffer (same bytes, same memory), nothing around it
+        ("floor", compute, lambda: dist.all_reduce(flat.buffer)),
+        ("ddp", lambda: None, lambda: ddp_step(True)),
+        ("ddp_no_sync", lambda: None, lambda: ddp_step(False)),
+    ]
+    samples = {name: [] for name, _, _ in variants}
+    for step in range(steps + 3):
+        # interleaved step by step, in an order shuffled per step (the same on both ranks): the machine's
+        # noise and any effect of what ran just before fall on every variant alike
+        order = list(variants)
+        random.Random(step).shuffle(order)
+        for name, prepare, timed in order:
+            prepare()
+            dist.barrier()
+            started = time.perf_counter()
+            timed()
+            if step >= 3:  # the first steps warm up
+                samples[name].append((time.perf_counter() - started) * 1000)
     if rank == 0:
         medians = {name: statistics.median(values) for name, values in samples.items()}
         medians["bytes"] = flat.buffer.numel() * flat.buffer.element_size()
@@ -101,14 +87,14 @@ def _rank(rank: int, world: int, port: int, steps: int, rounds: int, batch: int,
 
 
 def measure(quick: bool, batch: int = 64) -> dict:
-    """Milliseconds per step. The flat and per-parameter costs are timed around the synchronization itself;
-    DDP overlaps it with backward, so its cost is its step time minus the same step under no_sync()."""
+    """Median milliseconds per step. The flat and per-parameter costs and the floor (one all-reduce of a buffer
+    of the same size) are timed around the communication itself; DDP overlaps its all-reduce with backward,
+    so its cost is its step time minus the same step under no_sync()."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = Path(tempfile.mkdtemp()) / "gradsync.json"
-    steps, rounds = (3, 1) if quick else (30, 7)
-    mp.spawn(_rank, args=(2, port, steps, rounds, batch, str(out)), nprocs=2, join=True)
+    mp.spawn(_rank, args=(2, port, 4 if quick else 200, batch, str(out)), nprocs=2, join=True)
     m = json.loads(out.read_text())
     result = {
         "flat_ms": m["flat"],

@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from tests.http_mirror import Mirror
 from tests.mnist_data import dataset_files, synthetic_digits, raw_files, write_mirror, write_raw
@@ -93,3 +94,17 @@ def test_mismatched_image_and_label_counts_are_rejected(tmp_path):
 def test_real_digits_pass_the_structural_check(tmp_path):
     counts = check_raw_files(write_raw(tmp_path, dataset_files()))
     assert counts["train-images-idx3-ubyte"] == 8000 and counts["t10k-labels-idx1-ubyte"] == 2000
+
+
+def test_the_worker_reads_exactly_what_torchvision_reads(tmp_path):
+    from torchvision.datasets import MNIST
+
+    from worker.data import MEAN, STD, load_split
+
+    write_raw(tmp_path, SMALL)
+    for train in (True, False):
+        reference = MNIST(str(tmp_path), train=train, download=False)
+        images, labels = load_split(tmp_path, train=train)
+        assert torch.equal(labels, reference.targets.long())
+        expected = ((reference.data.float() / 255 - MEAN) / STD).unsqueeze(1)
+        torch.testing.assert_close(images, expected)
