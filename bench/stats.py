@@ -39,9 +39,15 @@ def launch_until(command: list[str], env: dict, done: Callable[[str], bool], tim
 
     The process is killed as soon as that line appears: what comes after does not count.
     """
+    from localjob.processes import kill_pod
+    from localjob.podspec import POD_MARKER
+
+    # torchrun starts its workers in sessions of their own: killing its process group would leave them
+    # training in the background, slowing every later measurement. A marker in the environment finds them.
+    marker = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(command, env={**env, POD_MARKER: marker}, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
     try:
         for line in process.stdout:
@@ -52,8 +58,5 @@ def launch_until(command: list[str], env: dict, done: Callable[[str], bool], tim
                 break
         return float("inf"), lines
     finally:
-        try:
-            os.killpg(process.pid, 9)
-        except ProcessLookupError:
-            pass
+        kill_pod(marker)
         process.wait()

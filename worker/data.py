@@ -93,7 +93,7 @@ def load_split(data_dir: Path, train: bool, limit: int = 0) -> tuple[torch.Tenso
     """Images (normalized) and labels of one split from DATA_DIR/MNIST/raw/, torchvision's MNIST layout.
 
     The files are read directly, giving exactly torchvision.datasets.MNIST's ``data`` and ``targets``
-    (a test checks it): importing torchvision would cost every rank about 2.5 s and 160 MiB.
+    (a test checks it): importing torchvision would cost every rank about a second and 160 MiB.
     """
     prefix = "train" if train else "t10k"
     images = read_idx(raw_dir(data_dir) / f"{prefix}-images-idx3-ubyte")
