@@ -55,33 +55,29 @@ def worker_throughput(data_dir: Path, world: int, quick: bool) -> float:
                     EPOCHS=2, CHECKPOINT_EVERY=0)
     if quick:
         env["TRAIN_SAMPLES"] = "256"
-    rates = []
-
-    def second_epoch(line: str) -> bool:
-        match = _WORKER_ACCURACY.search(line)
-        if match:
-            rates.append(float(match.group(2)))
-        return len(rates) == 2
-
-    launch_until(_launcher(world, "worker"), env, second_epoch, timeout=1800)
-    return rates[-1] / world if rates else float("nan")
+    return _second_epoch_rate(_launcher(world, "worker"), env, _WORKER_ACCURACY) / world
 
 
 def ddp_throughput(data_dir: Path, world: int, quick: bool) -> float:
     """The same CNN under DDP with the standard DataLoader pipeline: images/s per process, second epoch."""
     env = clean_env(OMP_NUM_THREADS=max(1, 2 // world))
     extra = ["--epochs", "2", "--model", "worker"] + (["--max-steps", "4"] if quick else [])
+    command = _launcher(world, "bench.standard_ddp") + ["--data-dir", str(data_dir), *extra]
+    return _second_epoch_rate(command, env, _STANDARD_ACCURACY)
+
+
+def _second_epoch_rate(command: list[str], env: dict, pattern: re.Pattern) -> float:
+    """The images/s the run reports for its second epoch (the first one warms up); group 2 of ``pattern``."""
     rates = []
 
     def second_epoch(line: str) -> bool:
-        match = _STANDARD_ACCURACY.search(line)
+        match = pattern.search(line)
         if match:
             rates.append(float(match.group(2)))
         return len(rates) == 2
 
-    launch_until(_launcher(world, "bench.standard_ddp") + ["--data-dir", str(data_dir), *extra], env,
-                 second_epoch, timeout=1800)
-    return rates[-1] if rates else float("nan")
+    launch_until(command, env, second_epoch, timeout=1800)
+    return rates[-1] if len(rates) == 2 else float("nan")
 
 
 def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
