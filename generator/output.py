@@ -29,9 +29,9 @@ def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
     failure leaves the previous files as they were; files of an earlier render that this one no longer
     produces (the claim, once an existing claim is used) are removed.
     """
+    staged: list[tuple[Path, Path]] = []
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        staged = []
         for manifest in manifests:
             fd, temp = tempfile.mkstemp(prefix=f".{manifest.filename}.", suffix=".tmp", dir=directory)
             staged.append((Path(temp), directory / manifest.filename))
@@ -47,7 +47,7 @@ def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
                 stale.unlink()
         _fsync_dir(directory)
     except OSError as exc:
-        for temp, _ in locals().get("staged", []):
+        for temp, _ in staged:
             temp.unlink(missing_ok=True)
         where = exc.filename or directory
         raise OutputError(f"--output-dir {directory}: cannot write {where}: {exc.strerror or exc}") from None
