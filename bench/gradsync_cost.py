@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from worker import process_group
 from worker.gradsync import FlatGradients
 from worker.model import MnistCNN
 
@@ -28,7 +29,7 @@ def _step(model, images, labels):
 
 def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    process_group.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(rank)
     images, labels = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     model = MnistCNN()
@@ -83,7 +84,7 @@ def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: str) ->
         medians["bytes"] = flat.buffer.numel() * flat.buffer.element_size()
         medians["parameters"] = len(params)
         Path(out).write_text(json.dumps(medians))
-    dist.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 def measure(quick: bool, batch: int = 64) -> dict:

@@ -25,6 +25,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets, transforms
 
+from worker import process_group
+
 
 class ExamplesNet(nn.Module):
     """The network of pytorch/examples' mnist/main.py (about 1.2 M parameters, 12 M multiply-adds)."""
@@ -57,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    dist.init_process_group("gloo")
+    process_group.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
     transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
@@ -98,7 +100,7 @@ def main() -> None:
         if rank == 0:
             print(f"epoch {epoch} test accuracy={correct[0].item() / correct[1].item():.4f} images/s={rate:.1f}",
                   flush=True)
-    dist.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 if __name__ == "__main__":

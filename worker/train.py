@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import checkpoint, data, exit_codes
+from worker import checkpoint, data, exit_codes, process_group
 from worker.checkpoint import Position
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
@@ -74,7 +74,7 @@ class Trainer:
         store = None
         if self.distributed:
             backend = "nccl" if use_cuda else "gloo"
-            dist.init_process_group(
+            process_group.init_process_group(
                 backend, timeout=timedelta(seconds=cfg.collective_timeout),
                 device_id=self.device if use_cuda else None,
             )
@@ -271,8 +271,7 @@ class Trainer:
                  f"{100 * (result.get('accuracy') or 0):.2f}%)")
 
     def close(self) -> None:
-        if self.distributed and dist.is_initialized():
-            dist.destroy_process_group()
+        process_group.destroy_process_group()
 
 
 def run(config: TrainConfig, env: DistEnv) -> int:

@@ -9,6 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from worker import process_group
 from worker.gradsync import FlatGradients
 from worker.model import MnistCNN
 
@@ -39,7 +40,7 @@ def optimizer_for(model):
 
 def run_rank(rank: int, world: int, port: int, sizes: list[int], out: str, with_ddp: bool) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    process_group.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     data = batches(sizes)
 
     model = fresh_model()
@@ -62,7 +63,7 @@ def run_rank(rank: int, world: int, port: int, sizes: list[int], out: str, with_
             F.cross_entropy(ddp(part(images, sizes, rank)), part(labels, sizes, rank)).backward()
             optimizer.step()
         torch.save(ddp.module.state_dict(), Path(out) / f"ddp-{rank}.pt")
-    dist.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 def single_process(sizes: list[int]) -> dict:
