@@ -24,11 +24,12 @@ RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir ".[worker]"
 
 FROM ${PYTHON_IMAGE}
-# uid/gid 1000 is the manifests' runAsUser/runAsGroup/fsGroup (values: security.*).
-RUN groupadd --gid 1000 trainer \
-    && useradd --uid 1000 --gid 1000 --no-create-home --home-dir /pvc-home --shell /usr/sbin/nologin trainer \
+# uid/gid 10001, above the range of host users (checkov CKV_K8S_40), is the manifests' runAsUser,
+# runAsGroup and fsGroup (values: security.*).
+RUN groupadd --gid 10001 trainer \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /pvc-home --shell /usr/sbin/nologin trainer \
     && mkdir -p /pvc-home \
-    && chown 1000:1000 /pvc-home
+    && chown 10001:10001 /pvc-home
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -38,7 +39,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     OUTPUT_DIR=/pvc-home/runs/local \
     PET_NPROC_PER_NODE=1
 WORKDIR /pvc-home
-USER 1000:1000
+USER 10001:10001
 # Exec form, no shell: torchrun is PID 1 and receives SIGTERM, which it forwards to the workers.
 ENTRYPOINT ["torchrun"]
 CMD ["--standalone", "-m", "worker"]

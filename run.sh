@@ -32,7 +32,7 @@ if [[ "$local_run" == true ]]; then
   bin_dir="$(dirname "$(find_generator)")"
   if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
     info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"
-    "$bin_dir/python" -m pip install --quiet "$ROOT[worker]" >&2 || die "could not install the worker: pip install '$ROOT[worker]'"
+    "$bin_dir/python" -m pip install --quiet "${ROOT}[worker]" >&2 || die "could not install the worker: pip install '${ROOT}[worker]'"
   fi
   local_job="$bin_dir/local-job"
   root="$ROOT/runs/$name"

@@ -125,7 +125,7 @@ def test_pods_meet_the_restricted_pod_security_standard():
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["securityContext"]["fsGroup"] == 1000
+    assert pod["securityContext"]["fsGroup"] == 10001
     for container in pod["containers"] + pod["initContainers"]:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False

@@ -103,3 +103,29 @@ def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     assert "1-persistentvolumeclaim.yaml" not in calls
     assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
     assert "1-persistentvolumeclaim.yaml" in log.read_text()
+
+
+SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), ROOT / ".ci" / "run"])
+
+
+def test_shellcheck_reports_nothing():
+    if shutil.which("shellcheck") is None:
+        if os.environ.get("CI"):  # .ci/run installs it; a CI run without it must not pass this silently
+            pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    result = subprocess.run(["shellcheck", "--external-sources", *map(str, SHELL_SCRIPTS)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_values_from_the_user_are_quoted(tmp_path, fake_kubectl):
+    """A build directory and values with spaces and glob characters pass through word splitting untouched."""
+    bin_dir, log = fake_kubectl
+    (tmp_path / "decoy.yaml").write_text("")  # an unquoted * would expand to this
+    build = tmp_path / "my build *"
+    result = script("prepare.sh", "--set-string", "config_map.LOG_NOTE=a * b  c", build=build)
+    assert result.returncode == 0, result.stderr
+    assert "\"LOG_NOTE\": \"a * b  c\"" in (build / "2-configmap.yaml").read_text()
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"apply -f {build}" in log.read_text().splitlines()
