@@ -16,6 +16,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -47,12 +48,19 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+def atomic_write(path: Path, payload: bytes, midway: Callable[[], None] | None = None) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
+
+    ``midway`` runs with half the bytes written (worker.faults puts its crash and stall there)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if midway:
+                handle.write(payload[:len(payload) // 2])
+                handle.flush()
+                midway()
+                payload = payload[len(payload) // 2:]
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
@@ -90,9 +98,10 @@ def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
     return sorted(found, key=lambda item: (item[0].epoch, item[0].step), reverse=True)
 
 
-def save(state: dict, directory: Path, position: Position, keep: int) -> Path:
+def save(state: dict, directory: Path, position: Position, keep: int,
+         midway: Callable[[], None] | None = None) -> Path:
     path = directory / position.filename()
-    atomic_write(path, encode(state))
+    atomic_write(path, encode(state), midway)
     for _, old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
     return path

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch.distributed
 
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
@@ -43,7 +44,7 @@ def _prepare_files(config: TrainConfig, log) -> None:
     check_raw_files(raw_dir(config.data_dir))
 
 
-def prepare(config: TrainConfig, env: DistEnv, store, log) -> None:
+def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: None) -> None:
     """One rank per copy of DATA_DIR prepares it; the others wait for its verdict through the store.
 
     With a shared DATA_DIR that is global rank 0, else local rank 0 of each pod. The store (the process
@@ -57,6 +58,7 @@ def prepare(config: TrainConfig, env: DistEnv, store, log) -> None:
         _prepare_files(config, log)
         return
     if preparer:
+        fault("download")  # worker.faults: the preparing rank dies while the others wait
         try:
             _prepare_files(config, log)
         except DataError as exc:
@@ -64,16 +66,24 @@ def prepare(config: TrainConfig, env: DistEnv, store, log) -> None:
             raise
         store.set(key, json.dumps({"ok": True}))
         return
+    who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
     try:
         store.wait([key], timedelta(seconds=config.download_timeout))
     except Exception as exc:  # the store raises DistStoreError / RuntimeError on timeout or a lost connection
-        who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
+        if isinstance(exc, torch.distributed.DistNetworkError):  # its host (torchrun of pod 0) is gone
+            raise PeerLost(f"{who} went away while preparing the data ({type(exc).__name__}: {exc})") from None
         raise PeerLost(f"{who} did not finish preparing the data within DOWNLOAD_TIMEOUT="
                        f"{config.download_timeout:g} s ({type(exc).__name__}: {exc})") from None
     verdict = json.loads(store.get(key))
     if not verdict["ok"]:
         raise DataError(f"the preparing rank failed: {verdict['error']}")
-    check_raw_files(raw_dir(config.data_dir))  # the files must be visible here too (DATA_SHARED=true on a local dir?)
+    try:  # the files must be visible here too: DATA_SHARED=true with a DATA_DIR that is not really shared?
+        check_raw_files(raw_dir(config.data_dir))
+    except DataError as exc:
+        hint = ("DATA_SHARED=true needs DATA_DIR on a volume every pod mounts, else set DATA_SHARED=false so "
+                "that each pod prepares its own copy") if config.data_shared else "is DATA_DIR the same path here?"
+        raise DataError(f"{who} prepared the data but {raw_dir(config.data_dir)} here does not hold it ({exc}); "
+                        f"{hint}") from None
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:

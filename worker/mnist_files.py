@@ -121,7 +121,12 @@ def data_ready(data_dir: Path) -> bool:
 def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
     """A sha256sum-format file ('<hex>  <name>') -> {archive name: ("sha256", hex)}."""
     table = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"MNIST_CHECKSUMS: cannot read {path} ({exc.strerror if isinstance(exc, OSError) else exc}); "
+                        "point it at a sha256sum-format file the pod can see") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.startswith("#"):
             continue
         parts = line.split()

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import checkpoint, data, exit_codes, process_group
+from worker import checkpoint, data, exit_codes, faults, process_group
 from worker.checkpoint import Position
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
@@ -71,6 +71,8 @@ class Trainer:
         self.device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(self.device)
+        self.faults = faults.FaultInjector.from_environ(os.environ, env.rank, cfg.output_dir, self.log,
+                                                        parent_is_launcher=env.under_launcher)
         store = None
         if self.distributed:
             backend = "nccl" if use_cuda else "gloo"
@@ -81,7 +83,7 @@ class Trainer:
             store = dist.distributed_c10d._get_default_store()
             self.log0(f"process group: {backend}, world size {env.world_size} "
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
-        data.prepare(cfg, env, store, self.log)
+        data.prepare(cfg, env, store, self.log, fault=self.faults.at)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False)
         self.images, self.labels = images.to(self.device), labels.to(self.device)
@@ -152,7 +154,8 @@ class Trainer:
             "config": {k: str(v) for k, v in asdict(self.config).items()},
         }
         started = time.perf_counter()
-        path = checkpoint.save(state, self.config.checkpoint_dir, position, self.config.keep_checkpoints)
+        path = checkpoint.save(state, self.config.checkpoint_dir, position, self.config.keep_checkpoints,
+                               midway=self.faults.at_checkpoint())
         self.log(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -186,6 +189,7 @@ class Trainer:
             local_samples, global_samples, sync_seconds = 0, 0, 0.0
             started = time.perf_counter()
             for step in range(first, self.steps):
+                self.faults.at_batch(epoch + 1, step + 1)
                 chosen = indices[step * batch:(step + 1) * batch]
                 self.grads.zero()
                 if len(chosen):

@@ -122,3 +122,33 @@ def test_importing_and_running_the_cli_loads_no_torch_or_worker():
 
 def test_the_console_script_is_installed_next_to_the_interpreter():
     assert (BIN / "gen-manifests").exists()
+
+
+MEASURED = """import json, resource, subprocess, sys, time
+started = time.monotonic()
+result = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+json.dump({"code": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
+           "seconds": time.monotonic() - started,
+           "max_rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}, sys.stdout)
+"""
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "json"])
+def test_a_100_mb_values_file_is_refused_fast_and_small(tmp_path, suffix):
+    """Exit 2 naming the file, nothing on stdout, nothing written, in bounded time and memory: the size is
+    checked before a byte is parsed."""
+    big = tmp_path / f"values.{suffix}"
+    with big.open("wb") as handle:
+        chunk = (b'{"replicas": 1, "labels": {"a": "' + b"x" * 1_000_000 + b'"}}\n') if suffix == "json" else (
+            b"replicas: 1\n# " + b"x" * 1_000_000 + b"\n")
+        for _ in range(100):
+            handle.write(chunk)
+    assert big.stat().st_size >= 100_000_000
+    out = tmp_path / "out"
+    measured = subprocess.run([sys.executable, "-c", MEASURED, str(BIN / "gen-manifests"), "--values", str(big),
+                               "--output-dir", str(out)], capture_output=True, text=True, timeout=120)
+    report = json.loads(measured.stdout)
+    assert report["code"] == 2 and report["stdout"] == ""
+    assert report["stderr"] == f"gen-manifests: error: {big}: larger than 4 MiB; a values file is a small configuration\n"
+    assert not out.exists()
+    assert report["seconds"] < 10 and report["max_rss_kib"] < 200 * 1024  # never read in: far below its 100 MB

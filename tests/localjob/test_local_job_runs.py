@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import pytest
-import torch
 
 from localjob.podspec import POD_MARKER
 from tests.conftest import BIN, ROOT

@@ -45,6 +45,15 @@ def test_wrong_hash_from_the_mirror_is_refused(tmp_path):
     assert not (raw_dir(tmp_path / "data") / "train-labels-idx1-ubyte").exists()
 
 
+def test_an_unreadable_checksums_file_is_a_clear_data_error(tmp_path):
+    with pytest.raises(DataError, match=r"^MNIST_CHECKSUMS: cannot read .*/absent \(No such file or directory\); "
+                                        r"point it at a sha256sum-format file the pod can see$"):
+        read_checksums(tmp_path / "absent")
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(DataError, match=r"^MNIST_CHECKSUMS: cannot read .*/binary"):
+        read_checksums(tmp_path / "binary")
+
+
 def test_corrupt_archive_is_refused(tmp_path):
     write_mirror(tmp_path / "mirror", SMALL)
     (tmp_path / "mirror" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")

@@ -1,0 +1,72 @@
+"""Faults injected deterministically (FAULT_INJECT, keyed on rank and attempt) into Jobs run by local-job.
+
+Each fault fires on the first start only, so the gang restart that follows must finish the Job: the tests
+assert the Job's outcome and counters, the epoch training resumed at, that every epoch is recorded exactly
+once (none lost, none done twice past its checkpoint), and that no checkpoint was ever skipped as corrupt.
+"""
+
+import json
+
+import pytest
+
+from tests.http_mirror import Mirror
+from tests.localjob.test_local_job_runs import SMALL, render, run_local_job, volume
+from tests.mnist_data import write_mirror
+
+pytestmark = pytest.mark.slow
+
+
+def fault_job(fault: str, *sets: str) -> bytes:
+    return render("replicas=2", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=16", f"config_map.FAULT_INJECT={fault}",
+                  *sets)
+
+
+def assert_recovered(result, log, status, claim, resumed_from: str | None):
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert status["condition"]["type"] == "Complete"
+    assert status["restarts"] == {"0": 1, "1": 1}  # one gang restart: both indexes failed once, recreated once
+    assert "skipping checkpoint" not in log  # nothing corrupt was ever offered for loading
+    output = claim / "runs" / "mnist-train"
+    epochs = [json.loads(line)["epoch"] for line in (output / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]
+    if resumed_from:
+        after = log[log.index(f"resuming from {resumed_from}"):]
+        assert "epoch: 1/3" not in after  # epoch 1 was checkpointed: not redone
+    assert (output / "model.pt").exists()
+
+
+def test_one_rank_sigkilled_inside_a_two_process_pod(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    # rank 1 is pod 0's second process: its torchrun fails the pod, pod 1 notices, the gang restarts
+    manifests = fault_job("sigkill@batch=2.3,rank=1,attempt=0", "local_device_count=2")
+    result, log, status = run_local_job(tmp_path, manifests, claim)
+    assert "Rank 1: FAULT_INJECT: sigkill at batch=2.3 (attempt 0)" in log
+    assert_recovered(result, log, status, claim, resumed_from="ckpt-e0001-s000000.pt")
+    assert "Rank 3: training completed." in log  # 2 pods x 2 processes
+
+
+def test_the_pod_hosting_rank_0_killed(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = fault_job("sigkill-pod@batch=2.3,rank=0,attempt=0")
+    result, log, status = run_local_job(tmp_path, manifests, claim)
+    assert "Rank 0: FAULT_INJECT: sigkill-pod at batch=2.3 (attempt 0)" in log
+    assert "Rank 1: error: lost contact with a peer" in log  # the survivor leaves instead of hanging
+    assert_recovered(result, log, status, claim, resumed_from="ckpt-e0001-s000000.pt")
+
+
+def test_the_downloading_pod_dies_while_the_others_wait(tmp_path):
+    claim = tmp_path / "volume-without-data"
+    claim.mkdir()
+    # the checksums ride on the volume (the pod sees /pvc-home), the archives come from the mirror
+    (claim / "SHA256SUMS").write_bytes(write_mirror(tmp_path / "mirror", SMALL).read_bytes())
+    with Mirror(tmp_path / "mirror") as mirror:
+        manifests = fault_job("sigkill-pod@download,rank=0,attempt=0", "config_map.DOWNLOAD='true'",
+                              f"config_map.MNIST_MIRROR={mirror.url}", "config_map.MNIST_CHECKSUMS=/pvc-home/SHA256SUMS",
+                              "config_map.DOWNLOAD_TIMEOUT=600")
+        result, log, status = run_local_job(tmp_path, manifests, claim)
+        requests = dict(mirror.requests)
+    assert "Rank 0: FAULT_INJECT: sigkill-pod at download (attempt 0)" in log
+    # rank 1 did not sit out DOWNLOAD_TIMEOUT: the store went away with pod 0 and it said why
+    assert "Rank 1: error: global rank 0 went away while preparing the data" in log
+    assert_recovered(result, log, status, claim, resumed_from=None)
+    assert requests == {f"{name}.gz": 1 for name in SMALL}  # the restarted rank 0 fetched each file once

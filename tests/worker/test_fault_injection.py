@@ -1,0 +1,119 @@
+"""Faults injected deterministically (FAULT_INJECT, keyed on rank and attempt) into real torchrun gangs.
+
+Each test asserts the outcome and that nothing is lost: no completed epoch is redone past the last checkpoint,
+and no corrupt or partial file is ever loaded. The torchrun arguments are the rendered Job's own.
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from tests.conftest import BIN
+from tests.worker.launch import free_port, kill_tree, run, start, worker_env
+
+pytestmark = pytest.mark.slow
+
+
+def job_torchrun_args(replicas: int, join_timeout: int) -> list[str]:
+    """torchrun's arguments exactly as the rendered Job gives them to every pod."""
+    stream = subprocess.run([str(BIN / "gen-manifests"), "--set", f"replicas={replicas}",
+                             "--set", f"join_timeout_seconds={join_timeout}"],
+                            capture_output=True, text=True, check=True).stdout
+    job = next(doc for doc in yaml.safe_load_all(stream) if doc["kind"] == "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["torchrun"]
+    return container["args"]
+
+
+def node_command(index: int, master_addr: str, port: int, replicas: int = 2, join_timeout: int = 60) -> list[str]:
+    """Pod ``index``'s command, with the kubelet's $(JOB_COMPLETION_INDEX) and the Service's name substituted."""
+    args = []
+    for arg in job_torchrun_args(replicas, join_timeout):
+        arg = arg.replace("$(JOB_COMPLETION_INDEX)", str(index))
+        if arg.startswith("--master-addr="):
+            arg = f"--master-addr={master_addr}"
+        elif arg.startswith("--master-port="):
+            arg = f"--master-port={port}"
+        args.append(arg)
+    return [str(BIN / "torchrun"), *args]
+
+
+def epochs_recorded(output_dir) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_save_slower_than_the_grace_period_leaves_the_previous_checkpoint_loadable(tmp_path, small_dir):
+    """Preempted in epoch 2, rank 0's save stalls past torchrun's shutdown timeout and is killed half-written:
+    the rerun removes the temporary, resumes from epoch 1's checkpoint and completes."""
+    output = tmp_path / "out"
+    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "--shutdown-timeout=3", "-m", "worker"]
+    env = worker_env(small_dir, output, EPOCHS=3, BATCH_SIZE=16, FAULT_INJECT=(
+        "sigterm-pod@batch=2.3,rank=0,attempt=0; sleep=300@checkpoint=2,rank=0,attempt=0"))
+    started = time.monotonic()
+    first = run(command, env, timeout=300)
+    assert first.returncode != 0 and time.monotonic() - started < 120, first.stdout[-3000:]
+    assert "FAULT_INJECT: sleep=300 at checkpoint=2" in first.stdout
+    assert "stop requested: checkpointing epoch 2 at batch 3" in first.stdout
+    checkpoints = output / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".tmp-")) == [
+        "ckpt-e0001-s000000.pt"]
+    assert [p for p in checkpoints.iterdir() if p.name.startswith(".tmp-ckpt-e0001-s000003.pt")], \
+        "the killed save left its temporary"
+
+    second = run(command, env, timeout=300)  # the gang restarted: attempt 1, no faults
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "removed .tmp-ckpt-e0001-s000003.pt" in second.stdout
+    assert "resuming from ckpt-e0001-s000000.pt" in second.stdout and "skipping checkpoint" not in second.stdout
+    assert "epoch: 1/3" not in second.stdout  # epoch 1, completed and checkpointed, is not redone
+    assert epochs_recorded(output) == [1, 2, 3]
+    assert not [p for p in checkpoints.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_rank_0_listening_late_is_waited_for_within_the_join_timeout(tmp_path, small_dir):
+    """Pod 1 starts first (pod 0 not scheduled yet); pod 0 comes up 8 s later; the gang trains."""
+    port = free_port()
+    env = worker_env(small_dir, tmp_path / "out", EPOCHS=1)
+    node1 = start(node_command(1, "127.0.0.1", port, join_timeout=60), env)
+    try:
+        time.sleep(8)
+        assert node1.poll() is None, node1.stdout.read()
+        node0 = start(node_command(0, "127.0.0.1", port, join_timeout=60), env)
+        out0, out1 = node0.communicate(timeout=240)[0], node1.communicate(timeout=60)[0]
+    finally:
+        kill_tree(node1)
+    assert node0.returncode == 0 and node1.returncode == 0, out0[-2000:] + out1[-2000:]
+    assert "Rank 1: training completed." in out1 and "Rank 0: training completed." in out0
+
+
+def test_rank_0_name_not_resolvable_fails_clearly_after_the_join_timeout(tmp_path, small_dir):
+    env = worker_env(small_dir, tmp_path / "out", EPOCHS=1)
+    started = time.monotonic()
+    result = run(node_command(1, "mnist-train-0.mnist-train.invalid", free_port(), join_timeout=10), env,
+                 timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert 10 <= elapsed < 60
+    assert "timed out after 10000ms while trying to connect to (mnist-train-0.mnist-train.invalid" in result.stderr
+    assert not (tmp_path / "out").exists()  # no worker started, nothing written
+
+
+def test_ranks_that_disagree_about_the_data_fail_clearly(tmp_path, small_dir):
+    """DATA_SHARED=true, but pod 1's DATA_DIR is not the volume pod 0 prepared: pod 1 says so and exits 69."""
+    port = free_port()
+    empty = tmp_path / "not-shared"
+    empty.mkdir()
+    node0 = start(node_command(0, "127.0.0.1", port), worker_env(small_dir, tmp_path / "out", EPOCHS=1))
+    node1 = start(node_command(1, "127.0.0.1", port), worker_env(empty, tmp_path / "out", EPOCHS=1))
+    try:
+        out1 = node1.communicate(timeout=180)[0]
+        out0 = node0.communicate(timeout=120)[0]
+    finally:
+        kill_tree(node0)
+        kill_tree(node1)
+    assert node0.returncode != 0 and node1.returncode != 0
+    assert "Rank 1: error: data unavailable: global rank 0 prepared the data but" in out1, out0[-2000:] + out1[-3000:]
+    assert "DATA_SHARED" in out1
+    assert not (tmp_path / "out" / "checkpoints").exists()  # nothing trained, nothing written

@@ -1,0 +1,127 @@
+"""Deterministic fault injection, for tests only: FAULT_INJECT makes chosen ranks fail at chosen points.
+
+    FAULT_INJECT="sigkill@batch=2.3,rank=1,attempt=0"        rank 1 dies before batch 3 of epoch 2, first start only
+    FAULT_INJECT="sigkill-pod@download,rank=0"                 rank 0's pod dies while the others wait for the data
+    FAULT_INJECT="sigterm-pod@batch=2.2,rank=0; sleep=30@checkpoint=2,rank=0"   preempted; the save is too slow
+
+Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
+
+    points   batch=E.B    before batch B of epoch E (both counted from 1)
+             download     on the rank that prepares the data, before it tells the others the outcome
+             checkpoint   inside every checkpoint write, half the bytes written (before the fsync and rename)
+             checkpoint=N inside the N-th checkpoint write of this start only
+    actions  sigkill      this process dies (SIGKILL)
+             sigkill-pod  the pod dies: torchrun (the container's main process) and this process, SIGKILL
+             sigterm-pod  the pod is preempted: SIGTERM to torchrun, as the kubelet sends it; training goes on
+             exit=CODE    this process exits with CODE at once
+             sleep=S      this process stalls S seconds
+
+``attempt`` is how many times this rank had started before in this OUTPUT_DIR (counted in
+OUTPUT_DIR/.faults/ only while FAULT_INJECT is set), so a fault can fire on the first start and not after the
+gang restarts: keyed on rank and restart count, as the Kubernetes Job and TorchElastic tests inject theirs.
+Never set it in production: it exists to prove that nothing is lost when these things happen for real.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from worker.config import ConfigError
+
+ENV = "FAULT_INJECT"
+_ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
+                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?)"
+                    r"(?P<filters>(,(rank|attempt)=\d+)*)$")
+
+
+@dataclass(frozen=True)
+class Fault:
+    action: str
+    point: str
+    rank: int | None = None
+    attempt: int | None = None
+
+
+def parse(text: str) -> list[Fault]:
+    faults, problems = [], []
+    for entry in (part.strip().replace(" ", "") for part in text.split(";")):
+        if not entry:
+            continue
+        match = _ENTRY.match(entry)
+        if not match:
+            problems.append(f"{ENV}: {entry!r} is not ACTION@POINT[,rank=N][,attempt=N] "
+                            "(see `python -c 'import worker.faults; help(worker.faults)'`)")
+            continue
+        filters = dict(item.split("=") for item in match.group("filters").split(",") if item)
+        faults.append(Fault(match.group("action"), match.group("point"),
+                            int(filters["rank"]) if "rank" in filters else None,
+                            int(filters["attempt"]) if "attempt" in filters else None))
+    if problems:
+        raise ConfigError(problems)
+    return faults
+
+
+def count_start(directory: Path, rank: int) -> int:
+    """This rank's earlier starts in ``directory``; records this one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"rank-{rank}.starts"
+    earlier = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(earlier + 1))
+    return earlier
+
+
+class FaultInjector:
+    """The faults of FAULT_INJECT that apply to this rank on this start; ``at(point)`` fires them."""
+
+    def __init__(self, faults: list[Fault], rank: int, attempt: int, log: Callable[[str], None],
+                 parent_is_launcher: bool = True):
+        self.rank, self.attempt, self.log = rank, attempt, log
+        self.faults = [f for f in faults if f.rank in (None, rank) and f.attempt in (None, attempt)]
+        # the "pod" actions signal torchrun; without it (plain `python -m worker`) they act on this process
+        self.pod = os.getppid() if parent_is_launcher else os.getpid()
+        self.checkpoints = 0
+
+    @classmethod
+    def from_environ(cls, environ, rank: int, output_dir: Path, log, parent_is_launcher: bool) -> FaultInjector:
+        faults = parse(environ.get(ENV, ""))
+        attempt = count_start(output_dir / ".faults", rank) if faults else 0
+        return cls(faults, rank, attempt, log, parent_is_launcher)
+
+    def at(self, point: str) -> None:
+        for fault in self.faults:
+            if fault.point == point:
+                self._fire(fault)
+
+    def at_batch(self, epoch: int, batch: int) -> None:
+        if self.faults:
+            self.at(f"batch={epoch}.{batch}")
+
+    def at_checkpoint(self) -> Callable[[], None] | None:
+        """The hook for the next checkpoint.save's ``midway``, or None when no fault waits there."""
+        self.checkpoints += 1
+        points = ("checkpoint", f"checkpoint={self.checkpoints}")
+        if any(fault.point in points for fault in self.faults):
+            return lambda: [self.at(point) for point in points]
+        return None
+
+    def _fire(self, fault: Fault) -> None:
+        self.log(f"{ENV}: {fault.action} at {fault.point} (attempt {self.attempt})")
+        sys.stdout.flush()
+        kind, _, argument = fault.action.partition("=")
+        if kind == "sleep":
+            time.sleep(float(argument))
+        elif kind == "exit":
+            os._exit(int(argument))
+        elif kind == "sigterm-pod":
+            os.kill(self.pod, signal.SIGTERM)
+        else:
+            if kind == "sigkill-pod":
+                os.kill(self.pod, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
