@@ -6,6 +6,7 @@ once (none lost, none done twice past its checkpoint), and that no checkpoint wa
 """
 
 import json
+import time
 
 import pytest
 
@@ -60,13 +61,18 @@ def test_the_downloading_pod_dies_while_the_others_wait(tmp_path):
     # the checksums ride on the volume (the pod sees /pvc-home), the archives come from the mirror
     (claim / "SHA256SUMS").write_bytes(write_mirror(tmp_path / "mirror", SMALL).read_bytes())
     with Mirror(tmp_path / "mirror") as mirror:
-        manifests = fault_job("sigkill-pod@download,rank=0,attempt=0", "config_map.DOWNLOAD='true'",
+        # rank 0 spends 3 s "downloading" (so rank 1 is surely waiting on the store), then its pod dies
+        manifests = fault_job("sleep=3@download,rank=0,attempt=0; sigkill-pod@download,rank=0,attempt=0",
+                              "config_map.DOWNLOAD='true'",
                               f"config_map.MNIST_MIRROR={mirror.url}", "config_map.MNIST_CHECKSUMS=/pvc-home/SHA256SUMS",
                               "config_map.DOWNLOAD_TIMEOUT=600")
+        started = time.monotonic()
         result, log, status = run_local_job(tmp_path, manifests, claim)
+        elapsed = time.monotonic() - started
         requests = dict(mirror.requests)
     assert "Rank 0: FAULT_INJECT: sigkill-pod at download (attempt 0)" in log
     # rank 1 did not sit out DOWNLOAD_TIMEOUT: the store went away with pod 0 and it said why
     assert "Rank 1: error: global rank 0 went away while preparing the data" in log
+    assert elapsed < 300  # far from DOWNLOAD_TIMEOUT=600
     assert_recovered(result, log, status, claim, resumed_from=None)
     assert requests == {f"{name}.gz": 1 for name in SMALL}  # the restarted rank 0 fetched each file once
