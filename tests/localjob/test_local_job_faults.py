@@ -5,7 +5,6 @@ assert the Job's outcome and counters, the epoch training resumed at, that every
 once (none lost, none done twice past its checkpoint), and that no checkpoint was ever skipped as corrupt.
 """
 
-import json
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from tests.http_mirror import Mirror
 from tests.localjob.test_local_job_runs import SMALL, render, run_local_job, volume
 from tests.mnist_data import write_mirror
+from tests.worker.launch import recorded_epochs
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +28,7 @@ def assert_recovered(result, log, status, claim, resumed_from: str | None):
     assert status["restarts"] == {"0": 1, "1": 1}  # one gang restart: both indexes failed once, recreated once
     assert "skipping checkpoint" not in log  # nothing corrupt was ever offered for loading
     output = claim / "runs" / "mnist-train"
-    epochs = [json.loads(line)["epoch"] for line in (output / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3]
+    assert recorded_epochs(output) == [1, 2, 3]
     if resumed_from:
         after = log[log.index(f"resuming from {resumed_from}"):]
         assert "epoch: 1/3" not in after  # epoch 1 was checkpointed: not redone

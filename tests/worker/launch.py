@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -73,3 +74,8 @@ def kill_tree(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(process.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def recorded_epochs(output_dir: Path) -> list[int]:
+    """The epochs rank 0 recorded in OUTPUT_DIR/metrics.jsonl, in order (a lost or repeated one shows)."""
+    return [json.loads(line)["epoch"] for line in (output_dir / "metrics.jsonl").read_text().splitlines()]

@@ -1,28 +1,24 @@
 """Faults injected deterministically (FAULT_INJECT, keyed on rank and attempt) into real torchrun gangs.
 
 Each test asserts the outcome and that nothing is lost: no completed epoch is redone past the last checkpoint,
-and no corrupt or partial file is ever loaded. The torchrun arguments are the rendered Job's own.
+and no corrupt or partial file is ever loaded. The tests with several "pods" start torchrun with the rendered
+Job's own arguments.
 """
 
-import json
-import subprocess
 import time
 
 import pytest
-import yaml
 
 from tests.conftest import BIN
-from tests.worker.launch import free_port, kill_tree, run, start, worker_env
+from tests.generator.test_render import job_of, render
+from tests.worker.launch import free_port, kill_tree, recorded_epochs, run, start, worker_env
 
 pytestmark = pytest.mark.slow
 
 
 def job_torchrun_args(replicas: int, join_timeout: int) -> list[str]:
     """torchrun's arguments exactly as the rendered Job gives them to every pod."""
-    stream = subprocess.run([str(BIN / "gen-manifests"), "--set", f"replicas={replicas}",
-                             "--set", f"join_timeout_seconds={join_timeout}"],
-                            capture_output=True, text=True, check=True).stdout
-    job = next(doc for doc in yaml.safe_load_all(stream) if doc["kind"] == "Job")
+    job = job_of(render(f"replicas={replicas}", f"join_timeout_seconds={join_timeout}"))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["torchrun"]
     return container["args"]
@@ -39,10 +35,6 @@ def node_command(index: int, master_addr: str, port: int, replicas: int = 2, joi
             arg = f"--master-port={port}"
         args.append(arg)
     return [str(BIN / "torchrun"), *args]
-
-
-def epochs_recorded(output_dir) -> list[int]:
-    return [json.loads(line)["epoch"] for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_a_save_slower_than_the_grace_period_leaves_the_previous_checkpoint_loadable(tmp_path, small_dir):
@@ -68,7 +60,7 @@ def test_a_save_slower_than_the_grace_period_leaves_the_previous_checkpoint_load
     assert "removed .tmp-ckpt-e0001-s000003.pt" in second.stdout
     assert "resuming from ckpt-e0001-s000000.pt" in second.stdout and "skipping checkpoint" not in second.stdout
     assert "epoch: 1/3" not in second.stdout  # epoch 1, completed and checkpointed, is not redone
-    assert epochs_recorded(output) == [1, 2, 3]
+    assert recorded_epochs(output) == [1, 2, 3]
     assert not [p for p in checkpoints.iterdir() if p.name.startswith(".tmp-")]
 
 
