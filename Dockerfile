@@ -40,6 +40,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PET_NPROC_PER_NODE=1
 WORKDIR /pvc-home
 USER 10001:10001
-# Exec form, no shell: torchrun is PID 1 and receives SIGTERM, which it forwards to the workers.
-ENTRYPOINT ["torchrun"]
+# Exec form, no shell: the launcher (torchrun's, exiting with the worker's code) is PID 1 and receives
+# SIGTERM, which it forwards to the workers.
+ENTRYPOINT ["python", "-m", "worker.launch"]
 CMD ["--standalone", "-m", "worker"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Delete what run.sh created: the Job with its pods, the Service and the ConfigMap (the volume with --all).
+# Delete what run.sh created: the Job with its pods, the Service and the ConfigMaps (the volume with --all).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
@@ -8,9 +8,10 @@ usage() {
   cat <<USAGE
 Usage: ./clean.sh [--all]
 
-Deletes the Job (waiting for its pods to go), the Service and the ConfigMap rendered in $BUILD_DIR/.
-The PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained model, so it is
-kept unless --all is given.
+Deletes the Job (waiting for its pods to go), the Service rendered in $BUILD_DIR/ and every ConfigMap
+of the job (each render with other settings made a new, immutable one named by its content). The
+PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained model, so it is kept
+unless --all is given.
 USAGE
 }
 
@@ -27,7 +28,12 @@ require_build
 require_kubectl
 # Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
-kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml" -f "$BUILD_DIR/2-configmap.yaml"
+kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml"
+# The ConfigMaps of earlier renders too: they carry the job's instance label and the config component.
+name="$(job_field name)"
+namespace="$(job_field namespace)"
+kubectl delete configmap --ignore-not-found --wait=true -n "$namespace" \
+  -l "app.kubernetes.io/instance=$name,app.kubernetes.io/component=config"
 if [[ "$remove_volume" == true && -f "$BUILD_DIR/1-persistentvolumeclaim.yaml" ]]; then
   kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/1-persistentvolumeclaim.yaml"
 elif [[ -f "$BUILD_DIR/1-persistentvolumeclaim.yaml" ]]; then

@@ -49,7 +49,14 @@ namespace="$(job_field namespace)"
 kubectl get namespace "$namespace" >/dev/null 2>&1 ||
   die "namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values"
 # The files are numbered in apply order: claim, ConfigMap, Service, then the Job.
-kubectl apply -f "$BUILD_DIR"
+if ! kubectl apply -f "$BUILD_DIR"; then
+  if kubectl -n "$namespace" get job "$name" >/dev/null 2>&1; then
+    die "Job $namespace/$name already exists and a Job's pod template cannot change: it keeps the settings it \
+started with. To run with the new ones, ./clean.sh first (the volume keeps the data and checkpoints; a \
+changed training setting then needs RESUME=false or another OUTPUT_DIR)"
+  fi
+  die "kubectl apply failed (see above)"
+fi
 cat >&2 <<NEXT
 run.sh: Job $namespace/$name submitted. Follow it with:
   kubectl -n $namespace get pods -l app.kubernetes.io/instance=$name -w

@@ -6,6 +6,8 @@ templates in templates/ hold the manifests' shape, and every user value passes t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -23,9 +25,11 @@ from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
 SHARED_MOUNT = "/pvc-home"
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
-# The worker's documented exit code for bad configuration (sysexits EX_CONFIG): the Job's
-# podFailurePolicy fails the whole Job on it instead of retrying a configuration that cannot work.
+# The worker's documented exit codes (worker/exit_codes.py; the generator must not import the worker), which
+# its launcher makes the pod's: bad configuration (sysexits EX_CONFIG) fails the whole Job instead of retrying
+# a configuration that cannot work; "a peer failed first" is not counted, the peer's own pod counts the cause.
 EXIT_BAD_CONFIG = 78
+EXIT_PEER_LOST = 75
 # Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
 MIN_KUBERNETES = "1.34"
 
@@ -77,7 +81,7 @@ def _environment(directory: Path) -> jinja2.Environment:
 
 def derive(values: dict) -> dict:
     """The numbers and names the templates need, computed once from the values."""
-    name, replicas = values["name"], values["replicas"]
+    name = values["name"]
     gpu = values["resources"]["gpu"]
     gpus = gpu["accelerator_count"]
     procs = values["local_device_count"] or gpus or 1
@@ -111,12 +115,12 @@ def derive(values: dict) -> dict:
         "gpus": gpus,
         "master_addr": f"{name}-0.{name}",
         "service_name": name,
-        "config_map_name": f"{name}-config",
+        "config_map_name": config_map_name(name, config),
         "claim_name": volume["existing_claim"] or f"{name}-data",
         "create_claim": volume["existing_claim"] is None,
-        # Every pod of the gang fails once per fault (the survivors exit when a peer dies), so a budget of
-        # N gang restarts is N x replicas pod failures.
-        "backoff_limit": values["max_restarts"] * replicas,
+        # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
+        # costs one failure: max_restarts is both the Job-wide and the per-index limit (see job.yaml.j2).
+        "backoff_limit": values["max_restarts"],
         "cpu": cpu_quantity(values["resources"]["cpu"]),
         "memory": gib_quantity(values["resources"]["memory"]),
         "shm": gib_quantity(values["shm_size"]),
@@ -126,11 +130,19 @@ def derive(values: dict) -> dict:
         "node_selector": selector,
         "config": dict(sorted(config.items())),
         "exit_bad_config": EXIT_BAD_CONFIG,
+        "exit_peer_lost": EXIT_PEER_LOST,
         # torchrun's wait between forwarding SIGTERM and killing the workers: inside the pod's grace period,
         # with a few seconds left for torchrun itself to exit
         "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),
         "shared_mount": SHARED_MOUNT,
     }
+
+
+def config_map_name(name: str, data: dict[str, str]) -> str:
+    """``<name>-config-<hash>``: the ConfigMap is immutable and named by its content, as Kustomize's generators
+    name theirs, so a changed setting is a new ConfigMap and never reaches the pods of a running Job."""
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{name}-config-{digest[:10]}"
 
 
 def render_manifests(values: dict, directory: Path | None = None) -> list[Manifest]:

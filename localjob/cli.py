@@ -3,6 +3,7 @@
     gen-manifests --values variables/variables.json | local-job
     local-job build/ --volume-root runs/local-job
     local-job build/ --volume mnist-train-data=/data/mnist-volume      # use an existing directory as a claim
+    local-job evict --volume-root runs/local-job 1                     # from another terminal: preempt pod 1
 """
 
 from __future__ import annotations
@@ -82,9 +83,36 @@ def local_job(source, volume_root, volumes, env, backoff_seconds, status_file):
     return EXIT_INTERRUPTED if reason == "Interrupted" else EXIT_FAILED
 
 
-def main(argv: list[str] | None = None) -> None:
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--volume-root", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The --volume-root of the running local-job.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds to wait for the running local-job to take the request.")
+@click.argument("index", type=click.IntRange(min=0))
+def evict(volume_root, timeout, index):
+    """Evict the running pod of completion INDEX, as a preemption or `kubectl drain` would.
+
+    The pod gets the DisruptionTarget condition and is terminated with its grace period (SIGTERM, then
+    SIGKILL); the Job's podFailurePolicy decides what its failure costs. Exit 0 once the pod is being
+    evicted, 1 if the local-job refused (no running pod with that index), 2 if no local-job runs there.
+    """
+    from localjob.eviction import EvictionError, request_eviction
+
     try:
-        code = local_job.main(args=argv, prog_name="local-job", standalone_mode=False)
+        click.echo(f"local-job evict: {request_eviction(volume_root.resolve(), index, timeout)}")
+    except EvictionError as error:
+        click.echo(f"local-job evict: {error}", err=True)
+        return EXIT_FAILED if error.refused else EXIT_REFUSED
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command, name = (evict, "local-job evict") if argv[:1] == ["evict"] else (local_job, "local-job")
+    if command is evict:
+        argv = argv[1:]
+    try:
+        code = command.main(args=argv, prog_name=name, standalone_mode=False)
     except ManifestError as error:
         for problem in error.problems:
             click.echo(f"local-job: cannot run these manifests: {problem}", err=True)

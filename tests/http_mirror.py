@@ -18,26 +18,33 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         name = self.path.lstrip("/")
         with server.lock:
             server.requests[name] += 1
-        if name in server.truncate:
-            data = (Path(self.directory) / name).read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))  # promise it all, send half, hang up
-            self.end_headers()
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
-            self.close_connection = True
+        if name not in server.truncate | server.stall:
+            super().do_GET()
             return
-        super().do_GET()
+        data = (Path(self.directory) / name).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))  # promise it all, send half...
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        if name in server.stall:  # ... then hold the connection until the mirror closes (at most 60 s)
+            server.stalling.set()
+            server.released.wait(60)
+        self.close_connection = True  # ... and hang up
 
 
 class Mirror:
     """``with Mirror(directory) as mirror: mirror.url`` serves ``directory``; ``mirror.requests`` counts."""
 
-    def __init__(self, directory: Path, truncate: set[str] = frozenset()):
+    def __init__(self, directory: Path, truncate: set[str] = frozenset(), stall: set[str] = frozenset()):
         handler = functools.partial(_Handler, directory=str(directory))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.requests = collections.Counter()
         self.server.truncate = set(truncate)
+        # stall: send half of these, then hold the connection (at most 60 s) until the mirror closes
+        self.server.stall = set(stall)
+        self.server.stalling = threading.Event()
+        self.server.released = threading.Event()
         self.server.lock = threading.Lock()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -54,5 +61,6 @@ class Mirror:
         return self
 
     def __exit__(self, *exc):
+        self.server.released.set()
         self.server.shutdown()
         self.server.server_close()

@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag_name(item), dest=item.name, default=None, metavar="VALUE",
                             help=f"{item.metadata['help']} [env {item.metadata['env']}]")
     parser.add_argument("--check-config", action="store_true",
-                        help="Validate the configuration and the distributed environment, then exit (0, or 78).")
+                        help="Validate the variables and flags (and, under torchrun, the ranks against JOB_COMPLETION_INDEX), then exit (0, or 78).")
     return parser
 
 

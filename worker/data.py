@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import math
 import struct
-from datetime import timedelta
+import time
 from pathlib import Path
 
 import torch
-import torch.distributed
 
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
@@ -64,19 +63,17 @@ def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: N
         except DataError as exc:
             store.set(key, json.dumps({"ok": False, "error": str(exc)}))
             raise
+        except BaseException:  # SIGTERM (worker.stop.Terminated) or a crash: the others need not wait it out
+            store.set(key, json.dumps({"ok": False, "stopped": True}))
+            raise
         store.set(key, json.dumps({"ok": True}))
         return
     who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
-    try:
-        store.wait([key], timedelta(seconds=config.download_timeout))
-    except Exception as exc:  # the store raises DistStoreError / RuntimeError on timeout or a lost connection
-        if isinstance(exc, torch.distributed.DistNetworkError):  # its host (torchrun of pod 0) is gone
-            raise PeerLost(f"{who} went away while preparing the data ({type(exc).__name__}: {exc})") from None
-        raise PeerLost(f"{who} did not finish preparing the data within DOWNLOAD_TIMEOUT="
-                       f"{config.download_timeout:g} s ({type(exc).__name__}: {exc})") from None
-    verdict = json.loads(store.get(key))
-    if not verdict["ok"]:
-        raise DataError(f"the preparing rank failed: {verdict['error']}")
+    verdict = _wait_for(store, key, config.download_timeout, who)
+    if verdict.get("stopped"):
+        raise PeerLost(f"{who} was stopped while preparing the data")
+    if not verdict["ok"]:  # the preparing rank exits 69 and counts the failure; this rank is its victim
+        raise PeerLost(f"{who} could not prepare the data: {verdict['error']}")
     try:  # the files must be visible here too: DATA_SHARED=true with a DATA_DIR that is not really shared?
         check_raw_files(raw_dir(config.data_dir))
     except DataError as exc:
@@ -84,6 +81,22 @@ def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: N
                 "that each pod prepares its own copy") if config.data_shared else "is DATA_DIR the same path here?"
         raise DataError(f"{who} prepared the data but {raw_dir(config.data_dir)} here does not hold it ({exc}); "
                         f"{hint}") from None
+
+
+def _wait_for(store, key: str, timeout: float, who: str) -> dict:
+    """The verdict under ``key`` in the store, waited for at most ``timeout`` seconds in short polls: a blocking
+    store.wait would hold off SIGTERM (Python runs signal handlers between its own instructions) for the whole
+    wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if store.check([key]):
+                return json.loads(store.get(key))
+        except Exception as exc:  # DistNetworkError: its host (torchrun of pod 0) is gone
+            raise PeerLost(f"{who} went away while preparing the data ({type(exc).__name__}: {exc})") from None
+        if time.monotonic() >= deadline:
+            raise PeerLost(f"{who} did not finish preparing the data within DOWNLOAD_TIMEOUT={timeout:g} s")
+        time.sleep(0.2)
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:

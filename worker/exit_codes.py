@@ -1,4 +1,5 @@
-"""The worker's exit codes. The generator's podFailurePolicy keys on BAD_CONFIG; docs/ and the README list them."""
+"""The worker's exit codes; worker.launch makes them the pod's. The generator's podFailurePolicy keys on them
+(BAD_CONFIG fails the Job, PEER_LOST is not counted); docs/reliability.md lists what each costs."""
 
 OK = 0
 # The configuration can never work (a bad EPOCHS, a missing variable): retrying cannot help, so the
@@ -6,8 +7,13 @@ OK = 0
 BAD_CONFIG = 78
 # The dataset could not be obtained or failed verification (sysexits.h EX_UNAVAILABLE).
 DATA_UNAVAILABLE = 69
-# A peer died, the rendezvous or a collective timed out, or a peer asked the gang to stop: the gang
-# must be restarted from the last checkpoint (sysexits.h EX_TEMPFAIL).
+# This process is a victim: a peer died or went away, or asked the gang to stop (preemption). The gang must
+# be restarted from the last checkpoint; the root cause is counted (or ignored) on the peer's own pod, so
+# this code is never counted against the Job's backoffLimit (sysexits.h EX_TEMPFAIL).
 PEER_LOST = 75
+# The gang stalled: rank 0 gave up on a peer that stopped answering (a collective timed out), or the
+# launcher's rendezvous did not assemble the gang within its join timeout. Nobody else exits with a root
+# cause here, so this one is counted (sysexits.h EX_PROTOCOL).
+STALLED = 76
 # This process received SIGTERM (preemption, kubectl delete) and stopped after the checkpoint (128 + 15).
 TERMINATED = 143

@@ -3,6 +3,7 @@
     FAULT_INJECT="sigkill@batch=2.3,rank=1,attempt=0"        rank 1 dies before batch 3 of epoch 2, first start only
     FAULT_INJECT="sigkill-pod@download,rank=0"                 rank 0's pod dies while the others wait for the data
     FAULT_INJECT="sigterm-pod@batch=2.2,rank=0; sleep=30@checkpoint=2,rank=0"   preempted; the save is too slow
+    FAULT_INJECT="sigkill-pod@completed,rank=0,attempt=0"      pod 0 dies after its followers have left
 
 Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
 
@@ -10,6 +11,7 @@ Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` 
              download     on the rank that prepares the data, before it tells the others the outcome
              checkpoint   inside every checkpoint write, half the bytes written (before the fsync and rename)
              checkpoint=N inside the N-th checkpoint write of this start only
+             completed    after the run completed (model saved, every rank released), before the exit
     actions  sigkill      this process dies (SIGKILL)
              sigkill-pod  the pod dies: torchrun (the container's main process) and this process, SIGKILL
              sigterm-pod  the pod is preempted: SIGTERM to torchrun, as the kubelet sends it; training goes on
@@ -37,7 +39,7 @@ from worker.config import ConfigError
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
-                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?)"
+                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?|completed)"
                     r"(?P<filters>(,(rank|attempt)=\d+)*)$")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import sys
 import time
 import warnings
@@ -17,12 +16,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import checkpoint, data, exit_codes, faults, process_group
+from worker import checkpoint, data, exit_codes, faults, process_group, settings
 from worker.checkpoint import Position
-from worker.config import TrainConfig
+from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
 from worker.gradsync import FlatGradients
 from worker.model import MnistCNN, parameter_count
+from worker.stop import StopRequest, Terminated
 from worker.threads import threads_per_process
 
 
@@ -34,16 +34,8 @@ class Stopped(Exception):
         self.exit_code = exit_codes.TERMINATED if signalled_here else exit_codes.PEER_LOST
 
 
-class StopRequest:
-    """Remembers SIGTERM/SIGINT instead of dying mid-step; the training loop shares it with the gang."""
-
-    def __init__(self):
-        self.requested = False
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum, frame):
-        self.requested = True
+class AlreadyComplete(Exception):
+    """OUTPUT_DIR holds the finished run with these settings: nothing to do, nothing to write."""
 
 
 class Trainer:
@@ -83,6 +75,7 @@ class Trainer:
             store = dist.distributed_c10d._get_default_store()
             self.log0(f"process group: {backend}, world size {env.world_size} "
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
+        self.start_state = self.inspect_output()
         data.prepare(cfg, env, store, self.log, fault=self.faults.at)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False)
@@ -112,23 +105,57 @@ class Trainer:
                 scheduler.step()
         return scheduler
 
-    # -- checkpoints -------------------------------------------------------------------------------
-    def resume(self) -> tuple[Position, float, float]:
-        """Rank 0 reads the newest valid checkpoint and hands it to every rank; (position, loss, samples)."""
-        state = None
-        if self.env.is_rank0 and self.config.resume:
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def inspect_output(self) -> dict | None:
+        """Rank 0 looks at OUTPUT_DIR and every rank learns its verdict: the checkpoint state to resume from
+        (or None to start afresh); AlreadyComplete if the finished run is there; ConfigError if the run there
+        was made with other settings. Nothing is written before this verdict."""
+        verdict = self._inspect_output() if self.env.is_rank0 else None
+        if self.distributed:
+            box = [verdict]
+            dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+            verdict = box[0]
+        if verdict["kind"] == "refused":
+            raise ConfigError(verdict["problems"])
+        if verdict["kind"] == "complete":
+            self.log0(settings.describe(verdict["summary"], self.config.output_dir))
+            raise AlreadyComplete()
+        if verdict["kind"] == "resume" and self.env.is_rank0:
             for stale in checkpoint.remove_stale_temporaries(self.config.checkpoint_dir):
                 self.log(f"removed {stale.name}, left by an interrupted checkpoint write")
-            found = checkpoint.load_newest(self.config.checkpoint_dir, log=self.log)
-            if found:
-                state, path = found
-                self.log(f"resuming from {path.name}")
-        if self.distributed:
-            box = [state]
-            dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
-            state = box[0]
+        return verdict.get("state")
+
+    def _inspect_output(self) -> dict:
+        cfg, env = self.config, self.env
+        if not cfg.resume:
+            return {"kind": "fresh"}
+        summary = settings.finished_run(cfg)
+        if summary is not None:
+            problems = settings.changed_settings(summary["config"], cfg, f"the finished run in {cfg.output_dir}")
+            return {"kind": "refused", "problems": problems} if problems else {"kind": "complete", "summary": summary}
+        found = checkpoint.load_newest(cfg.checkpoint_dir, log=self.log)
+        if not found:
+            return {"kind": "resume", "state": None}
+        state, path = found
+        problems = settings.changed_settings(state.get("config", {}), cfg, f"checkpoint {path.name}")
+        position = Position(**state["position"])
+        if position.step and state["world_size"] != env.world_size:
+            problems[:0] = [
+                f"WORLD_SIZE: checkpoint {path.name} was taken in the middle of epoch {position.epoch + 1} (after "
+                f"batch {position.step}) with {state['world_size']} processes, now {env.world_size}: the rest of "
+                f"that epoch's shards cannot be dealt to another number of processes. Run this epoch with "
+                f"{state['world_size']} processes (replicas x processes per pod), or remove {path.name} to "
+                f"resume from the start of epoch {position.epoch + 1}"]
+        if problems:
+            return {"kind": "refused", "problems": problems}
+        self.log(f"resuming from {path.name}")
+        return {"kind": "resume", "state": state}
+
+    def resume(self) -> tuple[Position, float, float, dict]:
+        """Load the checkpoint every rank received; (position, loss, samples, result of the last epoch)."""
+        state = self.start_state
         if state is None:
-            return Position(0, 0), 0.0, 0.0
+            return Position(0, 0), 0.0, 0.0, {}
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         position = Position(**state["position"])
@@ -138,9 +165,10 @@ class Trainer:
             position = Position(position.epoch, 0)
         carried = state["epoch_loss_sum"] if (position.step and self.env.is_rank0) else 0.0
         samples = state["epoch_samples"] if (position.step and self.env.is_rank0) else 0.0
-        return position, carried, samples
+        return position, carried, samples, state.get("result") or {}
 
-    def save_checkpoint(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0) -> None:
+    def save_checkpoint(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
+                        result: dict | None = None) -> None:
         if not self.env.is_rank0:
             return
         state = {
@@ -151,7 +179,8 @@ class Trainer:
             "epoch_samples": samples,
             "steps_per_epoch": self.steps,
             "world_size": self.env.world_size,
-            "config": {k: str(v) for k, v in asdict(self.config).items()},
+            "config": settings.recorded_config(self.config),
+            "result": result,  # the last finished epoch's metrics: a run resumed at its end reports them
         }
         started = time.perf_counter()
         path = checkpoint.save(state, self.config.checkpoint_dir, position, self.config.keep_checkpoints,
@@ -177,10 +206,10 @@ class Trainer:
 
     def train(self) -> dict:
         cfg, env = self.config, self.env
-        position, carried_loss, carried_samples = self.resume()
+        position, carried_loss, carried_samples, result = self.resume()
         scheduler = self.make_scheduler(position.epoch * self.steps + position.step)
         batch = cfg.batch_size
-        result = {}
+        self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
         self.model.train()
         for epoch in range(position.epoch, cfg.epochs):
             indices = data.shard_indices(len(self.images), env.world_size, env.rank, cfg.seed, epoch).to(self.device)
@@ -239,7 +268,7 @@ class Trainer:
             if stop:
                 self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
             if stop or last or (cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0):
-                self.save_checkpoint(Position(epoch + 1, 0))
+                self.save_checkpoint(Position(epoch + 1, 0), result=result)
             self.append_metrics(result)
             if stop and not last:
                 raise Stopped(self.stop.requested)
@@ -255,27 +284,40 @@ class Trainer:
             handle.flush()
 
     def save_model(self, result: dict) -> None:
-        if not self.env.is_rank0:
-            return
-        buffer = io.BytesIO()
-        torch.save(self.model.state_dict(), buffer)
-        checkpoint.atomic_write(self.config.output_dir / "model.pt", buffer.getvalue())
-        summary = {
-            "accuracy": result.get("accuracy"),
-            "loss": result.get("loss"),
-            "epochs": self.config.epochs,
-            "world_size": self.env.world_size,
-            "parameters": parameter_count(self.model),
-            "model": "worker.model.MnistCNN",
-            "config": {k: str(v) for k, v in asdict(self.config).items()},
-        }
-        checkpoint.atomic_write(self.config.output_dir / "model.json",
-                                (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
-        self.log(f"model saved to {self.config.output_dir / 'model.pt'} (test accuracy "
-                 f"{100 * (result.get('accuracy') or 0):.2f}%)")
+        """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
+        pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
+        while rank 0 could still fail)."""
+        if self.env.is_rank0:
+            buffer = io.BytesIO()
+            torch.save(self.model.state_dict(), buffer)
+            checkpoint.atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
+            summary_path = self.config.output_dir / settings.MODEL_SUMMARY
+            summary = {
+                **_read_json(summary_path),  # a field it had is never lost
+                "accuracy": result.get("accuracy"),
+                "loss": result.get("loss"),
+                "epochs": self.config.epochs,
+                "world_size": self.env.world_size,
+                "parameters": parameter_count(self.model),
+                "model": "worker.model.MnistCNN",
+                "config": settings.recorded_config(self.config),
+            }
+            checkpoint.atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+            self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
+                     f"{100 * (result.get('accuracy') or 0):.2f}%)")
+        if self.distributed:
+            dist.barrier()
 
     def close(self) -> None:
         process_group.destroy_process_group()
+
+
+def _read_json(path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def run(config: TrainConfig, env: DistEnv) -> int:
@@ -286,7 +328,18 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         result = trainer.train()
         trainer.save_model(result)
         trainer.log("training completed.")
+        trainer.faults.at("completed")
         return exit_codes.OK
+    except AlreadyComplete:
+        return exit_codes.OK
+    except ConfigError as error:
+        for problem in error.problems:
+            trainer.log(f"configuration error: {problem}")
+        trainer.log(f"exiting with code {exit_codes.BAD_CONFIG} (bad configuration); nothing was written")
+        return exit_codes.BAD_CONFIG
+    except Terminated as terminated:
+        trainer.log(f"stopped: {terminated} before training started; nothing to save")
+        return exit_codes.TERMINATED
     except Stopped as stopped:
         trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
                                    else "a peer was asked to stop; the gang restarts from the checkpoint"))
@@ -301,11 +354,23 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         if not _is_communication_error(exc):
             raise
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if env.is_rank0 and _is_timeout(exc):
+            # a peer that stops answering exits nowhere (or only with 75): the leader's exit is what counts
+            # this gang restart against the Job's backoffLimit, once
+            trainer.log(f"error: a peer stopped answering ({first_line}); exiting so that the gang restarts "
+                        "from the last checkpoint")
+            return exit_codes.STALLED
         trainer.log(f"error: lost contact with a peer ({first_line}); exiting so that the gang restarts "
                     "from the last checkpoint")
         return exit_codes.PEER_LOST
     finally:
+        trainer.stop.defer()  # a second signal must not interrupt the clean-up
         trainer.close()
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text
 
 
 def _is_communication_error(exc: BaseException) -> bool:

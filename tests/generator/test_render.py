@@ -1,6 +1,7 @@
 """The rendered manifests: golden default, upstream Kubernetes schemas, and the Job's contract."""
 
 import os
+import re
 from pathlib import Path
 
 import kubernetes_validate
@@ -74,21 +75,27 @@ def test_schema_validator_rejects_a_broken_job():
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "NoSuchKind"}, MIN_KUBERNETES, strict=True)
 
 
-def test_job_is_an_indexed_gang_with_torchrun_as_main_process():
+def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     job = job_of(render("replicas=3", "master_port=23456"))
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
-    assert spec["backoffLimit"] == 3 * 3  # max_restarts gang restarts x replicas
+    # a gang restart costs one counted failure (the root cause's), so max_restarts is the limit itself
+    assert spec["backoffLimit"] == spec["backoffLimitPerIndex"] == 3 and spec["maxFailedIndexes"] == 0
     assert spec["podReplacementPolicy"] == "Failed"
     rules = spec["podFailurePolicy"]["rules"]
+    # bad configuration from any container fails the Job; disruptions and a peer's victims are not counted
     assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78]}}
     assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75]}}
+    assert len(rules) == 3
+    # the leader decides: index 0 succeeding completes the Job
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == "mnist-train" and pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False
     worker = pod["containers"][0]
-    assert worker["command"] == ["torchrun"]
+    assert worker["command"] == ["python", "-m", "worker.launch"]  # torchrun, exiting with the worker's code
     assert worker["args"] == [
         "--nnodes=3", "--nproc-per-node=1", "--node-rank=$(JOB_COMPLETION_INDEX)",
         "--master-addr=mnist-train-0.mnist-train", "--master-port=23456", "--max-restarts=0",
@@ -99,7 +106,8 @@ def test_job_is_an_indexed_gang_with_torchrun_as_main_process():
         "metadata.annotations['batch.kubernetes.io/job-completion-index']")
     assert env["OMP_NUM_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
     assert env["PYTHONUNBUFFERED"]["value"] == "1"
-    assert worker["envFrom"] == [{"configMapRef": {"name": "mnist-train-config"}}]
+    config_map = next(doc for doc in render("replicas=3", "master_port=23456") if doc["kind"] == "ConfigMap")
+    assert worker["envFrom"] == [{"configMapRef": {"name": config_map["metadata"]["name"]}}]
     mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
     assert mounts["/pvc-home"] == "shared" and mounts["/dev/shm"] == "dshm"
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -152,6 +160,34 @@ def test_config_map_carries_the_training_environment_as_strings():
     assert config["data"]["OUTPUT_DIR"] == "/pvc-home/runs/mnist-train"
 
 
+def config_map_of(*sets: str) -> dict:
+    return next(doc for doc in render(*sets) if doc["kind"] == "ConfigMap")
+
+
+def test_config_map_is_immutable_and_named_by_its_content():
+    default = config_map_of()
+    assert default["immutable"] is True
+    assert re.fullmatch(r"mnist-train-config-[0-9a-f]{10}", default["metadata"]["name"])
+    # a changed setting is a new ConfigMap (a running Job keeps its own); anything else keeps the name
+    changed = config_map_of("config_map.LEARNING_RATE=0.003")
+    assert changed["metadata"]["name"] != default["metadata"]["name"]
+    assert config_map_of("replicas=5", "image=other:1")["metadata"]["name"] == default["metadata"]["name"]
+    # same content, same name, whatever the order the values came in
+    assert (config_map_of("config_map={B: '1', A: '2'}")["metadata"]["name"]
+            == config_map_of("config_map={A: '2', B: '1'}")["metadata"]["name"])
+    # the Job's pods and init container use exactly that ConfigMap
+    docs = render("config_map.LEARNING_RATE=0.003")
+    pod = job_of(docs)["spec"]["template"]["spec"]
+    for container in pod["containers"] + pod["initContainers"]:
+        assert container["envFrom"] == [{"configMapRef": {"name": changed["metadata"]["name"]}}]
+
+
+def test_max_restarts_zero_still_renders_a_valid_job():
+    spec = job_of(render("max_restarts=0"))["spec"]
+    assert spec["backoffLimit"] == spec["backoffLimitPerIndex"] == 0
+    kubernetes_validate.validate(job_of(render("max_restarts=0")), MIN_KUBERNETES, strict=True)
+
+
 def test_existing_claim_replaces_the_new_claim():
     docs = render("shared_volume.existing_claim=team-data")
     assert "PersistentVolumeClaim" not in [doc["kind"] for doc in docs]
@@ -178,4 +214,4 @@ def test_derived_numbers():
     values = validate_values(resolve_values(default_values_path(), [], ["resources.gpu.accelerator_count=8",
                                                                          "replicas=4", "max_restarts=2"]))
     derived = derive(values)
-    assert derived["procs_per_pod"] == 8 and derived["backoff_limit"] == 8
+    assert derived["procs_per_pod"] == 8 and derived["backoff_limit"] == 2

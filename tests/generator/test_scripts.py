@@ -93,6 +93,20 @@ def test_run_applies_the_build_directory_and_explains_how_to_follow(tmp_path, fa
     assert "kubectl -n ml logs -f -l app.kubernetes.io/instance=digits" in result.stderr
 
 
+def test_run_explains_a_job_that_exists_with_other_settings(tmp_path):
+    """kubectl apply fails on the Job's immutable template: run.sh says what to do instead."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").write_text('#!/bin/sh\ncase "$*" in apply*) echo "field is immutable" >&2; exit 1;; esac\n'
+                                     'exit 0\n')
+    (bin_dir / "kubectl").chmod(0o755)
+    build = tmp_path / "build"
+    script("prepare.sh", "--set", "config_map.EPOCHS='9'", build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 1
+    assert "Job default/mnist-train already exists" in result.stderr and "./clean.sh first" in result.stderr
+
+
 def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     bin_dir, log = fake_kubectl
     build = tmp_path / "build"
@@ -100,6 +114,9 @@ def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     assert script("clean.sh", build=build, path_prefix=bin_dir).returncode == 0
     calls = log.read_text()
     assert "4-job.yaml" in calls and "--cascade=foreground" in calls and "3-service.yaml" in calls
+    # every ConfigMap of the job, the old renders' included (each is immutable, named by its content)
+    assert ("delete configmap --ignore-not-found --wait=true -n default "
+            "-l app.kubernetes.io/instance=mnist-train,app.kubernetes.io/component=config") in calls
     assert "1-persistentvolumeclaim.yaml" not in calls
     assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
     assert "1-persistentvolumeclaim.yaml" in log.read_text()

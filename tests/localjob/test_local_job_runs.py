@@ -49,8 +49,10 @@ def test_two_pods_train_to_the_documented_accuracy(tmp_path):
     claim = volume(tmp_path, dataset_files())
     result, log, status = run_local_job(tmp_path, render("replicas=2"), claim)
     assert result.returncode == 0, log[-4000:] + result.stderr.decode()[-2000:]
-    assert status["condition"] == {"type": "Complete", "reason": "Completed", "message": "all 2 indexes succeeded"}
-    assert status["restarts"] == {"0": 0, "1": 0}
+    # the leader decides: index 0's success meets the Job's successPolicy
+    assert status["condition"] == {"type": "Complete", "reason": "SuccessPolicy", "message": "Matched rules at index 0"}
+    assert status["conditions"][0]["type"] == "SuccessCriteriaMet"
+    assert status["restarts"] == {"0": 0, "1": 0} and status["failed"] == 0
     # each pod's output, prefixed with its pod name, in the worker's documented format
     assert re.search(r"^\[mnist-train-0-\w{5}\] Rank 0: epoch 5/5, average epoch loss=\d\.\d{4}$", log, re.M)
     assert re.search(r"^\[mnist-train-1-\w{5}\] Rank 1: training completed\.$", log, re.M)
@@ -129,7 +131,9 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     result, log, status = run_local_job(tmp_path, manifests, empty)
     assert result.returncode == 1
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
-    assert status["failed"] >= 3  # backoffLimit = max_restarts x replicas = 2: the third failure ends it
+    # each gang attempt: rank 0 exits 69 (counted), rank 1 is its victim (75, ignored); 2 attempts for 1 restart
+    assert status["failed"] == 2 and status["ignored"] == 2
+    assert sorted(pod["exit_codes"]["worker"] for pod in status["pods"]) == [69, 69, 75, 75]
     assert "DOWNLOAD is false" in log
 
 

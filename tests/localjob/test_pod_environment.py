@@ -49,7 +49,7 @@ def test_pod_gets_the_environment_and_command_kubernetes_would_give_it(tmp_path)
     pod = factory.pod(2)
     main = pod.container
     assert pod.name.startswith("mnist-train-2-") and pod.index == 2
-    assert main.argv == ["torchrun", "--nnodes=3", "--nproc-per-node=1", "--node-rank=2",
+    assert main.argv == ["python", "-m", "worker.launch", "--nnodes=3", "--nproc-per-node=1", "--node-rank=2",
                          "--master-addr=127.0.0.1", "--master-port=40001", "--max-restarts=0",
                          "--rdzv-conf=timeout=600", "--shutdown-timeout=55", "-m", "worker"]
     env = main.env
@@ -103,5 +103,5 @@ def test_refuses_what_it_cannot_run_faithfully():
     refuse(docs, "type hostPath is not supported locally")
 
     refuse([d for d in rendered() if d["kind"] != "Service"], "names a Service that is not in the manifests")
-    refuse([d for d in rendered() if d["kind"] != "ConfigMap"], "ConfigMap mnist-train-config, which is not")
+    refuse([d for d in rendered() if d["kind"] != "ConfigMap"], "takes env from ConfigMap mnist-train-config-")
     refuse([d for d in rendered() if d["kind"] != "Job"], "expected exactly one Job")

@@ -38,8 +38,8 @@ def test_runs_as_the_numeric_non_root_user_of_the_manifests():
     assert uid != 0 and (uid, gid) == (defaults["run_as_user"], defaults["run_as_group"])
 
 
-def test_entrypoint_and_cmd_are_exec_form_with_torchrun_as_pid_1():
-    assert json.loads(instruction("ENTRYPOINT")[-1]) == ["torchrun"]
+def test_entrypoint_and_cmd_are_exec_form_with_the_launcher_as_pid_1():
+    assert json.loads(instruction("ENTRYPOINT")[-1]) == ["python", "-m", "worker.launch"]
     assert json.loads(instruction("CMD")[-1]) == ["--standalone", "-m", "worker"]
 
 
@@ -67,7 +67,7 @@ def test_the_image_command_trains_with_the_image_environment(small_dir, tmp_path
     (pvc_home / "data" / "MNIST").symlink_to(small_dir / "MNIST")
     env = {**worker_env(pvc_home / "data", pvc_home / "runs" / "local"), **image_env(pvc_home),
            "PET_NPROC_PER_NODE": "2", "EPOCHS": "1"}
-    command = [str(BIN / "torchrun"), *json.loads(instruction("CMD")[-1])]
+    command = [str(BIN / "python"), *json.loads(instruction("ENTRYPOINT")[-1])[1:], *json.loads(instruction("CMD")[-1])]
     result = run(command, env, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Rank 1: training completed." in result.stdout

@@ -39,7 +39,9 @@ def test_a_failed_download_fails_every_rank_promptly(tmp_path):
     assert result.returncode != 0
     assert time.monotonic() - started < 60
     assert "connection cut after" in result.stdout
-    assert "Rank 1: error: data unavailable: the preparing rank failed" in result.stdout
+    # rank 1 is the victim (75, not counted), rank 0 the root cause (69, counted once)
+    assert "Rank 1: error: global rank 0 could not prepare the data: could not get train-labels" in result.stdout
+    assert "Rank 0: error: data unavailable: " in result.stdout
     assert not (tmp_path / "data" / "MNIST" / "raw" / "train-labels-idx1-ubyte").exists()
 
 

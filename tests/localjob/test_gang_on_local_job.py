@@ -1,0 +1,87 @@
+"""The gang as the real Job controller runs it: evictions are free, the leader decides success, a fault that
+never heals ends the Job after max_restarts + 1 gang attempts (real pods: the launcher, torchrun and gloo)."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import BIN, ROOT
+from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
+from tests.worker.launch import read_until, recorded_epochs
+
+pytestmark = pytest.mark.slow
+
+
+def evict(root, index: int) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "local-job"), "evict", "--volume-root", str(root), str(index)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=0", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8",
+                       "config_map.LOG_INTERVAL=1")
+    (tmp_path / "job.yaml").write_bytes(manifests)
+    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+    seen = []
+    try:
+        assert read_until(process, "Rank 1: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])
+        evicted = evict(tmp_path / "root", 1)  # from "another terminal", as kubectl drain would
+        assert evicted.returncode == 0, evicted.stderr
+        assert re.fullmatch(r"local-job evict: pod mnist-train-1-\w{5} evicted\n", evicted.stdout)
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        process.kill() if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    status = json.loads((tmp_path / "status.json").read_text())
+    # max_restarts=0, yet the Job completes: the evicted pod (DisruptionTarget) and its victim (75) are ignored
+    assert status["condition"]["type"] == "Complete"
+    assert status["failed"] == 0 and status["ignored"] == 2
+    first_attempt = {pod["index"]: pod for pod in status["pods"][:2]}
+    assert first_attempt[1]["conditions"] == [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
+    assert first_attempt[1]["exit_codes"]["worker"] == 143 and first_attempt[0]["exit_codes"]["worker"] == 75
+    # the evicted rank's SIGTERM was agreed on by the gang: a mid-epoch checkpoint, resumed from
+    step = int(re.search(r"resuming from ckpt-e0001-s(\d{6})\.pt", log).group(1))
+    assert 10 <= step < 64
+    output = claim / "runs" / "mnist-train"
+    assert recorded_epochs(output) == [1, 2, 3]
+    assert json.loads((output / "model.json").read_text())["accuracy"] is not None
+    # with the Job over, there is nobody to ask
+    late = evict(tmp_path / "root", 1)
+    assert late.returncode == 2 and "no local-job is running" in late.stderr
+
+
+def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    # rank 0 has saved the model and released the gang; 3 s later (the follower has exited 0) its pod dies
+    fault = "sleep=3@completed,rank=0,attempt=0; sigkill-pod@completed,rank=0,attempt=0"
+    manifests = render("replicas=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32", f"config_map.FAULT_INJECT={fault}")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=300)
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert status["condition"]["reason"] == "SuccessPolicy"
+    assert status["restarts"] == {"0": 1, "1": 0} and status["failed"] == 1
+    # index 0 came back alone, found the run complete and succeeded without a rendezvous
+    output = claim / "runs" / "mnist-train"
+    assert f"launcher: the run in {output} is already complete (2 epochs" in log
+    assert log.count("Rank 0: process group: gloo") == 1
+    assert json.loads((output / "model.json").read_text())["accuracy"] is not None
+    assert recorded_epochs(output) == [1, 2]
+
+
+def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32",
+                       "config_map.FAULT_INJECT=exit=3@batch=1.2,rank=1")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400)
+    assert result.returncode == 1, log[-5000:]
+    assert status["condition"]["reason"] == "BackoffLimitExceeded"
+    # 3 gang attempts, not 2 x 3: each counted once (rank 1's crash), its victim ignored each time
+    assert log.count("started pod mnist-train-1-") == 3
+    assert status["failed"] == 3 and status["ignored"] == 2
+    assert status["restarts"] == {"0": 2, "1": 2}
+    assert "launcher: worker rank 1 failed first with exit code 3" in log

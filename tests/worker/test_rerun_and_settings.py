@@ -1,0 +1,116 @@
+"""Reruns and resumes are safe: a finished run is reported, not redone; changed settings are refused, by name."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.worker.launch import rank_command, read_until, run, start, torchrun_command, worker_env
+from tests.worker.test_launch import snapshot
+from worker import exit_codes
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = dict(EPOCHS=2, BATCH_SIZE=32, OMP_NUM_THREADS=1)
+
+
+@pytest.fixture
+def finished(tmp_path, small_dir):
+    out = tmp_path / "out"
+    result = run(torchrun_command(2), worker_env(small_dir, out, **SETTINGS))
+    assert result.returncode == 0, result.stdout[-3000:]
+    return out
+
+
+def test_a_rerun_on_a_finished_output_dir_changes_no_file(finished, small_dir):
+    before = snapshot(finished)
+    summary = json.loads((finished / "model.json").read_text())
+    assert summary["accuracy"] is not None
+    for command in (torchrun_command(2), rank_command()):  # the gang, and one process alone
+        again = run(command, worker_env(small_dir, finished, **SETTINGS))
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert f"the run in {finished} is already complete (2 epochs, test accuracy" in again.stdout
+        assert "epoch: 1/2" not in again.stdout
+        assert snapshot(finished) == before  # every byte and every mtime
+
+
+def test_a_rerun_with_another_setting_is_refused(finished, small_dir):
+    before = snapshot(finished)
+    result = run(rank_command(), worker_env(small_dir, finished, **{**SETTINGS, "EPOCHS": 3, "SEED": 5}))
+    assert result.returncode == exit_codes.BAD_CONFIG, result.stdout[-3000:]
+    assert f"EPOCHS: the finished run in {finished} was trained with EPOCHS=2, now 3" in result.stdout
+    assert "SEED: " in result.stdout and "SEED=0, now 5" in result.stdout
+    assert snapshot(finished) == before
+
+
+def interrupted_after_epoch_1(tmp_path, small_dir, nproc=1, **settings):
+    """A run of 3 epochs that crashed early in epoch 2: its newest checkpoint is epoch 1's."""
+    out = tmp_path / "interrupted"
+    env = worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 3, "FAULT_INJECT": "exit=1@batch=2.2", **settings})
+    result = run(torchrun_command(nproc) if nproc > 1 else rank_command(), env)
+    assert result.returncode != 0 and "checkpoint ckpt-e0001-s000000.pt written" in result.stdout, result.stdout
+    return out
+
+
+def test_a_changed_learning_rate_on_resume_is_refused_and_nothing_is_written(tmp_path, small_dir):
+    out = interrupted_after_epoch_1(tmp_path, small_dir)
+    (out / "checkpoints" / ".tmp-ckpt-e0002-s000000.pt.left").write_bytes(b"half a checkpoint")
+    before = snapshot(out)
+    result = run(torchrun_command(2), worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 3, "LEARNING_RATE": 0.01}))
+    assert result.returncode != 0
+    assert ("configuration error: LEARNING_RATE: checkpoint ckpt-e0001-s000000.pt was trained with "
+            "LEARNING_RATE=0.004, now 0.01") in result.stdout
+    assert "either put the old value(s) back, or start a new run: another OUTPUT_DIR" in result.stdout
+    assert "exited with exit code 78" in result.stderr or "exitcode: 78" in result.stderr
+    assert snapshot(out) == before  # not even the stale temporary was touched
+    # putting the value back resumes
+    resumed = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 3}))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resuming from ckpt-e0001-s000000.pt" in resumed.stdout
+    # RESUME=false is the other way out: a new run from scratch
+    fresh = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "LEARNING_RATE": 0.01, "RESUME": "false"}))
+    assert fresh.returncode == 0 and "epoch: 1/2" in fresh.stdout
+
+
+def test_another_world_size_resumes_at_an_epoch_boundary(tmp_path, small_dir):
+    out = interrupted_after_epoch_1(tmp_path, small_dir, nproc=2)
+    resumed = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 3}))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resuming from ckpt-e0001-s000000.pt" in resumed.stdout
+    assert json.loads((out / "model.json").read_text())["world_size"] == 1
+
+
+def test_a_mid_epoch_checkpoint_refuses_another_world_size(tmp_path, small_dir):
+    out = tmp_path / "out"
+    env = worker_env(small_dir, out, **{**SETTINGS, "BATCH_SIZE": 8, "LOG_INTERVAL": 1})
+    process = start(torchrun_command(2), env)
+    seen = []
+    assert read_until(process, "Rank 1: epoch: 1/2, batch: 5/", 120, seen), "".join(seen)
+    os.kill(process.pid, signal.SIGTERM)
+    process.communicate(timeout=60)
+    (checkpoint,) = [p.name for p in (out / "checkpoints").iterdir()]
+    assert checkpoint.startswith("ckpt-e0000-s")  # mid-epoch
+    before = snapshot(out)
+    result = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "BATCH_SIZE": 8}))
+    assert result.returncode == exit_codes.BAD_CONFIG, result.stdout[-3000:]
+    assert (f"WORLD_SIZE: checkpoint {checkpoint} was taken in the middle of epoch 1 (after batch "
+            in result.stdout)
+    assert "with 2 processes, now 1" in result.stdout and f"or remove {checkpoint}" in result.stdout
+    assert snapshot(out) == before
+
+
+def test_a_run_resumed_at_its_end_keeps_its_result(finished, small_dir):
+    """The final checkpoint is written, then the pod dies before model.json: the rerun restores the result."""
+    summary = json.loads((finished / "model.json").read_text())
+    (finished / "model.json").unlink()
+    (finished / "model.pt").unlink()
+    started = time.monotonic()
+    again = run(rank_command(), worker_env(small_dir, finished, **SETTINGS))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "resuming from ckpt-e0002-s000000.pt" in again.stdout and "epoch: 2/2" not in again.stdout
+    restored = json.loads((finished / "model.json").read_text())
+    assert restored["accuracy"] == summary["accuracy"] and restored["loss"] == summary["loss"]
+    assert set(summary) <= set(restored)  # no field lost
+    assert time.monotonic() - started < 60

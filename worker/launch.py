@@ -1,0 +1,128 @@
+"""torchrun, exiting with the worker's code: the pod's exit code is what podFailurePolicy acts on.
+
+    python -m worker.launch --nnodes=2 --nproc-per-node=1 --node-rank=$(JOB_COMPLETION_INDEX) \\
+        --master-addr=JOB-0.SERVICE --master-port=29500 -m worker     # the Job's main container
+    python -m worker.launch --standalone --nproc-per-node=2 -m worker  # anything torchrun runs
+
+It takes torchrun's arguments and runs torchrun's own launcher (torch.distributed.run); it differs only in
+what it exits with and in two checks before the rendezvous:
+
+- torchrun exits 1 whatever failed. This exits with the code of the worker that failed first (a signal
+  death as 128 + signal). Victims yield to any other failure torchrun saw in the same round: a worker that
+  exited PEER_LOST (75: "a peer failed first") and one that torchrun itself stopped with SIGTERM once another
+  had failed (143), so the root cause is what the pod reports.
+- SIGTERM is forwarded to the workers as torchrun does (they checkpoint); the exit code is then 128 + the
+  signal, or 0 when the run is complete on the volume (it finished during the grace period).
+- A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
+- Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
+  the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
+  if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
+  will never come.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from torch.distributed import DistError
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.run import parse_args
+from torch.distributed.run import run as torchrun
+
+from worker import exit_codes, settings
+from worker.config import ConfigError, build_parser, load_config
+
+BUILT_IN_WORKER = "worker"
+
+
+def say(message: str) -> None:
+    print(f"launcher: {message}", file=sys.stderr, flush=True)
+
+
+def container_code(exitcode: int) -> int:
+    """A process's exit status as a container runtime reports it: a signal death is 128 + the signal."""
+    return 128 - exitcode if exitcode < 0 else exitcode
+
+
+# What a worker exits with when it failed because of another: a peer's failure, or torchrun's own SIGTERM to
+# the survivors once one worker had failed.
+VICTIM_CODES = (exit_codes.PEER_LOST, 128 + signal.SIGTERM)
+
+
+def root_cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
+    """The failure to report: the first by time (then by rank) that is not a victim's, else the first."""
+    ordered = sorted(failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    causes = [item for item in ordered if container_code(item[1].exitcode) not in VICTIM_CODES]
+    return (causes or ordered)[0]
+
+
+def worker_config(args):
+    """The built-in worker's configuration (environment, then its flags), or None for another program."""
+    if not (args.module and args.training_script == BUILT_IN_WORKER):
+        return None
+    flags = vars(build_parser().parse_known_args(args.training_script_args)[0])
+    return load_config(os.environ, flags)
+
+
+def check_before_rendezvous(args) -> int | None:
+    """An exit code when the pod must not join the rendezvous at all; None to go on."""
+    index = os.environ.get("JOB_COMPLETION_INDEX")
+    if index is not None and str(args.node_rank) != index.strip():
+        say(f"configuration error: --node-rank={args.node_rank} but JOB_COMPLETION_INDEX={index}: pods would "
+            "take each other's ranks; run with --node-rank=$(JOB_COMPLETION_INDEX)")
+        return exit_codes.BAD_CONFIG
+    try:
+        config = worker_config(args)
+    except ConfigError:
+        return None  # the worker reports it, naming the variable, with the same exit code
+    summary = settings.finished_run(config) if config is not None and config.resume else None
+    if summary is None:
+        return None
+    problems = settings.changed_settings(summary["config"], config, f"the finished run in {config.output_dir}")
+    for problem in problems:
+        say(f"configuration error: {problem}")
+    if problems:
+        return exit_codes.BAD_CONFIG
+    say(settings.describe(summary, config.output_dir))
+    return exit_codes.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    early = check_before_rendezvous(args)
+    if early is not None:
+        return early
+    try:
+        torchrun(args)
+        return exit_codes.OK
+    except ChildFailedError as failed:
+        rank, failure = root_cause(failed.failures)
+        code = container_code(failure.exitcode)
+        others = {r: container_code(f.exitcode) for r, f in failed.failures.items() if r != rank}
+        say(f"worker rank {rank} failed first with exit code {code}"
+            + (f" (then {', '.join(f'rank {r}: {c}' for r, c in sorted(others.items()))})" if others else "")
+            + f"; the pod exits {code}")
+        return code
+    except SignalException as stopped:
+        sig = signal.Signals(stopped.sigval)
+        try:
+            config = worker_config(args)
+        except ConfigError:
+            config = None
+        if config is not None and settings.finished_run(config) is not None:
+            say(f"{sig.name} received after the run completed; exiting 0")
+            return exit_codes.OK
+        say(f"{sig.name} received; forwarded to the workers, which had until --shutdown-timeout to checkpoint")
+        return 128 + sig.value
+    except (RendezvousError, DistError, TimeoutError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        say(f"the gang did not assemble: {type(exc).__name__}: {first_line}; exiting {exit_codes.STALLED}")
+        return exit_codes.STALLED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
