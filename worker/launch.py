@@ -64,7 +64,10 @@ def worker_config(args):
     """The built-in worker's configuration (environment, then its flags), or None for another program."""
     if not (args.module and args.training_script == BUILT_IN_WORKER):
         return None
-    flags = vars(build_parser().parse_known_args(args.training_script_args)[0])
+    try:
+        flags = vars(build_parser().parse_known_args(args.training_script_args)[0])
+    except SystemExit:  # a malformed flag: the worker reports it (78), naming it
+        raise ConfigError(["malformed worker flags"]) from None
     return load_config(os.environ, flags)
 
 
