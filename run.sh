@@ -38,7 +38,10 @@ if [[ "$local_run" == true ]]; then
   root="$ROOT/runs/$name"
   info "running Job $name on this machine; volumes and logs in $root"
   status=0
-  "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" "${local_args[@]}" || status=$?
+  # As an image's ENV would: on this machine, the built-in worker may fall back to the MNIST sample it ships
+  # when the full set cannot be downloaded (no network); on a cluster it downloads the full set or fails.
+  "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" \
+    --env MNIST_SAMPLE_FALLBACK=true "${local_args[@]}" || status=$?
   info "pod logs: $root/logs/; Job status: $root/status.json"
   exit "$status"
 fi

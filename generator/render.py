@@ -20,6 +20,7 @@ from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.resources import templates_dir
 from generator.values import FastSafeLoader
+from generator.worker_variables import BUILT_IN_WORKER
 from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
 
 SHARED_MOUNT = "/pvc-home"
@@ -30,6 +31,14 @@ SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.
 # a configuration that cannot work; "a peer failed first" is not counted, the peer's own pod counts the cause.
 EXIT_BAD_CONFIG = 78
 EXIT_PEER_LOST = 75
+# What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
+# a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
+# process whose watchdog itself hangs. In the ConfigMap, so config_map and env override them.
+NCCL_DEFAULTS = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
+}
 # Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
 MIN_KUBERNETES = "1.34"
 
@@ -108,8 +117,11 @@ def derive(values: dict) -> dict:
         # defaults that put data and results on the shared volume; config_map may override them
         "DATA_DIR": f"{SHARED_MOUNT}/data",
         "OUTPUT_DIR": f"{SHARED_MOUNT}/runs/{name}",
+        **(NCCL_DEFAULTS if gpus else {}),
         **values["config_map"],
     }
+    entry = values["entrypoint"]
+    built_in = entry["module"] == BUILT_IN_WORKER
     return {
         "procs_per_pod": procs,
         "gpus": gpus,
@@ -135,7 +147,29 @@ def derive(values: dict) -> dict:
         # with a few seconds left for torchrun itself to exit
         "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),
         "shared_mount": SHARED_MOUNT,
+        "built_in_worker": built_in,
+        "launcher": entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
+        "program": (["-m", entry["module"]] if entry["module"] is not None else [entry["script"]]) + entry["args"],
+        "extra_volumes": [_extra_volume(volume) for volume in values["extra_volumes"]],
     }
+
+
+def _extra_volume(volume: dict) -> dict:
+    """One of extra_volumes as the pod's volume and the container's mount."""
+    name = volume["name"]
+    if "secret" in volume:
+        source = {"secret": {"secretName": volume["secret"]}}
+    elif "config_map" in volume:
+        source = {"configMap": {"name": volume["config_map"]}}
+    elif "claim" in volume:
+        source = {"persistentVolumeClaim": {"claimName": volume["claim"]}}
+    else:
+        size = (volume.get("empty_dir") or {}).get("size")
+        source = {"emptyDir": {"sizeLimit": gib_quantity(size)} if size else {}}
+    mount = {"name": name, "mountPath": volume["mount_path"]}
+    if volume.get("read_only") or "secret" in volume or "config_map" in volume:
+        mount["readOnly"] = True  # secrets and ConfigMaps are read-only anyway: say so
+    return {"volume": {"name": name, **source}, "mount": mount}
 
 
 def config_map_name(name: str, data: dict[str, str]) -> str:

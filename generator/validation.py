@@ -17,27 +17,11 @@ from generator.errors import ValuesError
 from generator.render import SELECTOR_LABELS
 from generator.resources import schema_path
 from generator.values import type_name
+from generator.worker_variables import BUILT_IN_WORKER, RUNTIME_PREFIXES, WORKER_VARIABLES, reserved
 
 MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
-# Environment variables the Job sets itself: a ConfigMap key with one of these names would be shadowed
-# by the container's own env (env wins over envFrom), so the user's value would silently do nothing.
-RESERVED_ENV = frozenset(
-    {
-        "JOB_COMPLETION_INDEX",
-        "OMP_NUM_THREADS",
-        "PYTHONUNBUFFERED",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "NODE_RANK",
-        "NNODES",
-        "NPROC_PER_NODE",
-    }
-)
+# Volumes and mount paths of the Job itself (templates/job.yaml.j2): extra_volumes may not take them.
+OWN_VOLUMES = {"shared": "/pvc-home", "dshm": "/dev/shm", "tmp": "/tmp"}
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -219,12 +203,9 @@ def semantic_problems(values: dict) -> list[str]:
             "set one of them to null"
         )
 
-    for key in sorted(values["config_map"]):
-        if key in RESERVED_ENV:
-            problems.append(
-                f"config_map.{key}: set by the Job itself and would be ignored; remove it "
-                "(use local_device_count, replicas, master_port or resources.cpu instead)"
-            )
+    problems.extend(_environment_problems(values))
+    problems.extend(_entrypoint_problems(values))
+    problems.extend(_volume_problems(values))
     for key, value in sorted(values["config_map"].items()):
         if isinstance(value, float) and not math.isfinite(value):
             problems.append(f"config_map.{key}: {value} is not a finite number")
@@ -257,6 +238,61 @@ def semantic_problems(values: dict) -> list[str]:
         if not toleration.get("key") and toleration.get("operator", "Equal") != "Exists":
             problems.append(f"tolerations[{index}].key: an empty key requires operator Exists")
     return problems
+
+
+def _reserved_problem(where: str, name: str) -> str:
+    return (f"{where}: {name} is set by torchrun or the Job for every process; a value here would be silently "
+            "overridden or override torchrun's own flags. Remove it (use replicas, local_device_count, "
+            "master_port or resources.cpu instead)")
+
+
+def _environment_problems(values: dict) -> Iterable[str]:
+    for key in sorted(values["config_map"]):
+        if reserved(key):
+            yield _reserved_problem(f"config_map.{key}", key)
+        elif values["entrypoint"]["module"] == BUILT_IN_WORKER and key not in WORKER_VARIABLES \
+                and not key.startswith(RUNTIME_PREFIXES):
+            close = difflib.get_close_matches(key, sorted(WORKER_VARIABLES), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see `python -m worker --help`"
+            yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
+                   "variables are free-form")
+    seen: set[str] = set()
+    for index, variable in enumerate(values["env"]):
+        name, where = variable["name"], f"env[{index}]"
+        if reserved(name):
+            yield _reserved_problem(f"{where}.name", name)
+        if name in seen:
+            yield f"{where}.name: {name} is set twice in env"
+        seen.add(name)
+        if ("value" in variable) == ("valueFrom" in variable):
+            yield f"{where}: needs exactly one of value and valueFrom"
+
+
+def _entrypoint_problems(values: dict) -> Iterable[str]:
+    entry = values["entrypoint"]
+    if entry["module"] is not None and entry["script"] is not None:
+        yield (f"entrypoint: module ({entry['module']}) and script ({entry['script']}) are both set; to run the "
+               "script, set entrypoint.module to null")
+    if entry["module"] is None and entry["script"] is None:
+        yield "entrypoint: set module (e.g. worker, the built-in trainer) or script (a path inside the image)"
+
+
+def _volume_problems(values: dict) -> Iterable[str]:
+    names = dict(OWN_VOLUMES)
+    for index, volume in enumerate(values["extra_volumes"]):
+        where = f"extra_volumes[{index}]"
+        sources = [key for key in ("secret", "config_map", "claim", "empty_dir") if key in volume]
+        if len(sources) != 1:
+            yield f"{where}: needs exactly one of secret, config_map, claim and empty_dir (hostPath is not allowed)"
+        name, path = volume["name"], volume["mount_path"].rstrip("/") or "/"
+        if name in names:
+            yield f"{where}.name: {name} is already a volume of the pod; choose another name"
+        for other, other_path in names.items():
+            if path == other_path or path.startswith(other_path + "/") or other_path.startswith(path + "/") \
+                    or path == "/":
+                yield f"{where}.mount_path: {path} overlaps {other_path}, where volume {other} is mounted"
+                break
+        names[name] = path
 
 
 def validate_values(values: dict) -> dict:

@@ -4,6 +4,7 @@
     local-job build/ --volume-root runs/local-job
     local-job build/ --volume mnist-train-data=/data/mnist-volume      # use an existing directory as a claim
     local-job evict --volume-root runs/local-job 1                     # from another terminal: preempt pod 1
+    local-job job.yaml --image-dir ./my-training --secret hf=./hf.env  # your own train.py, with a Secret
 """
 
 from __future__ import annotations
@@ -44,11 +45,17 @@ def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
               help="Use an existing directory as the PersistentVolumeClaim CLAIM (e.g. one holding MNIST).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
               help="Extra environment variable for every container, as an image's ENV would set it.")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME=PATH",
+              help="The Secret NAME the pods use: a file of KEY=VALUE lines or a directory of one file per key "
+                   "(as kubectl create secret generic --from-env-file / --from-file read them). Never printed.")
+@click.option("--image-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The directory standing for the image's working directory: containers run there, and the "
+                   "manifest's workingDir maps to it (default: the current directory).")
 @click.option("--backoff-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="First delay before a failed index is recreated (doubles per failure, as in Kubernetes).")
 @click.option("--status-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the Job's final status (condition, restarts, pods and exit codes) as JSON.")
-def local_job(source, volume_root, volumes, env, backoff_seconds, status_file):
+def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_seconds, status_file):
     """Run the Job in MANIFESTS (a file, a directory, or - for stdin: the output of gen-manifests) locally.
 
     Each pod is a process tree with the environment Kubernetes would give it; the exit code is 0 when the
@@ -58,13 +65,21 @@ def local_job(source, volume_root, volumes, env, backoff_seconds, status_file):
     from localjob.controller import JobController
     from localjob.podspec import PodFactory
 
-    job_plan = plan(read_source(source))
+    from generator.worker_variables import reserved
+    from localjob.secrets import read_secret
+
+    extra_env = _pairs("--env", env)
+    for name in sorted(extra_env):
+        if reserved(name):
+            raise ManifestError(f"--env {name}: set by torchrun or the Job for every process; it cannot be set here")
+    provided = {name: read_secret(name, Path(path)) for name, path in _pairs("--secret", secrets).items()}
+    job_plan = plan(read_source(source), provided)
     claim_dirs = {claim: Path(directory).resolve() for claim, directory in _pairs("--volume", volumes).items()}
     root = (volume_root or Path(tempfile.mkdtemp(prefix=f"local-job-{job_plan.name}-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     service = job_plan.headless_service or {}
     ports = {int(p.get("targetPort", p["port"])): free_port() for p in service.get("ports", [])}
-    factory = PodFactory(job_plan, root, claim_dirs, _pairs("--env", env), ports)
+    factory = PodFactory(job_plan, root, claim_dirs, extra_env, ports, image_dir)
     controller = JobController(job_plan, factory, root, backoff_seconds)
     controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
                     f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")

@@ -210,6 +210,7 @@ class JobController:
                 if not pod.step():
                     continue
                 del running[index]
+                self.factory.release(pod.run)
                 record = pod.record
                 if record.phase == "Succeeded":
                     self.succeeded.add(index)
@@ -292,6 +293,8 @@ class JobController:
             thread.start()
         for thread in threads:
             thread.join()
+        for pod in running.values():
+            self.factory.release(pod.run)
         running.clear()
 
     def status(self, complete: bool, reason: str, message: str) -> dict:

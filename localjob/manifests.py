@@ -8,7 +8,9 @@ from pathlib import Path
 
 import yaml
 
-SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap")
+from generator.worker_variables import reserved
+
+SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap", "secret")
 SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
                     "spec.serviceAccountName", "status.podIP", "status.hostIP")
 MAX_LOCAL_PODS = 64
@@ -28,6 +30,7 @@ class JobPlan:
     config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     services: dict[str, dict] = field(default_factory=dict)
     claims: set[str] = field(default_factory=set)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # from --secret, never from the manifests
 
     @property
     def name(self) -> str:
@@ -97,13 +100,16 @@ def read_source(source: str) -> list[dict]:
     return documents
 
 
-def plan(documents: list[dict]) -> JobPlan:
-    """Find the Job and what it references; refuse anything that would not run as it would on a cluster."""
+def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None) -> JobPlan:
+    """Find the Job and what it references; refuse anything that would not run as it would on a cluster.
+
+    ``secrets`` stand for the cluster's Secrets (local-job --secret); a Secret in the manifests is refused,
+    as its values would then sit in a file beside them."""
     jobs = [doc for doc in documents if doc["kind"] == "Job"]
     if len(jobs) != 1:
         raise ManifestError(f"expected exactly one Job in the manifests, found {len(jobs)}")
     job = jobs[0]
-    result = JobPlan(job)
+    result = JobPlan(job, secrets=dict(secrets or {}))
     for doc in documents:
         kind, name = doc["kind"], doc.get("metadata", {}).get("name", "")
         if kind == "ConfigMap":
@@ -112,6 +118,9 @@ def plan(documents: list[dict]) -> JobPlan:
             result.services[name] = doc.get("spec", {})
         elif kind == "PersistentVolumeClaim":
             result.claims.add(name)
+        elif kind == "Secret":
+            raise ManifestError(f"Secret {name}: a Secret does not belong beside the manifests (its values would be in "
+                                f"plain text there); give it to local-job with --secret {name}=PATH")
         elif kind != "Job":
             raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services and claims only")
     problems = _job_problems(result)
@@ -151,6 +160,9 @@ def _job_problems(plan: JobPlan) -> list[str]:
         if kinds[0] == "configMap" and volume["configMap"]["name"] not in plan.config_maps:
             problems.append(f"{where}: volume {volume['name']} uses ConfigMap {volume['configMap']['name']}, "
                             "which is not in the manifests")
+        if kinds[0] == "secret":
+            problems.extend(_secret_problem(plan, where, f"volume {volume['name']}", volume["secret"]["secretName"],
+                                            optional=volume["secret"].get("optional")))
     for container in (pod.get("initContainers") or []) + containers:
         cname = container.get("name", "?")
         if not container.get("command"):
@@ -161,8 +173,11 @@ def _job_problems(plan: JobPlan) -> list[str]:
                 problems.append(f"{where}: container {cname} mounts unknown volume {mount.get('name')}")
         for source in container.get("envFrom") or []:
             ref = source.get("configMapRef")
-            if ref is None:
-                problems.append(f"{where}: container {cname}: only envFrom configMapRef is supported")
+            if "secretRef" in source:
+                problems.extend(_secret_problem(plan, where, f"container {cname} envFrom", source["secretRef"]["name"],
+                                                optional=source["secretRef"].get("optional")))
+            elif ref is None:
+                problems.append(f"{where}: container {cname}: only envFrom configMapRef and secretRef are supported")
             elif ref["name"] not in plan.config_maps and not ref.get("optional"):
                 problems.append(f"{where}: container {cname} takes env from ConfigMap {ref['name']}, which is "
                                 "not in the manifests")
@@ -178,9 +193,17 @@ def _job_problems(plan: JobPlan) -> list[str]:
                 ref = value_from["configMapKeyRef"]
                 if ref["name"] not in plan.config_maps and not ref.get("optional"):
                     problems.append(f"{where}: env {variable['name']} uses ConfigMap {ref['name']}, not in the manifests")
+            elif "secretKeyRef" in value_from:
+                ref = value_from["secretKeyRef"]
+                problems.extend(_secret_problem(plan, where, f"env {variable['name']}", ref["name"], ref["key"],
+                                                optional=ref.get("optional")))
             elif "resourceFieldRef" not in value_from:
-                problems.append(f"{where}: env {variable['name']}: {next(iter(value_from))} is not supported locally "
-                                "(secrets never leave the cluster)")
+                problems.append(f"{where}: env {variable['name']}: {next(iter(value_from))} is not supported locally")
+    for name, data in plan.secrets.items():
+        for key in sorted(data):
+            if reserved(key):
+                problems.append(f"--secret {name}: key {key} is set by torchrun or the Job for every process; a "
+                                "Secret must not set it")
     subdomain = pod.get("subdomain")
     if subdomain:
         service = plan.services.get(subdomain)
@@ -193,3 +216,16 @@ def _job_problems(plan: JobPlan) -> list[str]:
         elif not (service.get("selector") or {}).items() <= labels.items():
             problems.append(f"Service {subdomain}: its selector does not match the Job's pod labels")
     return problems
+
+
+def _secret_problem(plan: JobPlan, where: str, user: str, name: str, key: str | None = None,
+                    optional: bool | None = False) -> list[str]:
+    """The Secret (and key) the pod needs must be given with --secret: a missing one is named, never a value."""
+    if name not in plan.secrets:
+        return [] if optional else [
+            f"{where}: {user} needs Secret {name}: provide it with --secret {name}=PATH (a file of KEY=VALUE lines, "
+            "or a directory of one file per key)"]
+    if key is not None and key not in plan.secrets[name] and not optional:
+        return [f"{where}: {user} needs key {key} of Secret {name}, which has only: "
+                f"{', '.join(sorted(plan.secrets[name])) or '(no keys)'}"]
+    return []

@@ -5,7 +5,10 @@ resolve, then kubelet's $(VAR) expansion of env values, command and args. Networ
 so the headless Service's names (<job>-<i>.<service>[.<namespace>[.svc[.cluster.local]]]) are rewritten to
 127.0.0.1 and the Service's ports to a free port of this machine (two local jobs never collide). Storage:
 each volume is a local directory (claims shared by all pods, emptyDirs per pod) and mount paths in env values
-and arguments are rewritten to it. The command runs from the PATH of local-job's own environment.
+and arguments are rewritten to it; Secrets (local-job --secret) become env values and files, never printed.
+Image: the command runs from the PATH of local-job's own environment, in the directory standing for the
+image's working directory (--image-dir, by default where local-job was started); the container's workingDir
+is rewritten to it, so a user's ``train.py`` beside them runs as it would in their image.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass
 from decimal import Decimal
@@ -53,9 +57,10 @@ class PodFactory:
     """Builds PodRuns for a Job plan; holds what all its pods share (ports, volume directories)."""
 
     def __init__(self, plan: JobPlan, root: Path, claim_dirs: dict[str, Path], extra_env: dict[str, str],
-                 ports: dict[int, int]):
+                 ports: dict[int, int], image_dir: Path | None = None):
         self.plan, self.root, self.extra_env, self.ports = plan, root, extra_env, ports
         self.claim_dirs = claim_dirs
+        self.image_dir = (image_dir or Path.cwd()).resolve()
         self.bin_dir = str(Path(sys.executable).parent)
 
     # -- names --------------------------------------------------------------------------------------
@@ -88,16 +93,27 @@ class PodFactory:
         return text
 
     # -- volumes ------------------------------------------------------------------------------------
+    def secret_dir(self, pod_name: str) -> Path:
+        """Where a pod's secret volumes live while it runs (removed when it ends, as the kubelet's tmpfs goes)."""
+        return self.root / "pods" / pod_name / "secrets"
+
     def volume_dir(self, volume: dict, pod_name: str) -> Path:
         if "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
             directory = self.claim_dirs.get(claim, self.root / "volumes" / claim)
+        elif "secret" in volume:
+            directory = self.secret_dir(pod_name) / volume["name"]
         else:
             directory = self.root / "pods" / pod_name / "volumes" / volume["name"]
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700 if "secret" in volume else 0o777)
         if "configMap" in volume:
             for key, value in self.plan.config_maps[volume["configMap"]["name"]].items():
                 (directory / key).write_text(value)
+        if "secret" in volume:
+            for key, value in self.plan.secrets.get(volume["secret"]["secretName"], {}).items():
+                fd = os.open(directory / key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(value)
         return directory
 
     # -- env ----------------------------------------------------------------------------------------
@@ -127,12 +143,22 @@ class PodFactory:
 
     def container_env(self, container: dict, pod: dict, mounts: dict[str, Path]) -> dict[str, str]:
         env: dict[str, str] = {}
+        secret = set()  # taken from a Secret: passed as they are (never rewritten, never printed)
         for source in container.get("envFrom") or []:
             prefix = source.get("prefix", "")
-            for key, value in self.plan.config_maps.get(source["configMapRef"]["name"], {}).items():
+            if "secretRef" in source:
+                data = self.plan.secrets.get(source["secretRef"]["name"], {})
+            else:
+                data = self.plan.config_maps.get(source["configMapRef"]["name"], {})
+            for key, value in data.items():
                 env[prefix + key] = value
+                secret.discard(prefix + key)
+                if "secretRef" in source:
+                    secret.add(prefix + key)
         for variable in container.get("env") or []:
             value_from = variable.get("valueFrom")
+            name = variable["name"]
+            secret.discard(name)
             if value_from is None:
                 value = expand(str(variable.get("value", "")), env)
             elif "fieldRef" in value_from:
@@ -140,16 +166,29 @@ class PodFactory:
             elif "resourceFieldRef" in value_from:
                 value = self.resource_value(value_from["resourceFieldRef"], container)
             else:
-                ref = value_from["configMapKeyRef"]
-                value = self.plan.config_maps.get(ref["name"], {}).get(ref["key"], "")
-            env[variable["name"]] = value
-        return {key: self.rewrite(value, mounts) for key, value in env.items()}
+                kind = "secretKeyRef" if "secretKeyRef" in value_from else "configMapKeyRef"
+                ref = value_from[kind]
+                source = (self.plan.secrets if kind == "secretKeyRef" else self.plan.config_maps).get(ref["name"], {})
+                if ref["key"] not in source:
+                    env.pop(name, None)
+                    continue  # optional and missing: the variable is not set, as on a cluster
+                value = source[ref["key"]]
+                if kind == "secretKeyRef":
+                    secret.add(name)
+            env[name] = value
+        return {key: value if key in secret else self.rewrite(value, mounts) for key, value in env.items()}
+
+    def release(self, run: "PodRun") -> None:
+        """The pod has ended: its secret volumes go (a kubelet keeps them in memory only while the pod runs)."""
+        shutil.rmtree(self.secret_dir(run.name), ignore_errors=True)
 
     # -- the pod ------------------------------------------------------------------------------------
     def container_run(self, container: dict, pod: dict) -> ContainerRun:
         volumes = {v["name"]: v for v in self.plan.pod_spec.get("volumes") or []}
         mounts = {m["mountPath"]: self.volume_dir(volumes[m["name"]], pod["name"])
                   for m in container.get("volumeMounts") or []}
+        if container.get("workingDir"):
+            mounts.setdefault(container["workingDir"], self.image_dir)
         declared = self.container_env(container, pod, mounts)
         base = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
         base["PATH"] = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
@@ -159,9 +198,7 @@ class PodFactory:
         env = {**base, **self.extra_env, **declared, POD_MARKER: pod["uid"]}
         argv = [self.rewrite(expand(part, declared), mounts)
                 for part in list(container.get("command") or []) + list(container.get("args") or [])]
-        workdir = self.root / "pods" / pod["name"] / "workdir"
-        workdir.mkdir(parents=True, exist_ok=True)
-        return ContainerRun(container.get("name", "container"), argv, env, workdir)
+        return ContainerRun(container.get("name", "container"), argv, env, self.image_dir)
 
     def pod(self, index: int) -> PodRun:
         suffix = secrets.token_hex(3)[:5]

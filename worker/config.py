@@ -100,6 +100,10 @@ class TrainConfig:
     mnist_checksums: Path | None = _setting(
         "MNIST_CHECKSUMS", _optional_path, None, "A sha256sum-format file of the mirror's .gz files, for a mirror "
         "serving other files than the official ones; empty: the official MD5s.")
+    mnist_sample_fallback: bool = _setting(
+        "MNIST_SAMPLE_FALLBACK", _boolean, False,
+        "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "
+        "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.")
     log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
     checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1, "Checkpoint every N epochs; 0: never.")

@@ -13,13 +13,30 @@ import torch
 
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
+from worker import mnist_sample
 from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training images, as everyone normalizes them
+FULL, SAMPLE = "mnist", "mnist-sample"  # what a run trains on: DATA_DIR's MNIST, or worker.mnist_sample
 
 
 class PeerLost(Exception):
     """A peer did not answer in time or went away (exit_codes.PEER_LOST)."""
+
+
+def _prepare_source(config: TrainConfig, log) -> str:
+    """FULL once the four files are present and verified in DATA_DIR; SAMPLE when they cannot be had and
+    MNIST_SAMPLE_FALLBACK allows the bundled sample (a run on one machine without network). Runs on one rank."""
+    try:
+        _prepare_files(config, log)
+        return FULL
+    except DataError as exc:
+        if not config.mnist_sample_fallback:
+            raise
+        mnist_sample.read("t10k-labels-idx1-ubyte")  # the sample itself must be intact
+        log(f"MNIST is unavailable ({str(exc).split('. ')[0]}); training on {mnist_sample.DESCRIPTION} "
+            "(MNIST_SAMPLE_FALLBACK=true)")
+        return SAMPLE
 
 
 def _prepare_files(config: TrainConfig, log) -> None:
@@ -43,7 +60,7 @@ def _prepare_files(config: TrainConfig, log) -> None:
     check_raw_files(raw_dir(config.data_dir))
 
 
-def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: None) -> None:
+def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: None) -> str:
     """One rank per copy of DATA_DIR prepares it; the others wait for its verdict through the store.
 
     With a shared DATA_DIR that is global rank 0, else local rank 0 of each pod. The store (the process
@@ -54,26 +71,27 @@ def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: N
     scope = "all" if config.data_shared else f"node-{env.group_rank}"
     key = f"indexed-trainer/data/{env.restart_count}/{scope}"
     if store is None:  # a single process
-        _prepare_files(config, log)
-        return
+        return _prepare_source(config, log)
     if preparer:
         fault("download")  # worker.faults: the preparing rank dies while the others wait
         try:
-            _prepare_files(config, log)
+            source = _prepare_source(config, log)
         except DataError as exc:
             store.set(key, json.dumps({"ok": False, "error": str(exc)}))
             raise
         except BaseException:  # SIGTERM (worker.stop.Terminated) or a crash: the others need not wait it out
             store.set(key, json.dumps({"ok": False, "stopped": True}))
             raise
-        store.set(key, json.dumps({"ok": True}))
-        return
+        store.set(key, json.dumps({"ok": True, "source": source}))
+        return source
     who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
     verdict = _wait_for(store, key, config.download_timeout, who)
     if verdict.get("stopped"):
         raise PeerLost(f"{who} was stopped while preparing the data")
     if not verdict["ok"]:  # the preparing rank exits 69 and counts the failure; this rank is its victim
         raise PeerLost(f"{who} could not prepare the data: {verdict['error']}")
+    if verdict.get("source") == SAMPLE:
+        return SAMPLE
     try:  # the files must be visible here too: DATA_SHARED=true with a DATA_DIR that is not really shared?
         check_raw_files(raw_dir(config.data_dir))
     except DataError as exc:
@@ -81,6 +99,7 @@ def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: N
                 "that each pod prepares its own copy") if config.data_shared else "is DATA_DIR the same path here?"
         raise DataError(f"{who} prepared the data but {raw_dir(config.data_dir)} here does not hold it ({exc}); "
                         f"{hint}") from None
+    return FULL
 
 
 def _wait_for(store, key: str, timeout: float, who: str) -> dict:
@@ -106,21 +125,31 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 
 def read_idx(path: Path) -> torch.Tensor:
     """An IDX file of unsigned bytes (already checked by check_raw_files) as a uint8 tensor of its shape."""
-    data = path.read_bytes()
+    return parse_idx(path.read_bytes())
+
+
+def parse_idx(data: bytes) -> torch.Tensor:
     dims = data[3]
     shape = struct.unpack(f">{dims}I", data[4:4 + 4 * dims])
     return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
 
 
-def load_split(data_dir: Path, train: bool, limit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (normalized) and labels of one split from DATA_DIR/MNIST/raw/, torchvision's MNIST layout.
+def load_split(data_dir: Path, train: bool, limit: int = 0, source: str = FULL) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (normalized) and labels of one split from DATA_DIR/MNIST/raw/, torchvision's MNIST layout, or from
+    the bundled sample (``source`` SAMPLE).
 
     The files are read directly, giving exactly torchvision.datasets.MNIST's ``data`` and ``targets``
     (a test checks it): importing torchvision would cost every rank about a second and 160 MiB.
     """
-    prefix = "train" if train else "t10k"
-    images = read_idx(raw_dir(data_dir) / f"{prefix}-images-idx3-ubyte")
-    labels = read_idx(raw_dir(data_dir) / f"{prefix}-labels-idx1-ubyte")
+    if source == SAMPLE:
+        images = parse_idx(mnist_sample.read("t10k-images-idx3-ubyte"))
+        labels = parse_idx(mnist_sample.read("t10k-labels-idx1-ubyte"))
+        part = slice(0, mnist_sample.TRAIN_COUNT) if train else slice(mnist_sample.TRAIN_COUNT, None)
+        images, labels = images[part], labels[part]
+    else:
+        prefix = "train" if train else "t10k"
+        images = read_idx(raw_dir(data_dir) / f"{prefix}-images-idx3-ubyte")
+        labels = read_idx(raw_dir(data_dir) / f"{prefix}-labels-idx1-ubyte")
     if limit:
         images, labels = images[:limit], labels[:limit]
     return normalize(images), labels.long()

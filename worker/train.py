@@ -76,9 +76,9 @@ class Trainer:
             self.log0(f"process group: {backend}, world size {env.world_size} "
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
         self.start_state = self.inspect_output()
-        data.prepare(cfg, env, store, self.log, fault=self.faults.at)
-        images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples)
-        test_images, test_labels = data.load_split(cfg.data_dir, train=False)
+        self.data_source = data.prepare(cfg, env, store, self.log, fault=self.faults.at)
+        images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
+        test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
         self.images, self.labels = images.to(self.device), labels.to(self.device)
         # each rank evaluates its own slice of the test set; the counts are summed
         self.test_images = test_images[env.rank::env.world_size].to(self.device)
@@ -300,6 +300,7 @@ class Trainer:
                 "world_size": self.env.world_size,
                 "parameters": parameter_count(self.model),
                 "model": "worker.model.MnistCNN",
+                "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
                 "config": settings.recorded_config(self.config),
             }
             checkpoint.atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())

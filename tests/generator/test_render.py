@@ -31,6 +31,18 @@ MATRIX = {
                    "image_pull_secrets=[regcred]", "node_selector={zone: a}", "labels={team: a}",
                    "annotations={note: 'x: y'}", "tolerations=[{key: spot, operator: Exists, effect: NoSchedule}]",
                    "shared_volume.storage_class=fast"],
+    "own-program": ["entrypoint.module=null", "entrypoint.script=train.py", "entrypoint.args=['--epochs', '3']",
+                    "working_dir=/app", "config_map={FOLDER_NAME: test}",
+                    "env=[{name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}, "
+                    "{name: SETTINGS, valueFrom: {configMapKeyRef: {name: team-settings, key: s, optional: true}}}, "
+                    "{name: MODE, value: fast}]",
+                    "env_from_secrets=[wandb]",
+                    "extra_volumes=[{name: creds, mount_path: /etc/creds, secret: creds}, "
+                    "{name: settings, mount_path: /etc/settings, config_map: team-settings}, "
+                    "{name: datasets, mount_path: /datasets, claim: team-datasets, read_only: true}, "
+                    "{name: scratch, mount_path: /scratch, empty_dir: {size: 10}}]"],
+    "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
+                                     "resources.gpu.accelerator_count=2"],
 }
 
 
@@ -173,13 +185,43 @@ def test_config_map_is_immutable_and_named_by_its_content():
     assert changed["metadata"]["name"] != default["metadata"]["name"]
     assert config_map_of("replicas=5", "image=other:1")["metadata"]["name"] == default["metadata"]["name"]
     # same content, same name, whatever the order the values came in
-    assert (config_map_of("config_map={B: '1', A: '2'}")["metadata"]["name"]
-            == config_map_of("config_map={A: '2', B: '1'}")["metadata"]["name"])
+    assert (config_map_of("config_map={SEED: '1', EPOCHS: '2'}")["metadata"]["name"]
+            == config_map_of("config_map={EPOCHS: '2', SEED: '1'}")["metadata"]["name"])
     # the Job's pods and init container use exactly that ConfigMap
     docs = render("config_map.LEARNING_RATE=0.003")
     pod = job_of(docs)["spec"]["template"]["spec"]
     for container in pod["containers"] + pod["initContainers"]:
         assert container["envFrom"] == [{"configMapRef": {"name": changed["metadata"]["name"]}}]
+
+
+def test_own_program_runs_under_plain_torchrun_without_check_config():
+    pod = job_of(render(*MATRIX["own-program"]))["spec"]["template"]["spec"]
+    worker = pod["containers"][0]
+    assert "initContainers" not in pod
+    assert worker["command"] == ["torchrun"] and worker["workingDir"] == "/app"
+    assert worker["args"][-3:] == ["train.py", "--epochs", "3"]  # each argument as one, no shell
+    assert {"secretRef": {"name": "wandb"}} in worker["envFrom"]
+    env = {item["name"]: item for item in worker["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    mounts = {m["name"]: m for m in worker["volumeMounts"]}
+    assert mounts["creds"] == {"name": "creds", "mountPath": "/etc/creds", "readOnly": True}
+    assert mounts["datasets"]["readOnly"] is True and "readOnly" not in mounts["scratch"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["creds"]["secret"] == {"secretName": "creds"}
+    assert volumes["datasets"]["persistentVolumeClaim"] == {"claimName": "team-datasets"}
+    assert volumes["scratch"]["emptyDir"] == {"sizeLimit": "10Gi"}
+    # the launcher can be asked for (an image built FROM the worker's): the codes then reach the Job
+    launched = job_of(render(*MATRIX["own-module-with-the-launcher"]))["spec"]["template"]["spec"]["containers"][0]
+    assert launched["command"] == ["python", "-m", "worker.launch"] and launched["args"][-2:] == ["-m", "my_pkg.train"]
+
+
+def test_gpu_renders_carry_nccl_settings_that_bound_a_dead_peer():
+    data = config_map_of("resources.gpu.accelerator_count=8")["data"]
+    assert data["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and data["TORCH_NCCL_ENABLE_MONITORING"] == "1"
+    assert int(data["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > 0
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in config_map_of()["data"]  # CPU: no NCCL
+    overridden = config_map_of("resources.gpu.accelerator_count=8", "config_map.TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC='60'")
+    assert overridden["data"]["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "60"
 
 
 def test_max_restarts_zero_still_renders_a_valid_job():

@@ -140,9 +140,9 @@ def test_values_from_the_user_are_quoted(tmp_path, fake_kubectl):
     bin_dir, log = fake_kubectl
     (tmp_path / "decoy.yaml").write_text("")  # an unquoted * would expand to this
     build = tmp_path / "my build *"
-    result = script("prepare.sh", "--set-string", "config_map.LOG_NOTE=a * b  c", build=build)
+    result = script("prepare.sh", "--set-string", "config_map.NCCL_DEBUG_SUBSYS=a * b  c", build=build)
     assert result.returncode == 0, result.stderr
-    assert "\"LOG_NOTE\": \"a * b  c\"" in (build / "2-configmap.yaml").read_text()
+    assert "\"NCCL_DEBUG_SUBSYS\": \"a * b  c\"" in (build / "2-configmap.yaml").read_text()
     result = script("run.sh", build=build, path_prefix=bin_dir)
     assert result.returncode == 0, result.stderr
     assert f"apply -f {build}" in log.read_text().splitlines()

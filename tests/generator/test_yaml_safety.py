@@ -26,6 +26,15 @@ def _everywhere(field: str, key: str) -> list:
         ("Job", ["spec", "template", "metadata", field, key])]
 
 
+def _own_program(values: dict) -> dict:
+    """Another entry point than the built-in worker: its config_map is free-form."""
+    values["entrypoint"]["module"] = "train"
+    return values
+
+
+CONTAINER = ["spec", "template", "spec", "containers", 0]
+TORCHRUN_FLAGS = 8  # the launcher's own arguments before the program (templates/job.yaml.j2)
+
 # Each case: how to place the string into the values, and where it must come back in the output.
 # A location is (kind, path); "<S>" in a path stands for the string itself used as a key.
 VALUE_CASES = {
@@ -36,7 +45,19 @@ VALUE_CASES = {
     "annotation value": (lambda v, s: v["annotations"].update(note=s),
                          _everywhere("annotations", "note")),
     "label value": (lambda v, s: v["labels"].update(team=s), _everywhere("labels", "team")),
-    "config value": (lambda v, s: v["config_map"].update(NOTE=s), [("ConfigMap", ["data", "NOTE"])]),
+    "config value": (lambda v, s: _own_program(v)["config_map"].update(NOTE=s), [("ConfigMap", ["data", "NOTE"])]),
+    "script": (lambda v, s: v["entrypoint"].update(module=None, script=s),
+               [("Job", CONTAINER + ["args", TORCHRUN_FLAGS])]),
+    "program argument": (lambda v, s: v["entrypoint"].update(args=["--note", s]),
+                         [("Job", CONTAINER + ["args", TORCHRUN_FLAGS + 3])]),
+    "working dir": (lambda v, s: v.update(working_dir="/" + s), []),
+    "env value": (lambda v, s: v["env"].append({"name": "NOTE", "value": s}),
+                  [("Job", CONTAINER + ["env", 3, "value"])]),
+    "env secret key": (lambda v, s: v["env"].append({"name": "NOTE", "valueFrom": {"secretKeyRef": {
+        "name": "creds", "key": s}}}), [("Job", CONTAINER + ["env", 3, "valueFrom", "secretKeyRef", "key"])]),
+    "env secret": (lambda v, s: v["env_from_secrets"].append(s), [("Job", CONTAINER + ["envFrom", 1, "secretRef", "name"])]),
+    "mount path": (lambda v, s: v["extra_volumes"].append({"name": "extra", "mount_path": "/" + s, "empty_dir": {}}),
+                   []),
     "queue name": (lambda v, s: v.update(queue_name=s),
                    [("Job", ["metadata", "labels", "kueue.x-k8s.io/queue-name"])]),
     "accelerator": (lambda v, s: (v["resources"]["gpu"].update(accelerator=s, accelerator_count=1)),
@@ -57,7 +78,7 @@ VALUE_CASES = {
                          [("Job", ["spec", "template", "spec", "tolerations", 0, "value"])]),
     "annotation key": (lambda v, s: v["annotations"].update({s: "x"}), _everywhere("annotations", "<S>")),
     "label key": (lambda v, s: v["labels"].update({s: "x"}), _everywhere("labels", "<S>")),
-    "config key": (lambda v, s: v["config_map"].update({s: "x"}), [("ConfigMap", ["data", "<S>"])]),
+    "config key": (lambda v, s: _own_program(v)["config_map"].update({s: "x"}), [("ConfigMap", ["data", "<S>"])]),
     "node selector key": (lambda v, s: v["node_selector"].update({s: "x"}),
                           [("Job", ["spec", "template", "spec", "nodeSelector", "<S>"])]),
 }
@@ -69,6 +90,8 @@ TOP_KEY = {
     "service account": "service_account_name", "node selector value": "node_selector",
     "pull secret": "image_pull_secrets", "toleration value": "tolerations", "annotation key": "annotations",
     "label key": "labels", "config key": "config_map", "node selector key": "node_selector",
+    "script": "entrypoint.script", "program argument": "entrypoint.args", "working dir": "working_dir",
+    "env value": "env", "env secret key": "env", "env secret": "env_from_secrets", "mount path": "extra_volumes",
 }
 
 HOSTILE = [
@@ -125,6 +148,12 @@ def check(case: str, text: str) -> None:
         assert lookup(documents, kind, path, text) == ("x" if "<S>" in path else text)
     baseline = render_with(case, PLACEHOLDER)
     assert shape(documents, text, case) == shape(baseline, PLACEHOLDER, case)
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_CASES))
+def test_every_case_renders_a_plain_string(case):
+    """The properties below test preservation, not only refusal: a plain string goes through every case."""
+    render_with(case, PLACEHOLDER)
 
 
 @pytest.mark.parametrize("case", sorted(VALUE_CASES))

@@ -96,7 +96,17 @@ def test_refuses_what_it_cannot_run_faithfully():
     docs = rendered()
     docs[-1]["spec"]["template"]["spec"]["containers"][0]["env"].append(
         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
-    refuse(docs, "secretKeyRef is not supported locally")
+    refuse(docs, "env TOKEN needs Secret s: provide it with --secret s=PATH")
+    with pytest.raises(ManifestError, match="needs key k of Secret s, which has only: other"):
+        plan(docs, {"s": {"other": "hidden-value"}})
+    assert plan(docs, {"s": {"k": "v"}}).secrets == {"s": {"k": "v"}}
+
+    docs = rendered() + [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}}]
+    refuse(docs, "Secret s: a Secret does not belong beside the manifests")
+
+    docs = rendered()
+    with pytest.raises(ManifestError, match="--secret s: key RANK is set by torchrun"):
+        plan(docs, {"s": {"RANK": "3"}})
 
     docs = rendered()
     docs[-1]["spec"]["template"]["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
