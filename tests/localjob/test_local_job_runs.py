@@ -132,8 +132,10 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     assert result.returncode == 1
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
     # each gang attempt: rank 0 exits 69 (counted), rank 1 is its victim (75, ignored); 2 attempts for 1 restart
-    assert status["failed"] == 2 and status["ignored"] == 2
-    assert sorted(pod["exit_codes"]["worker"] for pod in status["pods"]) == [69, 69, 75, 75]
+    # (the second attempt's victim may still be running when the Job fails: it is terminated, not counted)
+    assert status["failed"] == 2 and status["ignored"] in (1, 2)
+    codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
+    assert codes[0] == [69, 69] and codes[1][0] == 75
     assert "DOWNLOAD is false" in log
 
 
