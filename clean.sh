@@ -6,12 +6,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./clean.sh [--all]
+Usage: ./clean.sh [--all | --slurm]
 
 Deletes the Job (waiting for its pods to go), the Service rendered in $BUILD_DIR/ and every ConfigMap
 of the job (each render with other settings made a new, immutable one named by its content). The
 PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained model, so it is kept
-unless --all is given.
+unless --all is given. With --slurm, cancels the Slurm jobs of $BUILD_DIR/job.sbatch (by its job
+name, yours only); the shared directory keeps the data, checkpoints and model.
 USAGE
 }
 
@@ -20,6 +21,13 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --all) remove_volume=true; shift ;;
+    --slurm)
+      require_batch_script
+      require_slurm
+      name="$(sbatch_option job-name)"
+      scancel --name="$name" --user="$(id -un)"
+      info "cancelled the Slurm jobs named $name (the shared directory keeps data, checkpoints and model)"
+      exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done

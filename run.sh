@@ -6,25 +6,48 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./run.sh [--local [LOCAL-JOB OPTIONS]]
+Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm]
 
 Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
 says how to follow the training.
   --local   run the Job's pods as processes on this machine instead (no cluster needed), with the
             volumes under runs/<job>/; options after it go to local-job, e.g.
             --volume <job>-data=DIR   use DIR (holding data/MNIST/raw/...) as the shared volume
+  --slurm   submit $BUILD_DIR/job.sbatch (./prepare.sh --target slurm) with sbatch from the current
+            directory, say how to follow it, and wait for it (sbatch --wait): the exit code is the job's
 USAGE
 }
 
 local_run=false
+slurm_run=false
 local_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --local) local_run=true; shift; local_args=("$@"); break ;;
+    --slurm) slurm_run=true; shift ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
+
+if [[ "$slurm_run" == true ]]; then
+  require_batch_script
+  require_slurm
+  name="$(sbatch_option job-name)"
+  log_dir="$(dirname "$(sbatch_option output)")"
+  # sbatch opens the log files before the script runs: their directory must exist
+  mkdir -p -- "$log_dir" || die "cannot create the log directory $log_dir"
+  cat >&2 <<NEXT
+run.sh: submitting Job $name to Slurm from $(pwd); follow it with:
+  squeue --name=$name
+  tail -f $log_dir/$name-<job id>.out
+Cancel it with ./clean.sh --slurm. Waiting for it to end (Ctrl-C stops waiting, not the job)...
+NEXT
+  status=0
+  sbatch --wait "$BUILD_DIR/job.sbatch" || status=$?
+  info "Job $name ended with exit code $status"
+  exit "$status"
+fi
 
 require_build
 if [[ "$local_run" == true ]]; then

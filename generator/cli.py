@@ -1,8 +1,9 @@
-"""gen-manifests: values in, Kubernetes manifests out.
+"""gen-manifests: values in, Kubernetes manifests (or a Slurm batch script) out.
 
     gen-manifests --values variables/variables.json | kubectl apply -f -
     gen-manifests --values my.yaml --set replicas=4 --set config_map.EPOCHS=3 --output-dir build/
     gen-manifests --check --values my.yaml          # validate only
+    gen-manifests --target slurm --values my.yaml > job.sbatch && sbatch job.sbatch
 """
 
 from __future__ import annotations
@@ -64,11 +65,14 @@ def _report(error: GeneratorError) -> None:
     help="Write one file per object (1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing "
     "the stream; files are replaced atomically.",
 )
+@click.option("--target", type=click.Choice(["kubernetes", "slurm"]), default="kubernetes", show_default=True,
+              help="What to render the same values for: the Kubernetes objects, or one Slurm batch script "
+                   "(job.sbatch with --output-dir).")
 @click.option("--check", is_flag=True, help="Validate and render, print nothing; exit 2 on invalid values.")
 @click.option("--print-values", is_flag=True, help="Print the resolved values (defaults, files, --set) as JSON.")
 @click.option("--print-schema", is_flag=True, help="Print the values' JSON Schema and exit.")
 @click.version_option(__version__, prog_name="gen-manifests")
-def gen_manifests(values_files, sets, set_strings, output_dir, check, print_values, print_schema):
+def gen_manifests(values_files, sets, set_strings, output_dir, target, check, print_values, print_schema):
     """Render the Indexed Job, headless Service, ConfigMap and PersistentVolumeClaim for a training run.
 
     Prints one YAML stream in apply order, ready for `kubectl apply -f -` (or `local-job`). Invalid values
@@ -86,7 +90,15 @@ def gen_manifests(values_files, sets, set_strings, output_dir, check, print_valu
     from generator.validation import validate_values
 
     validate_values(values)
-    manifests = render_manifests(values)
+    if target == "slurm":
+        from generator.slurm import ignored_keys, render_slurm
+
+        manifests = [render_slurm(values)]
+        ignored = ignored_keys(values)
+        if ignored:
+            click.echo(f"gen-manifests: warning: ignored on Slurm: {', '.join(ignored)}", err=True)
+    else:
+        manifests = render_manifests(values)
     if print_values:
         _write_stdout(json.dumps(values, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     elif check:
@@ -96,6 +108,8 @@ def gen_manifests(values_files, sets, set_strings, output_dir, check, print_valu
 
         for path in write_manifests(manifests, output_dir):
             click.echo(f"wrote {path}", err=True)
+    elif target == "slurm":
+        _write_stdout(manifests[0].text)
     else:
         _write_stdout(to_stream(manifests))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -85,7 +86,20 @@ def _environment(directory: Path) -> jinja2.Environment:
     env.filters["yaml"] = to_yaml
     env.filters["yaml_string"] = to_yaml_string
     env.filters["yaml_mapping"] = to_yaml_mapping
+    env.filters["sh"] = shlex.quote  # the Slurm script: a value as one shell word, whatever it holds
     return env
+
+
+def environment(directory: Path | None = None) -> jinja2.Environment:
+    """The strict Jinja environment of templates/ (every target renders through it)."""
+    return _environment(directory or templates_dir())
+
+
+def render_template(env: jinja2.Environment, template_name: str, context: dict) -> str:
+    try:
+        return env.get_template(template_name).render(context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"templates/{template_name}: {exc}") from None
 
 
 def derive(values: dict) -> dict:
@@ -181,14 +195,11 @@ def config_map_name(name: str, data: dict[str, str]) -> str:
 
 def render_manifests(values: dict, directory: Path | None = None) -> list[Manifest]:
     """Render validated ``values`` into manifests in apply order. Same values, same bytes."""
-    env = _environment(directory or templates_dir())
+    env = environment(directory)
     context = {"v": values, "d": derive(values)}
     manifests = []
     for order, (kind, template_name) in enumerate(_TEMPLATES, start=1):
-        try:
-            text = env.get_template(template_name).render(context)
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"templates/{template_name}: {exc}") from None
+        text = render_template(env, template_name, context)
         if not text.strip():
             continue  # a template may render nothing (no claim when an existing one is used)
         try:

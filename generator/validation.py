@@ -206,6 +206,7 @@ def semantic_problems(values: dict) -> list[str]:
     problems.extend(_environment_problems(values))
     problems.extend(_entrypoint_problems(values))
     problems.extend(_volume_problems(values))
+    problems.extend(_slurm_problems(values))
     for key, value in sorted(values["config_map"].items()):
         if isinstance(value, float) and not math.isfinite(value):
             problems.append(f"config_map.{key}: {value} is not a finite number")
@@ -275,6 +276,28 @@ def _entrypoint_problems(values: dict) -> Iterable[str]:
                "script, set entrypoint.module to null")
     if entry["module"] is None and entry["script"] is None:
         yield "entrypoint: set module (e.g. worker, the built-in trainer) or script (a path inside the image)"
+
+
+# sbatch options a site may add (slurm.extra_options); the others are set from the values, or would break the
+# script's contract (one task per node, the output files, the signal before the time limit, requeue).
+SLURM_EXTRA_OPTIONS = frozenset({
+    "--constraint", "--exclusive", "--reservation", "--nodelist", "--exclude", "--mail-type", "--mail-user",
+    "--comment", "--wckey", "--licenses", "--begin", "--dependency", "--hint", "--gpus-per-node",
+    "--gpu-bind", "--mem-bind", "--cpu-freq", "--switches", "--network", "--prefer", "--priority", "--nice",
+    "--core-spec", "--thread-spec", "--tmp", "--spread-job", "--use-min-nodes", "--oversubscribe",
+})
+_SBATCH_OPTION = re.compile(r"^(--[a-z][a-z-]*)(=[A-Za-z0-9._:,@%+/=-]+)?$")
+
+
+def _slurm_problems(values: dict) -> Iterable[str]:
+    for index, option in enumerate(values["slurm"]["extra_options"]):
+        match = _SBATCH_OPTION.match(option)
+        if not match:
+            yield (f"slurm.extra_options[{index}]: {_describe(option)} must be --name or --name=value (value: "
+                   "letters, digits and ._:,@%+/=-)")
+        elif match.group(1) not in SLURM_EXTRA_OPTIONS:
+            yield (f"slurm.extra_options[{index}]: {match.group(1)} is not an option gen-manifests lets you add "
+                   f"(allowed: {', '.join(sorted(SLURM_EXTRA_OPTIONS))})")
 
 
 def _volume_problems(values: dict) -> Iterable[str]:

@@ -39,6 +39,20 @@ require_build() {
   [[ -f "$BUILD_DIR/4-job.yaml" ]] || die "no rendered manifests in $BUILD_DIR; run ./prepare.sh first"
 }
 
+require_batch_script() {
+  [[ -f "$BUILD_DIR/job.sbatch" ]] || die "no batch script in $BUILD_DIR; run ./prepare.sh --target slurm first"
+}
+
+require_slurm() {
+  command -v sbatch >/dev/null 2>&1 ||
+    die "sbatch is not installed: run this on a Slurm login node (or try the job on this machine: ./run.sh --local)"
+}
+
+# One #SBATCH option of the rendered batch script (job-name, output), without running anything.
+sbatch_option() {
+  sed -n "s/^#SBATCH --$1=//p" "$BUILD_DIR/job.sbatch" | head -n 1
+}
+
 # Read one field of the rendered Job (name or namespace) without kubectl or a cluster.
 job_field() {
   local field="$1" python="python3"

@@ -1,0 +1,119 @@
+"""gen-manifests --target slurm: the same values as one batch script; hostile values cannot inject anything."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.generator.helpers import run_main
+
+SHELL_SPECIALS = ["$(touch /tmp/pwned)", "`id`", "a; rm -rf /", "x' y", 'x" y', "line\nbreak", "#SBATCH --nodes=99",
+                  "$HOME", "\\", "*", "\t", "!", "~root"]
+
+
+def render(*sets: str, ok: bool = True):
+    args = ["--target", "slurm"]
+    for item in sets:
+        args += ["--set", item]
+    result = run_main(*args)
+    if ok:
+        assert result.exit_code == 0, result.stderr
+    return result
+
+
+def sbatch_directives(script: str) -> list[str]:
+    """The #SBATCH lines sbatch reads: those before the first line that is neither a comment nor blank."""
+    lines = []
+    for line in script.splitlines()[1:]:
+        if line.startswith("#SBATCH"):
+            lines.append(line)
+        elif line.strip() and not line.startswith("#"):
+            break
+    return lines
+
+
+def test_the_default_values_render_a_two_node_batch_script():
+    script = render().stdout
+    assert script.startswith("#!/bin/bash\n")
+    directives = sbatch_directives(script)
+    for expected in ("#SBATCH --job-name=mnist-train", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+                     "#SBATCH --cpus-per-task=2", "#SBATCH --mem=4096M", "#SBATCH --signal=TERM@60",
+                     "#SBATCH --requeue", "#SBATCH --output=logs/%x-%j.out"):
+        assert expected in directives
+    assert not any("--gres" in line for line in directives)
+    assert "python -m worker.launch --node-rank=\"$SLURM_NODEID\"" in script
+    assert "--nnodes=2 --nproc-per-node=1" in script and "-m worker" in script
+    assert "export DATA_DIR=\"$shared_dir/data\"" in script and "export EPOCHS=5" in script
+
+
+def test_gpus_partition_time_and_extra_options():
+    script = render("resources.gpu.accelerator_count=4", "slurm.partition=gpu", "slurm.account=ml",
+                    "slurm.qos=high", "slurm.time_limit=2-00:00:00", "slurm.shared_dir=/scratch/team",
+                    "slurm.extra_options=['--constraint=a100', '--exclusive']",
+                    "slurm.setup=['module load cuda/12.4', 'source /opt/venv/bin/activate']").stdout
+    directives = sbatch_directives(script)
+    for expected in ("#SBATCH --gres=gpu:4", "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --qos=high",
+                     "#SBATCH --time=2-00:00:00", "#SBATCH --constraint=a100", "#SBATCH --exclusive",
+                     "#SBATCH --output=/scratch/team/logs/%x-%j.out"):
+        assert expected in directives
+    assert "--nproc-per-node=4" in script and "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in script
+    assert "\nmodule load cuda/12.4\nsource /opt/venv/bin/activate\n" in script
+
+
+def test_values_without_meaning_on_slurm_are_named_as_ignored():
+    result = render("namespace=ml", "tolerations=[{key: spot, operator: Exists}]")
+    assert "gen-manifests: warning: ignored on Slurm: namespace, tolerations" in result.stderr
+    assert "warning" not in render().stderr
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["env=[{name: T, valueFrom: {secretKeyRef: {name: s, key: k}}}]"], "env[0].valueFrom: Slurm has no Secrets"),
+    (["env_from_secrets=[s]"], "env_from_secrets: Slurm has no Secrets"),
+    (["extra_volumes=[{name: d, mount_path: /d, empty_dir: {}}]"], "extra_volumes: Slurm mounts no volumes"),
+    (["slurm.extra_options=['--nodes=9']"], "slurm.extra_options[0]: --nodes is not an option"),
+    (["slurm.extra_options=['--comment=a b']"], 'slurm.extra_options[0]: "--comment=a b" must be --name'),
+    (["slurm.time_limit=forever"], "slurm.time_limit:"),
+    (["slurm.shared_dir=relative/dir"], "slurm.shared_dir:"),
+    (['slurm.setup=["ok", "two\\nlines"]'], "slurm.setup[1]:"),
+])
+def test_what_cannot_work_on_slurm_is_an_error_naming_the_key(sets, message):
+    result = render(*sets, ok=False)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("text", SHELL_SPECIALS)
+def test_hostile_strings_stay_data(text, tmp_path):
+    """In a config value, an env value, a program argument and the script path, any string is passed to the
+    program as that string: bash reads the rendered assignments back to exactly it, and no #SBATCH line appears."""
+    script_path = "train.py" if "\n" in text or text.startswith("-") else text
+    result = run_main("--target", "slurm", "--set-string", f"config_map.NCCL_NOTE={text}",
+                      "--set", "entrypoint.module=null", "--set-string", f"entrypoint.script={script_path}",
+                      "--set", f"env=[{{name: NOTE, value: {quote_yaml(text)}}}]",
+                      "--set", f"entrypoint.args=[{quote_yaml(text)}]")
+    if result.exit_code != 0:
+        assert result.stdout == "" and "error" in result.stderr
+        return
+    script = result.stdout
+    assert len(sbatch_directives(script)) == len(sbatch_directives(render().stdout)) + 0
+    # the script's environment section, run by bash as sbatch would run it
+    environment = script[script.index("# The training's environment"):script.index("# The rendezvous")]
+    probe = 'SLURM_SUBMIT_DIR=/submit\n' + environment + 'printf "%s\\0%s" "$NCCL_NOTE" "$NOTE"\n'
+    read = subprocess.run(["bash", "-c", probe], capture_output=True, timeout=10, cwd=tmp_path)
+    assert read.stdout.decode() == f"{text}\0{text}"
+    assert not (tmp_path / "pwned").exists()
+
+
+def quote_yaml(text: str) -> str:
+    import json
+    return json.dumps(text)
+
+
+def test_the_rendered_script_passes_shellcheck(tmp_path):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed")
+    for sets in ([], ["entrypoint.module=null", "entrypoint.script=train.py", "entrypoint.args=['--x', 'a b']",
+                      "working_dir=/app", "resources.gpu.accelerator_count=2", "slurm.setup=['module load x']"]):
+        (tmp_path / "job.sbatch").write_text(render(*sets).stdout)
+        result = subprocess.run(["shellcheck", str(tmp_path / "job.sbatch")], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
