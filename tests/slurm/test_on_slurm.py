@@ -114,10 +114,11 @@ def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_
 
 def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits):
     shared = shared_dir(tmp_path, digits)
-    # 2 minutes, SIGTERM 60 s before the end (Slurm sends it up to 30 s earlier): about 90 s of training
-    # cannot fit in one allocation, so the job is stopped, checkpoints, requeues itself and resumes
+    # 2 minutes, SIGTERM 60 s before the end (Slurm sends it up to 30 s earlier): 10 epochs of about 8 s on
+    # these two busy "nodes" cannot fit in one allocation, so the job is stopped, checkpoints, requeues
+    # itself and resumes (each requeue waits the test cluster's cred_expire, 10 s)
     prepare(tmp_path, shared, "slurm.time_limit='2'", "termination_grace_period_seconds=60",
-            "config_map.EPOCHS='24'", "config_map.BATCH_SIZE='32'")
+            "config_map.EPOCHS='10'", "config_map.BATCH_SIZE='32'")
     job_id = submit(cluster, tmp_path, shared)
     state = wait_for(cluster, job_id, timeout=900)
     log = job_log(shared)
@@ -126,7 +127,7 @@ def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, t
     assert "mnist-train: stopped by SIGTERM after checkpointing: requeued" in log
     assert re.search(r"resuming from ckpt-e\d{4}-s\d{6}\.pt", log)
     output = shared / "runs" / "mnist-train"
-    assert recorded_epochs(output) == list(range(1, 25))  # none lost, none done twice
+    assert recorded_epochs(output) == list(range(1, 11))  # none lost, none done twice
     assert not list(output.glob(".slurm-failures-*"))  # time-limit requeues are not counted as failures
 
 
@@ -140,3 +141,15 @@ def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits):
     assert state["ExitCode"].startswith("78:")
     assert "configuration error: EPOCHS: 'abc' must be a whole number" in log
     assert "mnist-train: bad configuration (exit 78): not requeued" in log
+
+
+def test_clean_slurm_cancels_the_job(cluster, tmp_path, digits):
+    shared = shared_dir(tmp_path, digits)
+    env = prepare(tmp_path, shared, "config_map.EPOCHS='50'")
+    job_id = submit(cluster, tmp_path, shared)
+    wait_for(cluster, job_id, states=("RUNNING",), timeout=120)
+    result = subprocess.run([str(ROOT / "clean.sh"), "--slurm"], capture_output=True, text=True, timeout=60,
+                            env={**env, **cluster.env})
+    assert result.returncode == 0, result.stderr
+    assert "cancelled the Slurm jobs named mnist-train" in result.stderr
+    assert wait_for(cluster, job_id, timeout=120)["JobState"] == "CANCELLED"
