@@ -27,10 +27,14 @@ def render(tmp_path, example: str):
 
 
 def local_job(tmp_path, example: str) -> list[str]:
-    """`local-job EXAMPLE.yaml --image-dir examples/EXAMPLE` (with this test's volume root and status file)."""
+    """`local-job EXAMPLE.yaml --image-dir examples/EXAMPLE` (with this test's volume root and status file).
+
+    The controller's own back-off (10 s): a replacement started while the old leader still runs can join the
+    old rendezvous and wait out join_timeout_seconds (docs/reliability.md); plain torchrun's survivor may
+    take a few seconds to fail on a loaded machine."""
     return [str(BIN / "local-job"), str(render(tmp_path, example)), "--image-dir", f"examples/{example}",
             "--volume-root", str(tmp_path / "root"), "--status-file", str(tmp_path / "status.json"),
-            "--backoff-seconds", "0.2"]
+            "--backoff-seconds", "10"]
 
 
 def test_toy_ddp_snapshots_on_the_volume_and_resumes_after_a_killed_pod(tmp_path):
