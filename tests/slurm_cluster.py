@@ -128,6 +128,13 @@ class SlurmCluster:
         return dict(field.split("=", 1) for field in text.split() if "=" in field)
 
     def stop(self) -> None:
+        # jobs first: slurmstepd outlives a shut-down slurmd, so a job left running would stay behind
+        jobs = self.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        if jobs:
+            self.run(["scancel", *jobs], check=False)
+            deadline = time.monotonic() + 60
+            while self.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split() and time.monotonic() < deadline:
+                time.sleep(0.5)
         self.run(["scontrol", "shutdown"], check=False)
         deadline = time.monotonic() + 20
         for pid in self.pids:
