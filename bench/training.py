@@ -35,9 +35,34 @@ def worker_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bo
     return seconds
 
 
-def standard_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bool) -> float:
+def strategy_run(data_dir: Path, world: int, target: float, quick: bool, strategy: str, precision: str) -> dict:
+    """One worker run with STRATEGY and PRECISION: seconds from launch to ``target`` test accuracy, and the
+    images/s of all processes together in the last epoch reported by then (the second, where there is one)."""
+    out = Path(tempfile.mkdtemp(prefix="bench-strategy-"))
+    env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", OMP_NUM_THREADS=2,
+                    STRATEGY=strategy, PRECISION=precision, CHECKPOINT_EVERY=0, TENSORBOARD="false")
+    if quick:
+        env.update(EPOCHS="1", TRAIN_SAMPLES="256")
+    rates: list[float] = []
+
+    def reached(line: str) -> bool:
+        match = _WORKER_ACCURACY.search(line)
+        if not match:
+            return False
+        rates.append(float(match.group(2)))
+        return (quick or float(match.group(1)) / 100 >= target) and (quick or len(rates) >= 2)
+
+    command = [sys.executable, "-m", "worker"] if world == 1 else _launcher(world, "worker")
+    seconds, _ = launch_until(command, env, reached, timeout=3600)
+    return {"seconds": seconds, "images_per_second": rates[min(1, len(rates) - 1)] if rates else float("nan")}
+
+
+def standard_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bool, recipe: str = "examples") -> float:
+    """The standard DDP loop: pytorch/examples' network and recipe (14 epochs), or ``recipe="worker"``: the
+    worker's model, optimizer and schedule (5 epochs) in the same standard loop."""
     env = clean_env(OMP_NUM_THREADS=max(1, 2 // world))
-    extra = ["--epochs", "1", "--max-steps", "4"] if quick else ["--epochs", "14"]
+    extra = ["--epochs", "1", "--max-steps", "4"] if quick else ["--epochs", "14" if recipe == "examples" else "5"]
+    extra += ["--recipe", recipe]
 
     def reached(line: str) -> bool:
         match = _STANDARD_ACCURACY.search(line)
@@ -104,3 +129,17 @@ def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
     return max(peaks)
 
 
+
+
+_MEMORY = re.compile(r"peak_growth_mib=(\d+\.\d+) state_mib=(\d+\.\d+)")
+
+
+def strategy_memory(world: int, strategy: str, quick: bool) -> dict:
+    """Peak resident memory growth of the largest rank (bench.strategy_memory), MiB, and the model state's size."""
+    command = _launcher(world, "bench.strategy_memory") + ["--strategy", strategy, "--steps", "1" if quick else "3"]
+    seconds, lines = launch_until(command, clean_env(OMP_NUM_THREADS=1), lambda line: bool(_MEMORY.search(line)),
+                                  timeout=900)
+    match = next((m for m in map(_MEMORY.search, lines) if m), None)
+    if match is None:
+        raise RuntimeError(f"bench.strategy_memory {strategy} at world size {world} failed:\n{''.join(lines[-20:])}")
+    return {"peak_growth_mib": float(match.group(1)), "state_mib": float(match.group(2))}

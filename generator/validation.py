@@ -17,7 +17,7 @@ from generator.errors import ValuesError
 from generator.render import SELECTOR_LABELS
 from generator.resources import schema_path
 from generator.values import type_name
-from generator.worker_variables import BUILT_IN_WORKER, RUNTIME_PREFIXES, WORKER_VARIABLES, reserved
+from generator.worker_variables import BUILT_IN_WORKER, RUNTIME_PREFIXES, WORKER_CHOICES, WORKER_VARIABLES, reserved
 
 MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
 # Volumes and mount paths of the Job itself (templates/job.yaml.j2): extra_volumes may not take them.
@@ -257,6 +257,8 @@ def _environment_problems(values: dict) -> Iterable[str]:
             hint = f"did you mean {close[0]!r}?" if close else "see `python -m worker --help`"
             yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
                    "variables are free-form")
+        elif values["entrypoint"]["module"] == BUILT_IN_WORKER and key in WORKER_CHOICES:
+            yield from _choice_problems(values, key)
     seen: set[str] = set()
     for index, variable in enumerate(values["env"]):
         name, where = variable["name"], f"env[{index}]"
@@ -267,6 +269,17 @@ def _environment_problems(values: dict) -> Iterable[str]:
         seen.add(name)
         if ("value" in variable) == ("valueFrom" in variable):
             yield f"{where}: needs exactly one of value and valueFrom"
+
+
+def _choice_problems(values: dict, key: str) -> Iterable[str]:
+    value, allowed = str(values["config_map"][key]).strip().lower(), WORKER_CHOICES[key]
+    if value not in allowed:
+        close = difflib.get_close_matches(value, allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        yield f"config_map.{key}: {values['config_map'][key]!r} must be one of {', '.join(allowed)}{hint}"
+    elif key == "PRECISION" and value == "fp16" and not values["resources"]["gpu"]["accelerator_count"]:
+        yield ("config_map.PRECISION: fp16 needs GPUs (its gradient scaler runs on CUDA only) and "
+               "resources.gpu.accelerator_count is 0: use bf16 or fp32, or request GPUs")
 
 
 def _entrypoint_problems(values: dict) -> Iterable[str]:

@@ -10,8 +10,16 @@ WORKER_VARIABLES = frozenset({
     "EPOCHS", "BATCH_SIZE", "LEARNING_RATE", "SEED", "DATA_DIR", "OUTPUT_DIR", "DATA_SHARED", "DOWNLOAD",
     "MNIST_MIRROR", "MNIST_CHECKSUMS", "MNIST_SAMPLE_FALLBACK", "TRAIN_SAMPLES", "LOG_INTERVAL",
     "CHECKPOINT_EVERY", "KEEP_CHECKPOINTS", "RESUME", "COLLECTIVE_TIMEOUT", "DOWNLOAD_TIMEOUT",
+    "STRATEGY", "PRECISION", "TENSORBOARD",
     "FAULT_INJECT",  # tests only (worker/faults.py)
 })
+
+# The worker's variables that take one of a few words (worker/config.py STRATEGIES, PRECISIONS): checked at
+# render time so that a typo fails `gen-manifests`, not a pod.
+WORKER_CHOICES = {
+    "STRATEGY": ("allreduce", "ddp", "fsdp"),
+    "PRECISION": ("fp32", "bf16", "fp16"),
+}
 
 # Families of runtime settings any PyTorch process reads (NCCL_SOCKET_IFNAME, TORCH_NCCL_..., GLOO_...):
 # passed through for the built-in worker too.

@@ -19,9 +19,13 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for row in ("time to 98.0% test accuracy, world size 2", "training images/s per process, world size 2",
                 "gradient sync ms/step, 2 ranks", "gen-manifests start-up", "render time, replicas",
-                "peak resident memory per rank"):
+                "peak resident memory per rank", "vs the standard loop with the worker's recipe",
+                "STRATEGY/PRECISION fsdp/bf16", "peak memory growth per rank, 67 M-param MLP, ws 4"):
         assert row in result.stdout
     results = json.loads(out.read_text())
     assert [row["replicas"] for row in results["render_scale"]] == [1, 10, 100, 1000, 10000]
     assert set(results["memory_mib"]) == {"1", "2", "4"}
     assert all(value > 0 for value in results["gradient_sync"].values())
+    assert set(results["strategies"]) == {f"{s}/{p}" for s in ("allreduce", "ddp", "fsdp") for p in ("fp32", "bf16")}
+    memory = results["strategy_memory"]["2"]
+    assert memory["fsdp"]["peak_growth_mib"] < memory["allreduce"]["peak_growth_mib"]  # sharding saves memory

@@ -4,7 +4,8 @@ A file is ``ckpt-e<epoch>-s<step>.pt``: a magic line, the SHA-256 of the payload
 (torch.save of the state). It is written to a temporary name, flushed, fsynced and renamed, so a crash
 leaves the previous checkpoints intact and at most a temporary file, which is never read. Loading checks
 the magic and the hash before torch.load (weights_only), so a truncated, zeroed or corrupt file is skipped
-in favour of the one before it, never loaded.
+in favour of the one before it, never loaded. Under STRATEGY=fsdp a checkpoint is a directory of shards instead
+(worker.sharded_checkpoint); both kinds are listed, verified and pruned here, newest first.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Callable
 import torch
 
 MAGIC = b"indexed-trainer checkpoint v1\n"
-_NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
+_NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(pt|dcp)$")
 TEMP_PREFIX = ".tmp-"
 
 
@@ -36,8 +38,8 @@ class Position:
     epoch: int
     step: int
 
-    def filename(self) -> str:
-        return f"ckpt-e{self.epoch:04d}-s{self.step:06d}.pt"
+    def filename(self, suffix: str = ".pt") -> str:
+        return f"ckpt-e{self.epoch:04d}-s{self.step:06d}{suffix}"
 
 
 def fsync_directory(directory: Path) -> None:
@@ -88,7 +90,7 @@ def decode(data: bytes) -> dict:
 
 
 def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
-    """Checkpoints in ``directory``, newest first."""
+    """Checkpoints in ``directory`` (files and sharded directories), newest first."""
     found = []
     if directory.is_dir():
         for path in directory.iterdir():
@@ -102,15 +104,32 @@ def save(state: dict, directory: Path, position: Position, keep: int,
          midway: Callable[[], None] | None = None) -> Path:
     path = directory / position.filename()
     atomic_write(path, encode(state), midway)
-    for _, old in list_checkpoints(directory)[keep:]:
-        old.unlink(missing_ok=True)
+    prune(directory, keep)
     return path
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def prune(directory: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints, of either kind."""
+    for _, old in list_checkpoints(directory)[keep:]:
+        _remove(old)
+
+
 def load_newest(directory: Path, log=print) -> tuple[dict, Path] | None:
-    """The newest checkpoint that verifies, or None; every one skipped is logged with its reason."""
+    """The newest checkpoint that verifies, or None; every one skipped is logged with its reason. A sharded
+    checkpoint's state is its manifest's meta plus ``"sharded": path`` (each rank loads its part from there)."""
+    from worker import sharded_checkpoint
+
     for _, path in list_checkpoints(directory):
         try:
+            if path.is_dir():
+                return {**sharded_checkpoint.verify(path), "sharded": str(path)}, path
             return decode(path.read_bytes()), path
         except (CorruptCheckpoint, OSError, RuntimeError, EOFError) as exc:
             log(f"skipping checkpoint {path.name}: {exc}")
@@ -118,8 +137,8 @@ def load_newest(directory: Path, log=print) -> tuple[dict, Path] | None:
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Temporary files left by a crash in the middle of a write: never read, removed at start."""
+    """Temporary files and directories left by a crash in the middle of a write: never read, removed at start."""
     stale = [path for path in directory.glob(f"{TEMP_PREFIX}*")] if directory.is_dir() else []
     for path in stale:
-        path.unlink(missing_ok=True)
+        _remove(path)
     return stale

@@ -75,6 +75,20 @@ def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
 
+STRATEGIES = ("allreduce", "ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError("must be one of " + ", ".join(allowed))
+        return value
+    parse.choices = allowed  # the README table and the generator's check read them
+    return parse
+
+
 def _setting(env: str, parse: Callable[[str], object], default: object, help: str, flag: str | None = None):
     """A dataclass field read from environment variable ``env`` or from ``--flag``."""
     return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag})
@@ -88,6 +102,18 @@ class TrainConfig:
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 64, "Mini-batch size per process.")
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr")
     seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.")
+    strategy: str = _setting(
+        "STRATEGY", _choice(*STRATEGIES), "allreduce",
+        "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
+        "bucketed and overlapped with backward) or fsdp (FSDP2, parameters, gradients and optimizer state "
+        "sharded per layer; sharded checkpoints).")
+    precision: str = _setting(
+        "PRECISION", _choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (with a gradient scaler; CUDA "
+        "only). Weights, optimizer state and the gradient reduction stay fp32.")
+    tensorboard: bool = _setting(
+        "TENSORBOARD", _boolean, True,
+        "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard (`tensorboard --logdir OUTPUT_DIR`).")
     data_dir: Path = _setting("DATA_DIR", _path, Path("data"), "Where MNIST is (or is downloaded to): DATA_DIR/MNIST/raw/.")
     output_dir: Path = _setting("OUTPUT_DIR", _path, Path("runs/local"), "Checkpoints, metrics.jsonl, model.pt and model.json.")
     data_shared: bool = _setting(

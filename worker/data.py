@@ -167,3 +167,12 @@ def shard_indices(count: int, world_size: int, rank: int, seed: int, epoch: int)
 def steps_per_epoch(count: int, world_size: int, batch_size: int) -> int:
     """The same for every rank: enough steps for the largest shard."""
     return math.ceil(math.ceil(count / world_size) / batch_size)
+
+
+def images_before_step(count: int, world_size: int, batch_size: int, step: int) -> int:
+    """Training images all ranks together have processed in an epoch's first ``step`` steps (shard r holds
+    ceil((count - r) / world_size) images and takes batch_size of them per step): known to every rank without
+    a collective, for the loss scaling of ddp and fsdp and for the curves' x-axis."""
+    whole, larger = divmod(count, world_size)  # ``larger`` shards hold one image more
+    taken = step * batch_size
+    return larger * min(whole + 1, taken) + (world_size - larger) * min(whole, taken)

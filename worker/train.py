@@ -1,5 +1,5 @@
-"""The training run of one process: set up, resume, train with one all-reduce per step, evaluate,
-checkpoint, and stop cleanly (all ranks together) on SIGTERM."""
+"""The training run of one process: set up, resume, train (gradients combined by the STRATEGY, computed in the
+PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import checkpoint, data, exit_codes, faults, process_group, settings
+from worker import (checkpoint, data, exit_codes, faults, precision, process_group, settings, sharded_checkpoint,
+                    strategies)
 from worker.checkpoint import Position
 from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
-from worker.gradsync import FlatGradients
 from worker.model import MnistCNN, parameter_count
 from worker.stop import StopRequest, Terminated
+from worker.tensorboard_log import Curves
 from worker.threads import threads_per_process
+
+EVAL_CHUNK = 1000  # test images per forward pass
 
 
 class Stopped(Exception):
@@ -43,6 +46,7 @@ class Trainer:
         self.config, self.env = config, env
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
+        self.curves = Curves(False, config.output_dir, None, self.log)  # opened once the verdict is known
 
     # -- output -------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -63,11 +67,12 @@ class Trainer:
         self.device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(self.device)
+        precision.require_supported(cfg.precision, self.device)  # before any rendezvous: every rank exits 78
         self.faults = faults.FaultInjector.from_environ(os.environ, env.rank, cfg.output_dir, self.log,
                                                         parent_is_launcher=env.under_launcher)
         store = None
+        backend = "nccl" if use_cuda else "gloo"
         if self.distributed:
-            backend = "nccl" if use_cuda else "gloo"
             process_group.init_process_group(
                 backend, timeout=timedelta(seconds=cfg.collective_timeout),
                 device_id=self.device if use_cuda else None,
@@ -75,6 +80,8 @@ class Trainer:
             store = dist.distributed_c10d._get_default_store()
             self.log0(f"process group: {backend}, world size {env.world_size} "
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
+        elif cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
+            process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         self.start_state = self.inspect_output()
         self.data_source = data.prepare(cfg, env, store, self.log, fault=self.faults.at)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
@@ -83,17 +90,22 @@ class Trainer:
         # each rank evaluates its own slice of the test set; the counts are summed
         self.test_images = test_images[env.rank::env.world_size].to(self.device)
         self.test_labels = test_labels[env.rank::env.world_size].to(self.device)
+        self.test_count = len(test_images)
         self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
 
         torch.manual_seed(cfg.seed)
-        self.model = MnistCNN().to(self.device)
+        model = MnistCNN().to(self.device)
+        self.parameters = parameter_count(model)
         if self.distributed:  # identical start everywhere, whatever each host's RNG did
-            for tensor in self.model.state_dict().values():
+            for tensor in model.state_dict().values():
                 dist.broadcast(tensor, src=0)
-        self.grads = FlatGradients(self.model.parameters(), env.world_size)
+        self.parallel = strategies.build(cfg.strategy, model, env, self.device, cfg.precision)
+        self.model = self.parallel.module  # the plain model (sharded in place under fsdp)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate)
+        self.parallel.attach(self.optimizer)
         self.log0(f"{len(self.images)} training images, {len(test_images)} test images, "
-                  f"{parameter_count(self.model)} parameters, {self.steps} steps per epoch on {self.device}")
+                  f"{self.parameters} parameters, {self.steps} steps per epoch on {self.device}, "
+                  f"strategy {cfg.strategy}, precision {cfg.precision}")
 
     def make_scheduler(self, done_steps: int):
         total = self.config.epochs * self.steps
@@ -156,8 +168,11 @@ class Trainer:
         state = self.start_state
         if state is None:
             return Position(0, 0), 0.0, 0.0, {}
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "sharded" in state:
+            self.parallel.load_sharded(state["sharded"])
+        else:
+            self.parallel.load_full(state["model"], state["optimizer"])
+        self.parallel.precision.load_state_dict(state.get("scaler"))
         position = Position(**state["position"])
         if position.step and state["steps_per_epoch"] != self.steps:
             self.log0(f"the checkpoint was taken with {state['steps_per_epoch']} steps per epoch, now {self.steps}: "
@@ -169,11 +184,10 @@ class Trainer:
 
     def save_checkpoint(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
                         result: dict | None = None) -> None:
-        if not self.env.is_rank0:
+        """Rank 0 writes one verified file; under fsdp every rank writes its shard of a checkpoint directory."""
+        if not (self.env.is_rank0 or self.parallel.sharded_checkpoints):
             return
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        meta = {
             "position": asdict(position),
             "epoch_loss_sum": loss_sum,
             "epoch_samples": samples,
@@ -181,11 +195,20 @@ class Trainer:
             "world_size": self.env.world_size,
             "config": settings.recorded_config(self.config),
             "result": result,  # the last finished epoch's metrics: a run resumed at its end reports them
+            "strategy": self.config.strategy,
+            "scaler": self.parallel.precision.state_dict(),
         }
         started = time.perf_counter()
-        path = checkpoint.save(state, self.config.checkpoint_dir, position, self.config.keep_checkpoints,
-                               midway=self.faults.at_checkpoint())
-        self.log(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
+        if self.parallel.sharded_checkpoints:
+            path = sharded_checkpoint.save(self.parallel.sharded_state(), meta, self.config.checkpoint_dir, position,
+                                           self.config.keep_checkpoints, self.env.rank,
+                                           midway=self.faults.at_checkpoint() if self.env.is_rank0 else None)
+        else:
+            model_state, optimizer_state = self.parallel.full_state()
+            path = checkpoint.save({**meta, "model": model_state, "optimizer": optimizer_state},
+                                   self.config.checkpoint_dir, position, self.config.keep_checkpoints,
+                                   midway=self.faults.at_checkpoint())
+        self.log0(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
 
     # -- the loop -----------------------------------------------------------------------------------
     def all_sum(self, values: list[float]) -> list[float]:
@@ -197,10 +220,12 @@ class Trainer:
     def evaluate(self) -> tuple[int, int]:
         self.model.eval()
         correct = 0
-        with torch.inference_mode():
-            for start in range(0, len(self.test_images), 1000):
-                logits = self.model(self.test_images[start:start + 1000])
-                correct += int((logits.argmax(1) == self.test_labels[start:start + 1000]).sum())
+        # the same number of forward passes on every rank: under fsdp each one gathers parameters from all
+        largest_shard = -(-self.test_count // self.env.world_size)
+        with torch.no_grad(), self.parallel.precision.autocast():  # no_grad: FSDP2 cannot run in inference_mode
+            for start in range(0, largest_shard, EVAL_CHUNK):
+                logits = self.model(self.test_images[start:start + EVAL_CHUNK])
+                correct += int((logits.argmax(1) == self.test_labels[start:start + EVAL_CHUNK]).sum())
         self.model.train()
         return correct, len(self.test_images)
 
@@ -208,33 +233,46 @@ class Trainer:
         cfg, env = self.config, self.env
         position, carried_loss, carried_samples, result = self.resume()
         scheduler = self.make_scheduler(position.epoch * self.steps + position.step)
-        batch = cfg.batch_size
+        batch, count = cfg.batch_size, len(self.images)
+        if env.is_rank0:
+            resumed = self.start_state is not None
+            self.curves = Curves(cfg.tensorboard, cfg.output_dir, self.images_seen(position) if resumed else None,
+                                 self.log)
         self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
         self.model.train()
+        parallel = self.parallel
         for epoch in range(position.epoch, cfg.epochs):
-            indices = data.shard_indices(len(self.images), env.world_size, env.rank, cfg.seed, epoch).to(self.device)
+            indices = data.shard_indices(count, env.world_size, env.rank, cfg.seed, epoch).to(self.device)
             first = position.step if epoch == position.epoch else 0
             loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-            local_samples, global_samples, sync_seconds = 0, 0, 0.0
+            local_samples, global_samples, sync_seconds, backward_seconds = 0, 0, 0.0, 0.0
             started = time.perf_counter()
             for step in range(first, self.steps):
                 self.faults.at_batch(epoch + 1, step + 1)
                 chosen = indices[step * batch:(step + 1) * batch]
-                self.grads.zero()
-                if len(chosen):
-                    loss = F.cross_entropy(self.model(self.images[chosen]), self.labels[chosen], reduction="sum")
-                    loss.backward()
+                expected = (data.images_before_step(count, env.world_size, batch, step + 1)
+                            - data.images_before_step(count, env.world_size, batch, step))
+                parallel.zero_grad()
+                loss = None
+                if len(chosen) or parallel.forwards_empty_batches:
+                    with parallel.precision.autocast():
+                        logits = parallel.model(self.images[chosen])
+                    loss = F.cross_entropy(logits.float(), self.labels[chosen], reduction="sum")
                     loss_sum += loss.detach()
-                sync_started = time.perf_counter()
-                step_samples, stop = self.grads.synchronize(len(chosen), self.stop.requested)
-                sync_seconds += time.perf_counter() - sync_started
-                self.optimizer.step()
+                backward_started = time.perf_counter()
+                step_samples, stop = parallel.backward(loss, len(chosen), expected, self.stop.requested)
+                backward_seconds += time.perf_counter() - backward_started
+                sync_seconds += parallel.sync_seconds
+                parallel.step()
                 scheduler.step()
                 local_samples += len(chosen)
                 global_samples += step_samples
                 if (step + 1) % cfg.log_interval == 0 or step + 1 == self.steps:
                     self.log(f"epoch: {epoch + 1}/{cfg.epochs}, batch: {step + 1}/{self.steps}, "
                              f"mini-batch size: {len(chosen)}")
+                    if env.is_rank0 and loss is not None and len(chosen):
+                        self.curves.batch(self.images_seen(Position(epoch, step + 1)), float(loss.detach()) / len(chosen),
+                                          scheduler.get_last_lr()[0])
                 if stop:
                     total_loss, total_samples = self.all_sum([float(loss_sum), local_samples])
                     self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
@@ -256,23 +294,35 @@ class Trainer:
                 "epoch": epoch + 1,
                 "loss": round(average, 6),
                 "accuracy": round(accuracy, 6),
+                "learning_rate": scheduler.get_last_lr()[0],
                 "images_per_second": round(global_samples / train_seconds, 1),
                 "train_seconds": round(train_seconds, 3),
                 "sync_ms_per_step": round(1000 * sync_seconds / steps_run, 3),
+                "backward_ms_per_step": round(1000 * backward_seconds / steps_run, 3),  # sync included
                 "world_size": env.world_size,
+                "strategy": cfg.strategy,
+                "precision": cfg.precision,
             }
             self.log0(f"epoch {epoch + 1}/{cfg.epochs}, test accuracy={100 * accuracy:.2f}%, "
                       f"{result['images_per_second']:.0f} images/s, gradient sync "
-                      f"{result['sync_ms_per_step']:.2f} ms/step")
+                      f"{result['sync_ms_per_step']:.2f} ms/step (backward with sync {result['backward_ms_per_step']:.1f})")
             last = epoch + 1 == cfg.epochs
             if stop:
                 self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
             if stop or last or (cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0):
                 self.save_checkpoint(Position(epoch + 1, 0), result=result)
             self.append_metrics(result)
+            if env.is_rank0:
+                self.curves.epoch(self.images_seen(Position(epoch + 1, 0)), result)
             if stop and not last:
                 raise Stopped(self.stop.requested)
         return result
+
+    def images_seen(self, position: Position) -> int:
+        """Training images processed by all ranks up to ``position``: the curves' x-axis."""
+        count = len(self.images)
+        return position.epoch * count + data.images_before_step(count, self.env.world_size, self.config.batch_size,
+                                                                 position.step)
 
     def append_metrics(self, record: dict) -> None:
         if not self.env.is_rank0:
@@ -287,9 +337,11 @@ class Trainer:
         """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
         pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
         while rank 0 could still fail)."""
+        # plain tensors on rank 0, gathered from every rank under fsdp
+        weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.sharded_checkpoints else None
         if self.env.is_rank0:
             buffer = io.BytesIO()
-            torch.save(self.model.state_dict(), buffer)
+            torch.save(weights, buffer)
             checkpoint.atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
             summary_path = self.config.output_dir / settings.MODEL_SUMMARY
             summary = {
@@ -298,7 +350,7 @@ class Trainer:
                 "loss": result.get("loss"),
                 "epochs": self.config.epochs,
                 "world_size": self.env.world_size,
-                "parameters": parameter_count(self.model),
+                "parameters": self.parameters,
                 "model": "worker.model.MnistCNN",
                 "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
                 "config": settings.recorded_config(self.config),
@@ -310,6 +362,7 @@ class Trainer:
             dist.barrier()
 
     def close(self) -> None:
+        self.curves.close()
         process_group.destroy_process_group()
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from worker.data import shard_indices, steps_per_epoch
+from worker.data import images_before_step, shard_indices, steps_per_epoch
 
 
 @pytest.mark.parametrize("world", range(1, 9))
@@ -27,3 +27,12 @@ def test_each_epoch_is_reshuffled_and_reproducible():
 def test_ranks_draw_from_one_shared_permutation():
     permutation = torch.cat([shard_indices(10, 1, 0, seed=5, epoch=1)])
     assert torch.equal(shard_indices(10, 2, 1, seed=5, epoch=1), permutation[1::2])
+
+
+@pytest.mark.parametrize("count, world, batch", [(1, 1, 1), (7, 3, 2), (1024, 2, 32), (1025, 8, 5), (100, 3, 64)])
+def test_images_before_step_counts_what_the_shards_hand_out(count, world, batch):
+    steps = steps_per_epoch(count, world, batch)
+    for step in range(steps + 2):
+        handed_out = sum(len(shard_indices(count, world, rank, 0, 0)[:step * batch]) for rank in range(world))
+        assert images_before_step(count, world, batch, step) == handed_out
+    assert images_before_step(count, world, batch, steps) == count  # every image once per epoch

@@ -1,0 +1,62 @@
+"""Peak memory per rank of STRATEGY=fsdp against allreduce, on a model whose parameters, gradients and Adam
+state dominate the process (a 4-layer 4096-wide MLP, 67 M parameters: 1 GiB of fp32 state under allreduce).
+
+    torchrun --standalone --nproc-per-node 2 -m bench.strategy_memory --strategy fsdp
+
+Each rank builds the model through worker.strategies (the worker's own code), takes a few Adam steps, and reports
+the growth of its peak resident memory over what it held before the model existed (the torch import, gloo);
+rank 0 prints the largest as ``peak_growth_mib=M state_mib=S``, S being the fp32 parameters + gradients + Adam
+moments of the whole model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from worker import process_group, strategies
+from worker.distenv import read_dist_env
+
+WIDTH, LAYERS, BATCH = 4096, 4, 64
+
+
+def resident_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", choices=("allreduce", "ddp", "fsdp"), required=True)
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    process_group.init_process_group("gloo")
+    env = read_dist_env()
+    before = max(resident_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
+    state_mib = 4 * sum(p.numel() for p in model.parameters()) * 4 / 2**20  # weights, gradients, 2 moments
+    parallel = strategies.build(args.strategy, model, env, torch.device("cpu"), "fp32")
+    optimizer = torch.optim.Adam(parallel.module.parameters(), lr=1e-4)
+    parallel.attach(optimizer)
+    inputs = torch.randn(BATCH, WIDTH)
+    for _ in range(args.steps):
+        parallel.zero_grad()
+        loss = parallel.model(inputs).square().sum()
+        parallel.backward(loss, BATCH, BATCH * env.world_size, False)
+        parallel.step()
+    growth = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before])
+    dist.all_reduce(growth, op=dist.ReduceOp.MAX)
+    if env.rank == 0:
+        print(f"peak_growth_mib={growth.item():.1f} state_mib={state_mib:.1f}", flush=True)
+    process_group.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

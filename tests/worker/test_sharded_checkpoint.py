@@ -1,0 +1,72 @@
+"""Sharded checkpoint directories (STRATEGY=fsdp) as files on disk: written whole or not at all, verified by their
+manifest, listed and pruned with the single-file kind. One process without a process group (torch.distributed's
+checkpoint runs without one); the multi-rank writes are tests/worker/test_strategies.py."""
+
+import json
+
+import pytest
+import torch
+
+from worker import checkpoint, sharded_checkpoint
+from worker.checkpoint import CorruptCheckpoint, Position
+
+
+def write(directory, epoch, keep=3, midway=None):
+    state = {"model": {"weight": torch.full((4, 4), float(epoch))}}
+    return sharded_checkpoint.save(state, {"position": {"epoch": epoch, "step": 0}, "world_size": 1}, directory,
+                                   Position(epoch, 0), keep, rank=0, midway=midway)
+
+
+def test_a_written_directory_verifies_and_loads_with_its_meta(tmp_path):
+    path = write(tmp_path, 1)
+    assert path.name == "ckpt-e0001-s000000.dcp"
+    assert sorted(p.name for p in path.iterdir()) == [".metadata", "__0_0.distcp", "manifest.json"]
+    state, found = checkpoint.load_newest(tmp_path)
+    assert found == path and state["sharded"] == str(path) and state["world_size"] == 1
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda p: (p / "__0_0.distcp").write_bytes(b"\0" * 10), "__0_0.distcp does not match its checksum"),
+    (lambda p: (p / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
+    (lambda p: (p / "manifest.json").unlink(), "no manifest.json: the write did not finish"),
+    (lambda p: (p / "manifest.json").write_text("{"), "unreadable manifest.json"),
+    (lambda p: (p / "manifest.json").write_text(json.dumps({"format": "x", "files": {}})), "not an indexed-trainer"),
+])
+def test_a_damaged_directory_is_skipped_for_the_one_before(tmp_path, damage, reason):
+    write(tmp_path, 1)
+    damage(write(tmp_path, 2))
+    skipped = []
+    state, found = checkpoint.load_newest(tmp_path, log=skipped.append)
+    assert found.name == "ckpt-e0001-s000000.dcp"
+    assert len(skipped) == 1 and skipped[0].startswith("skipping checkpoint ckpt-e0002-s000000.dcp: ")
+    assert reason in skipped[0]
+
+
+def test_a_crash_before_the_rename_leaves_only_a_temporary_directory(tmp_path):
+    write(tmp_path, 1)
+
+    def crash():
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        write(tmp_path, 2, midway=crash)
+    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.dcp"]
+    assert [p.name for p in checkpoint.remove_stale_temporaries(tmp_path)] == [".tmp-ckpt-e0002-s000000.dcp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]
+
+
+def test_both_kinds_are_listed_newest_first_and_pruned_together(tmp_path):
+    checkpoint.save({"x": 1}, tmp_path, Position(1, 0), keep=3)
+    write(tmp_path, 2)
+    checkpoint.save({"x": 3}, tmp_path, Position(3, 0), keep=3)
+    write(tmp_path, 4, keep=3)
+    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == [
+        "ckpt-e0004-s000000.dcp", "ckpt-e0003-s000000.pt", "ckpt-e0002-s000000.dcp"]
+
+
+def test_the_same_position_written_again_replaces_the_directory(tmp_path):
+    write(tmp_path, 1)
+    path = sharded_checkpoint.save({"model": {"weight": torch.zeros(2)}}, {"again": True}, tmp_path,
+                                   Position(1, 0), 3, rank=0)
+    assert sharded_checkpoint.verify(path) == {"again": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]

@@ -1,0 +1,190 @@
+"""STRATEGY, PRECISION and TensorBoard in real runs: torchrun with gloo on 127.0.0.1.
+
+Every strategy makes the same update (the summed loss's gradient over the global sample count), so in fp32 they
+reach the same accuracy in the same epochs; fsdp's sharded checkpoints survive a kill, are verified, and reshard
+to another world size at an epoch boundary; the final model.pt is a plain state dict under every strategy.
+"""
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+import torch
+
+from tests.mnist_data import real_digits_available
+from tests.worker.launch import rank_command, read_until, recorded_epochs, run, start, torchrun_command, worker_env
+from worker.data import load_split
+from worker.model import MnistCNN
+
+pytestmark = pytest.mark.slow
+
+
+def epoch_accuracies(output_dir):
+    return [json.loads(line)["accuracy"] for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def plain_model(output_dir) -> MnistCNN:
+    """model.pt into the model with torch.load alone: plain tensors, no torch.distributed."""
+    weights = torch.load(output_dir / "model.pt", weights_only=True)
+    assert all(type(tensor) is torch.Tensor for tensor in weights.values())
+    model = MnistCNN()
+    model.load_state_dict(weights)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def strategy_runs(digits_dir, tmp_path_factory):
+    """The default settings (5 epochs, batch 64 per process) on 2 processes, once per strategy."""
+    runs = {}
+    for strategy in ("allreduce", "ddp", "fsdp"):
+        out = tmp_path_factory.mktemp(strategy)
+        result = run(torchrun_command(2), worker_env(digits_dir, out, STRATEGY=strategy), timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[strategy] = (out, result.stdout)
+    return runs
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_each_strategy_reaches_the_defaults_accuracy_in_the_same_epochs(strategy_runs, strategy, digits_dir):
+    reference, _ = strategy_runs["allreduce"]
+    out, log = strategy_runs[strategy]
+    assert f"strategy {strategy}, precision fp32" in log
+    ours, theirs = epoch_accuracies(out), epoch_accuracies(reference)
+    assert len(ours) == len(theirs) == 5
+    # the same update in fp32: only the order of the float sums differs
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 0.005, (ours, theirs)
+    assert ours[-1] >= (0.985 if real_digits_available() else 0.95)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {m["strategy"] for m in metrics} == {strategy} and all(m["backward_ms_per_step"] > 0 for m in metrics)
+    # model.pt holds the whole model: evaluated here it gives the accuracy the run reported
+    images, labels = load_split(digits_dir, train=False)
+    with torch.no_grad():
+        accuracy = (plain_model(out)(images).argmax(1) == labels).float().mean().item()
+    assert accuracy == pytest.approx(json.loads((out / "model.json").read_text())["accuracy"], abs=1e-6)
+
+
+def test_fsdp_checkpoints_are_directories_of_verified_shards(strategy_runs):
+    out, _ = strategy_runs["fsdp"]
+    newest = out / "checkpoints" / "ckpt-e0005-s000000.dcp"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "ckpt-e0003-s000000.dcp", "ckpt-e0004-s000000.dcp", "ckpt-e0005-s000000.dcp"]
+    manifest = json.loads((newest / "manifest.json").read_text())
+    assert set(manifest["files"]) == {".metadata", "__0_0.distcp", "__1_0.distcp"}  # each rank its shard
+    assert manifest["meta"]["world_size"] == 2 and manifest["meta"]["strategy"] == "fsdp"
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_bf16_trains_and_saves_an_fp32_model(small_dir, tmp_path, strategy):
+    out = tmp_path / "out"
+    result = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=strategy, PRECISION="bf16", EPOCHS=1,
+                                                 TRAIN_SAMPLES=256, OMP_NUM_THREADS=1))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"strategy {strategy}, precision bf16" in result.stdout
+    weights = torch.load(out / "model.pt", weights_only=True)
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}  # master weights stay fp32
+    assert json.loads((out / "model.json").read_text())["config"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(PRECISION="fp16"), "PRECISION: fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only) and this "
+                             "process runs on cpu: use bf16 or fp32 here"),
+    (dict(STRATEGY="zero3"), "STRATEGY: 'zero3' must be one of allreduce, ddp, fsdp"),
+])
+def test_unsupported_choices_exit_78_naming_the_variable(small_dir, tmp_path, settings, message):
+    out = tmp_path / "out"
+    result = run(torchrun_command(2), worker_env(small_dir, out, **settings), timeout=120)
+    output = result.stdout + result.stderr
+    assert message in output
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+def test_fsdp_killed_run_falls_back_past_a_damaged_shard_and_matches_the_uninterrupted_run(tmp_path, small_dir):
+    settings = dict(STRATEGY="fsdp", EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
+    reference = run(torchrun_command(2), worker_env(small_dir, tmp_path / "reference", **settings))
+    assert reference.returncode == 0, reference.stdout[-3000:]
+
+    out = tmp_path / "interrupted"  # the pod dies (torchrun and both ranks, SIGKILL) as epoch 3 begins
+    killed = run(torchrun_command(2), worker_env(small_dir, out, FAULT_INJECT="sigkill-pod@batch=3.1,rank=0",
+                                                 **settings))
+    assert killed.returncode != 0 and "checkpoint ckpt-e0002-s000000.dcp written" in killed.stdout, killed.stdout
+    checkpoints = out / "checkpoints"
+    shard = checkpoints / "ckpt-e0002-s000000.dcp" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:1000])  # rank 1's shard of the newest checkpoint is damaged
+    (checkpoints / ".tmp-ckpt-e0003-s000000.dcp").mkdir(exist_ok=True)  # as a kill during a write leaves
+    resumed = run(torchrun_command(2), worker_env(small_dir, out, **settings))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert ("skipping checkpoint ckpt-e0002-s000000.dcp: __1_0.distcp does not match its checksum"
+            in resumed.stdout)
+    assert "resuming from ckpt-e0001-s000000.dcp" in resumed.stdout
+    assert "removed .tmp-ckpt-e0003-s000000.dcp" in resumed.stdout
+    assert "Rank 0: epoch: 1/3" not in resumed.stdout and "Rank 0: epoch: 2/3" in resumed.stdout
+    reference_model, resumed_model = plain_model(tmp_path / "reference"), plain_model(out)
+    for (name, tensor), other in zip(reference_model.state_dict().items(), resumed_model.state_dict().values()):
+        torch.testing.assert_close(other, tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_fsdp_sigterm_writes_a_sharded_checkpoint_mid_epoch_and_the_rerun_continues(tmp_path, small_dir):
+    settings = dict(STRATEGY="fsdp", EPOCHS=2, BATCH_SIZE=8, LOG_INTERVAL=1, OMP_NUM_THREADS=1)
+    out = tmp_path / "out"
+    process = start(torchrun_command(2), worker_env(small_dir, out, **settings))
+    seen = []
+    assert read_until(process, "Rank 1: epoch: 1/2, batch: 5/64", 120, seen), "".join(seen)
+    os.kill(process.pid, signal.SIGTERM)  # to torchrun, as the kubelet does
+    output = "".join(seen) + process.communicate(timeout=60)[0]
+    assert process.returncode != 0, output
+    (checkpoint,) = [p.name for p in (out / "checkpoints").iterdir()]
+    step = int(re.fullmatch(r"ckpt-e0000-s(\d{6})\.dcp", checkpoint).group(1))
+    assert 5 <= step < 64
+    resumed = run(torchrun_command(2), worker_env(small_dir, out, **settings))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"resuming from {checkpoint}" in resumed.stdout
+    assert f"Rank 0: epoch: 1/2, batch: {step + 1}/64" in resumed.stdout
+    assert f"Rank 0: epoch: 1/2, batch: {step}/64" not in resumed.stdout
+    assert recorded_epochs(out) == [1, 2]
+
+
+@pytest.mark.parametrize("first, second", [(2, 1), (1, 2)])
+def test_fsdp_resumes_at_an_epoch_boundary_with_another_world_size(tmp_path, small_dir, first, second):
+    settings = dict(STRATEGY="fsdp", EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
+    out = tmp_path / "out"
+    command = torchrun_command(first) if first > 1 else rank_command()
+    killed = run(command, worker_env(small_dir, out, FAULT_INJECT="sigkill@batch=2.1,rank=0", **settings))
+    assert killed.returncode != 0 and "checkpoint ckpt-e0001-s000000.dcp written" in killed.stdout, killed.stdout
+    manifest = json.loads((out / "checkpoints" / "ckpt-e0001-s000000.dcp" / "manifest.json").read_text())
+    assert manifest["meta"]["world_size"] == first
+    first_loss = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+
+    command = torchrun_command(second) if second > 1 else rank_command()
+    resumed = run(command, worker_env(small_dir, out, **settings))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resuming from ckpt-e0001-s000000.dcp" in resumed.stdout
+    assert f"world size {second}" in resumed.stdout or second == 1
+    assert recorded_epochs(out) == [1, 2, 3]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["world_size"] for r in records] == [first, second, second]
+    # it continued from the trained weights (resharded), not from a fresh model: epoch 2 starts where 1 ended
+    assert records[1]["loss"] < 0.8 * first_loss
+    plain_model(out)
+
+
+@pytest.mark.parametrize("first, second", [("fsdp", "allreduce"), ("allreduce", "fsdp"), ("fsdp", "ddp")])
+def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, first, second):
+    settings = dict(EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
+    reference = run(torchrun_command(2), worker_env(small_dir, tmp_path / "reference", STRATEGY=first, **settings))
+    assert reference.returncode == 0, reference.stdout[-3000:]
+    out = tmp_path / "out"
+    killed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=first,
+                                                 FAULT_INJECT="sigkill-pod@batch=2.1,rank=0", **settings))
+    assert killed.returncode != 0, killed.stdout
+    resumed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=second, **settings))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    suffix = ".dcp" if first == "fsdp" else ".pt"
+    assert f"resuming from ckpt-e0001-s000000{suffix}" in resumed.stdout
+    assert recorded_epochs(out) == [1, 2, 3]
+    # the same update under every strategy: the resumed run ends where the uninterrupted one did
+    for (name, tensor), other in zip(plain_model(tmp_path / "reference").state_dict().items(),
+                                     plain_model(out).state_dict().values()):
+        torch.testing.assert_close(other, tensor, rtol=1e-3, atol=1e-4, msg=name)

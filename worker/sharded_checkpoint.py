@@ -1,0 +1,83 @@
+"""Sharded checkpoints (STRATEGY=fsdp): one directory per checkpoint, each rank writing its own shard.
+
+``ckpt-e<epoch>-s<step>.dcp/`` holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank
+and ``.metadata``) and ``manifest.json``: the checkpoint's position and settings and the SHA-256 of every other
+file. The ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory
+into place, so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read.
+A directory whose manifest is missing, or whose files are missing or differ from it, is skipped in favour of the
+one before it. Loading reshards to the current world size (torch.distributed.checkpoint's planner), so a run
+resumes at an epoch boundary with another number of processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch.distributed as dist
+
+from worker.checkpoint import TEMP_PREFIX, CorruptCheckpoint, Position, atomic_write, fsync_directory, prune
+
+FORMAT = "indexed-trainer sharded checkpoint v1"
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save(state: dict, meta: dict, directory: Path, position: Position, keep: int, rank: int,
+         midway: Callable[[], None] | None = None) -> Path:
+    """Every rank calls this (a collective). ``state`` is this rank's part; ``meta`` (JSON) goes to the manifest."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    final = directory / position.filename(".dcp")
+    temp = directory / f"{TEMP_PREFIX}{final.name}"
+    if rank == 0:
+        shutil.rmtree(temp, ignore_errors=True)  # left by a write that was interrupted
+        temp.mkdir(parents=True)
+    if dist.is_initialized():
+        dist.barrier()  # nobody writes into the directory before it is fresh
+    dcp.save(state, storage_writer=FileSystemWriter(str(temp), sync_files=True))  # returns when all shards are in
+    if rank == 0:
+        if midway:
+            midway()
+        files = {path.name: _sha256(path) for path in sorted(temp.iterdir())}
+        manifest = {"format": FORMAT, "files": files, "meta": meta}
+        atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+        if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
+            old = directory / f"{TEMP_PREFIX}old-{final.name}"
+            os.replace(final, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(temp, final)
+        fsync_directory(directory)
+        prune(directory, keep)
+    return final
+
+
+def verify(path: Path) -> dict:
+    """The manifest's meta of a complete, intact checkpoint directory; CorruptCheckpoint otherwise."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise CorruptCheckpoint("no manifest.json: the write did not finish") from None
+    except ValueError as exc:
+        raise CorruptCheckpoint(f"unreadable manifest.json ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or ".metadata" not in manifest.get("files", {}):
+        raise CorruptCheckpoint("manifest.json is not an indexed-trainer sharded checkpoint's")
+    for name, digest in manifest["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise CorruptCheckpoint(f"{name} is missing")
+        if _sha256(file) != digest:
+            raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
+    return manifest["meta"]

@@ -1,0 +1,124 @@
+"""What a strategy does for the trainer, and the parts they share: state dicts by parameter name (the
+torch.distributed.checkpoint.state_dict API), so that a checkpoint written under one strategy resumes under
+another and at another world size."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
+
+from worker.distenv import DistEnv
+from worker.precision import Precision
+
+
+class Strategy:
+    name = "base"
+    sharded_checkpoints = False  # checkpoints are directories of shards (torch.distributed.checkpoint)
+
+    def __init__(self, module: nn.Module, env: DistEnv, device: torch.device, precision: Precision):
+        self.module, self.env, self.device, self.precision = module, env, device, precision
+        self.world_size = env.world_size
+        # seconds the last backward() waited for communication after its own computation: the flat all-reduce
+        # under allreduce; under ddp and fsdp the gradients travel during backward, and this is the tail left
+        self.sync_seconds = 0.0
+
+    # -- the step ------------------------------------------------------------------------------------
+    @property
+    def model(self) -> nn.Module:
+        """What the training forward calls (a wrapper under ddp)."""
+        return self.module
+
+    @property
+    def forwards_empty_batches(self) -> bool:
+        """True where every rank must run forward and backward in every step (the collectives are in them)."""
+        return True
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor | None, samples: int, global_samples: int,
+                 stop_requested: bool) -> tuple[int, bool]:
+        """Backpropagate ``loss`` (the sum over this rank's ``samples``) so that every rank ends with the gradient
+        of the global batch's summed loss divided by its ``global_samples``; return (global samples, stop)."""
+        control = torch.tensor([float(samples), float(stop_requested)], dtype=torch.float64, device=self.device)
+        # the control values travel beside the gradients, overlapped with backward
+        work = dist.all_reduce(control, async_op=True) if self.world_size > 1 else None
+        # the collectives in backward average over ranks: scale the sum so that the average is sum / global
+        self.precision.backward(loss * (self.world_size / max(global_samples, 1)))
+        started = time.perf_counter()
+        if work is not None:
+            work.wait()
+        total, stops = control.tolist()
+        self.sync_seconds = time.perf_counter() - started
+        return int(total), stops > 0
+
+    def step(self) -> None:
+        self.precision.step(self.optimizer)
+
+    # -- state ---------------------------------------------------------------------------------------
+    def full_model_state(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights as plain CPU tensors on rank 0 (a collective under fsdp)."""
+        return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def full_state(self) -> tuple[dict, dict]:
+        """(model, optimizer) state by parameter name, whole tensors, on rank 0: a checkpoint file's content."""
+        return get_state_dict(self.module, self.optimizer,
+                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def sharded_state(self) -> dict:
+        """This rank's part of the model and optimizer state (whole tensors where nothing is sharded)."""
+        with self.optimizer_state_initializable():
+            model, optimizer = get_state_dict(self.module, self.optimizer)
+        return {"model": model, "optimizer": optimizer}
+
+    def load_full(self, model_state: dict, optimizer_state: dict) -> None:
+        """Load a checkpoint file's state (each rank holds all of it; under fsdp each keeps its shard)."""
+        optimizer_state = by_name(optimizer_state, self.module)
+        # keys a learning-rate scheduler added to the groups (initial_lr, max_lr, ...): the trainer's scheduler
+        # sets them again when it is rebuilt, and a fresh optimizer's groups lack them
+        known = set(self.optimizer.param_groups[0]) | {"params"}
+        optimizer_state = {**optimizer_state, "param_groups": [
+            {key: value for key, value in group.items() if key in known} for group in optimizer_state["param_groups"]]}
+        with self.optimizer_state_initializable():
+            # whole tensors are this rank's part where nothing is sharded; under fsdp each rank takes its shard
+            set_state_dict(self.module, self.optimizer, model_state_dict=model_state,
+                           optim_state_dict=optimizer_state,
+                           options=StateDictOptions(full_state_dict=self.sharded_checkpoints))
+
+    def load_sharded(self, directory: Path) -> None:
+        """Load a sharded checkpoint, resharded to this world size by torch.distributed.checkpoint."""
+        import torch.distributed.checkpoint as dcp
+
+        state = self.sharded_state()
+        dcp.load(state, checkpoint_id=str(directory))
+        set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+
+    @contextlib.contextmanager
+    def optimizer_state_initializable(self):
+        """get_state_dict creates a fresh optimizer's state (a zero-learning-rate step) only while no parameter
+        holds a gradient; a strategy that keeps gradients bound lifts them for that moment."""
+        yield
+
+
+def by_name(optimizer_state: dict, module: nn.Module) -> dict:
+    """An optimizer state dict keyed by parameter name. Checkpoints before strategies existed hold
+    torch.optim's own form, keyed by the parameter's position in module.parameters()."""
+    groups = optimizer_state.get("param_groups") or []
+    if not groups or not groups[0].get("params") or not isinstance(groups[0]["params"][0], int):
+        return optimizer_state
+    names = [name for name, _ in module.named_parameters()]
+    return {
+        "state": {names[index]: value for index, value in optimizer_state["state"].items()},
+        "param_groups": [{**group, "params": [names[index] for index in group["params"]]} for group in groups],
+    }
