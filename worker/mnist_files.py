@@ -10,7 +10,6 @@ would accept a half-extracted set, this one does not.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from worker.digests import file_digest
 
 # File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST
 # .resources; kept here so that checking the data never imports torch).
@@ -70,19 +71,11 @@ def check_idx(path: Path) -> int:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 def _md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "md5")
 
 
 def check_raw_files(directory: Path) -> dict[str, int]:

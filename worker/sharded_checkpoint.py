@@ -11,7 +11,6 @@ resumes at an epoch boundary with another number of processes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,18 +19,11 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from worker.digests import file_digest
 from worker.checkpoint import TEMP_PREFIX, CorruptCheckpoint, Position, atomic_write, fsync_directory, prune
 
 FORMAT = "indexed-trainer sharded checkpoint v1"
 MANIFEST = "manifest.json"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save(state: dict, meta: dict, directory: Path, position: Position, keep: int, rank: int,
@@ -51,7 +43,7 @@ def save(state: dict, meta: dict, directory: Path, position: Position, keep: int
     if rank == 0:
         if midway:
             midway()
-        files = {path.name: _sha256(path) for path in sorted(temp.iterdir())}
+        files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
         manifest = {"format": FORMAT, "files": files, "meta": meta}
         atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
@@ -78,6 +70,6 @@ def verify(path: Path) -> dict:
         file = path / name
         if not file.is_file():
             raise CorruptCheckpoint(f"{name} is missing")
-        if _sha256(file) != digest:
+        if file_digest(file) != digest:
             raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
     return manifest["meta"]

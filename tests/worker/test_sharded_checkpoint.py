@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from worker import checkpoint, sharded_checkpoint
-from worker.checkpoint import CorruptCheckpoint, Position
+from worker.checkpoint import Position
 
 
 def write(directory, epoch, keep=3, midway=None):

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import time
 
 import pytest
 import torch
