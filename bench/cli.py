@@ -119,9 +119,10 @@ def table(r: dict) -> str:
                      f"{s['runs']} run{'s' if s['runs'] > 1 else ''}"))
     for world, by_strategy in r["strategy_memory"].items():
         fsdp, allreduce = by_strategy["fsdp"], by_strategy["allreduce"]
-        rows.append((f"peak memory growth per rank, 67 M-param MLP, ws {world} (MiB)", f"{fsdp['peak_growth_mib']:.0f} (fsdp)",
-                     f"{allreduce['peak_growth_mib']:.0f} (allreduce; state {allreduce['state_mib']:.0f})",
-                     f"{fsdp['peak_growth_mib'] / allreduce['peak_growth_mib']:.2f}", f"→ 1/{world} = {1 / int(world):.2f}"))
+        for key, what in (("peak_growth_mib", "peak"), ("resident_growth_mib", "resident after the steps")):
+            rows.append((f"memory growth per rank, {what}, 67 M-param MLP, ws {world} (MiB)", f"{fsdp[key]:.0f} (fsdp)",
+                         f"{allreduce[key]:.0f} (allreduce; state {allreduce['state_mib']:.0f})",
+                         f"{fsdp[key] / allreduce[key]:.2f}", f"→ 1/{world} = {1 / int(world):.2f}"))
     for world in (1, 2):
         t = r[f"throughput_ws{world}"]
         ratio = t["worker"] / t["ddp_dataloader"]

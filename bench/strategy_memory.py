@@ -3,9 +3,13 @@ state dominate the process (a 4-layer 4096-wide MLP, 67 M parameters: 1 GiB of f
 
     torchrun --standalone --nproc-per-node 2 -m bench.strategy_memory --strategy fsdp
 
-Each rank builds the model through worker.strategies (the worker's own code), takes a few Adam steps, and reports
-the growth of its peak resident memory over what it held before the model existed (the torch import, gloo);
-rank 0 prints the largest as ``peak_growth_mib=M state_mib=S``, S being the fp32 parameters + gradients + Adam
+Each rank declares the model on the meta device (no memory), applies the strategy through worker.strategies (the
+worker's own code), then allocates and initialises what the rank holds: the whole model under allreduce, its
+shards under fsdp (as FSDP users build large models, torchtitan among them; built whole first, the model alone
+would set every rank's peak). It then takes a few Adam steps and reports
+the growth of its peak resident memory over what it held before the model existed (the torch import, gloo), and
+of its resident memory after the last step; rank 0 prints the largest of each as ``peak_growth_mib=P
+resident_growth_mib=R state_mib=S``, S being the fp32 parameters + gradients + Adam
 moments of the whole model.
 """
 
@@ -32,7 +36,7 @@ def resident_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--strategy", choices=("allreduce", "ddp", "fsdp"), required=True)
+    parser.add_argument("--strategy", choices=("allreduce", "fsdp"), required=True)
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -40,9 +44,14 @@ def main() -> None:
     env = read_dist_env()
     before = max(resident_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     torch.manual_seed(0)
-    model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
+    with torch.device("meta"):
+        model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
     state_mib = 4 * sum(p.numel() for p in model.parameters()) * 4 / 2**20  # weights, gradients, 2 moments
     parallel = strategies.build(args.strategy, model, env, torch.device("cpu"), "fp32")
+    model.to_empty(device="cpu")
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()  # under fsdp: initialises this rank's shards only
     optimizer = torch.optim.Adam(parallel.module.parameters(), lr=1e-4)
     parallel.attach(optimizer)
     inputs = torch.randn(BATCH, WIDTH)
@@ -51,10 +60,12 @@ def main() -> None:
         loss = parallel.model(inputs).square().sum()
         parallel.backward(loss, BATCH, BATCH * env.world_size, False)
         parallel.step()
-    growth = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before])
+    growth = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before,
+                           resident_mib() - before])
     dist.all_reduce(growth, op=dist.ReduceOp.MAX)
     if env.rank == 0:
-        print(f"peak_growth_mib={growth.item():.1f} state_mib={state_mib:.1f}", flush=True)
+        print(f"peak_growth_mib={growth[0].item():.1f} resident_growth_mib={growth[1].item():.1f} "
+              f"state_mib={state_mib:.1f}", flush=True)
     process_group.destroy_process_group()
 
 

@@ -131,15 +131,17 @@ def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
 
 
 
-_MEMORY = re.compile(r"peak_growth_mib=(\d+\.\d+) state_mib=(\d+\.\d+)")
+_MEMORY = re.compile(r"peak_growth_mib=(\d+\.\d+) resident_growth_mib=(-?\d+\.\d+) state_mib=(\d+\.\d+)")
 
 
 def strategy_memory(world: int, strategy: str, quick: bool) -> dict:
-    """Peak resident memory growth of the largest rank (bench.strategy_memory), MiB, and the model state's size."""
+    """Peak and final resident memory growth of the largest rank (bench.strategy_memory), MiB, and the model
+    state's size."""
     command = _launcher(world, "bench.strategy_memory") + ["--strategy", strategy, "--steps", "1" if quick else "3"]
     seconds, lines = launch_until(command, clean_env(OMP_NUM_THREADS=1), lambda line: bool(_MEMORY.search(line)),
                                   timeout=900)
     match = next((m for m in map(_MEMORY.search, lines) if m), None)
     if match is None:
         raise RuntimeError(f"bench.strategy_memory {strategy} at world size {world} failed:\n{''.join(lines[-20:])}")
-    return {"peak_growth_mib": float(match.group(1)), "state_mib": float(match.group(2))}
+    return {"peak_growth_mib": float(match.group(1)), "resident_growth_mib": float(match.group(2)),
+            "state_mib": float(match.group(3))}

@@ -20,7 +20,7 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     for row in ("time to 98.0% test accuracy, world size 2", "training images/s per process, world size 2",
                 "gradient sync ms/step, 2 ranks", "gen-manifests start-up", "render time, replicas",
                 "peak resident memory per rank", "vs the standard loop with the worker's recipe",
-                "STRATEGY/PRECISION fsdp/bf16", "peak memory growth per rank, 67 M-param MLP, ws 4"):
+                "STRATEGY/PRECISION fsdp/bf16", "memory growth per rank, resident after the steps, 67 M-param MLP, ws 4"):
         assert row in result.stdout
     results = json.loads(out.read_text())
     assert [row["replicas"] for row in results["render_scale"]] == [1, 10, 100, 1000, 10000]
