@@ -1,36 +1,58 @@
-# The worker image: python -m worker under torchrun, CPU PyTorch by default.
+# The worker image: torchrun's launcher (python -m worker.launch) running the built-in worker, as uid 10001.
 #
 #   docker build -t indexed-trainer/worker:0.1.0 .
-#   docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 -t indexed-trainer/worker:0.1.0-cuda .
-#   docker run --rm -v "$PWD/pvc-home:/pvc-home" -e PET_NPROC_PER_NODE=2 indexed-trainer/worker:0.1.0
+#   mkdir -p pvc-home && docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/pvc-home:/pvc-home" \
+#       -e PET_NPROC_PER_NODE=2 indexed-trainer/worker:0.1.0
 #
-# `docker run` trains on this machine (torchrun --standalone; PET_NPROC_PER_NODE processes). The Job's
-# manifests replace the command with the multi-pod torchrun line; everything else is the same image.
+# `docker run` trains on this machine (torchrun --standalone, PET_NPROC_PER_NODE processes) and leaves the
+# model, metrics and checkpoints in pvc-home/runs/local/ (--user: the files are yours; without it the
+# image's uid 10001 must be able to write pvc-home). The Job's manifests replace the command with the
+# multi-pod torchrun line; everything else is the same image.
+#
+# PyTorch: the CPU-only build from TORCH_INDEX_URL when that index answers (an image of about 1.5 GB), else
+# the package registry's (on x86_64 a CUDA build, about 6 GB), at the version of constraints.txt, which CI
+# tests. --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 makes a CUDA image. Offline
+# builds: wheels/README.md. PYTHON_IMAGE: any Debian-like image with python3 (3.10 or newer) and venv.
+#
+# Layers: the pinned dependencies first (gigabytes, rebuilt only when constraints.txt changes), then the
+# package itself (seconds): a code change does not reinstall torch or copy it again.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE} AS dependencies
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 WORKDIR /src
-COPY pyproject.toml setup.cfg README.md ./
+COPY constraints.txt scripts/install.sh ./
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=wheels,target=/wheels \
+    python3 -m venv /opt/venv \
+    && PIP_FIND_LINKS=/wheels TORCH_INDEX_URL="${TORCH_INDEX_URL}" ./install.sh /opt/venv/bin/python \
+        --requirement constraints.txt
+
+FROM dependencies AS package
+COPY pyproject.toml setup.cfg setup.py README.md ./
 COPY generator ./generator
+COPY localjob ./localjob
 COPY worker ./worker
 COPY templates ./templates
 COPY variables ./variables
-# The same install as the tests' (.ci/run): the package with its [worker] extra, torch pinned to the tested release.
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" \
-        "torch==2.14.1" "torchvision==0.29.1" \
-    && /opt/venv/bin/pip install --no-cache-dir ".[worker]"
+# The venv already has setuptools (torch requires it): no build environment to download.
+RUN /opt/venv/bin/python -m pip wheel --no-deps --no-build-isolation --no-cache-dir --wheel-dir /dist .
 
-FROM ${PYTHON_IMAGE}
+# The image is the dependency stage itself, plus the user and the package: nothing copies the gigabytes of
+# the venv again, and a code change rebuilds only the last two layers.
+FROM dependencies
 # uid/gid 10001, above the range of host users (checkov CKV_K8S_40), is the manifests' runAsUser,
 # runAsGroup and fsGroup (values: security.*).
 RUN groupadd --gid 10001 trainer \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /pvc-home --shell /usr/sbin/nologin trainer \
     && mkdir -p /pvc-home \
     && chown 10001:10001 /pvc-home
-COPY --from=build /opt/venv /opt/venv
+COPY --from=package /dist /tmp/dist
+# Its [worker] requirements are already in the venv: pip installs the package alone, and fails offline
+# if setup.cfg gained a dependency that constraints.txt does not pin.
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /tmp/dist "$(ls /tmp/dist/*.whl)[worker]" \
+    && rm -rf /tmp/dist
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -55,15 +55,20 @@ if [[ "$local_run" == true ]]; then
   bin_dir="$(dirname "$(find_generator)")"
   if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
     info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"
-    "$bin_dir/python" -m pip install --quiet "${ROOT}[worker]" >&2 || die "could not install the worker: pip install '${ROOT}[worker]'"
+    "$ROOT/scripts/install.sh" "$bin_dir/python" "${ROOT}[worker]" >&2 ||
+      die "could not install the worker: scripts/install.sh $bin_dir/python '${ROOT}[worker]'"
   fi
   local_job="$bin_dir/local-job"
   root="$ROOT/runs/$name"
   info "running Job $name on this machine; volumes and logs in $root"
+  # A container sees its image, not the directory it was started from: the pods start in an empty folder
+  # standing for the image's WORKDIR, so the installed worker runs and never a worker/ of the current
+  # directory. Your own program's files: --image-dir DIR (given after --local, it wins).
+  mkdir -p -- "$root/image"
   status=0
   # As an image's ENV would: on this machine, the built-in worker may fall back to the MNIST sample it ships
   # when the full set cannot be downloaded (no network); on a cluster it downloads the full set or fails.
-  "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" \
+  "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" --image-dir "$root/image" \
     --env MNIST_SAMPLE_FALLBACK=true "${local_args[@]}" || status=$?
   info "pod logs: $root/logs/; Job status: $root/status.json"
   exit "$status"

@@ -23,7 +23,8 @@ find_generator() {
     command -v python3 >/dev/null 2>&1 || die "python3 is required to install the generator"
     info "installing the generator into $ROOT/.venv (first run only)"
     python3 -m venv "$ROOT/.venv" >&2 || die "could not create $ROOT/.venv"
-    "$ROOT/.venv/bin/pip" install --quiet "$ROOT" >&2 || die "could not install the generator (pip install $ROOT)"
+    "$ROOT/scripts/install.sh" "$ROOT/.venv/bin/python" "$ROOT" >&2 ||
+      die "could not install the generator (scripts/install.sh .venv/bin/python $ROOT)"
     printf '%s\n' "$ROOT/.venv/bin/gen-manifests"
   fi
 }

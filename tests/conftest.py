@@ -1,10 +1,20 @@
-"""Shared test helpers: paths, and running the real console scripts of this checkout's environment."""
+"""Shared test helpers: paths, the package under test, and running the installed console scripts.
+
+The suite tests what users install: CI installs the wheel (not the checkout, not editable) and pytest runs
+with --import-mode=append from .venv/bin/pytest, so the checkout's generator/, worker/ and localjob/ are
+never importable ahead of the installed ones, and a module missing from the wheel fails. Programs start in
+OUTSIDE, a directory that is not the checkout (``python -m`` puts the current directory first on the path).
+"""
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,18 +22,44 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist-test-set"
+PRODUCT_PACKAGES = ("generator", "worker", "localjob")
+# An empty working directory for the programs the tests start: nothing in it shadows the installed package.
+OUTSIDE = Path(tempfile.mkdtemp(prefix="indexed-trainer-tests-"))
+atexit.register(shutil.rmtree, OUTSIDE, ignore_errors=True)
+
+
+def package_dirs() -> dict[str, Path]:
+    """Where each product package is imported from in this environment."""
+    return {name: Path(importlib.util.find_spec(name).origin).parent for name in PRODUCT_PACKAGES}
+
+
+def tests_the_checkout() -> bool:
+    return any(path.is_relative_to(ROOT) for path in package_dirs().values())
+
+
+def pytest_report_header(config):
+    where = "the checkout (editable install or source path)" if tests_the_checkout() else "the installed package"
+    return f"indexed-trainer under test: {where}: {package_dirs()['worker'].parent}"
+
+
+def pytest_sessionstart(session):
+    # CI tests the installed wheel; an editable install is for a developer's own runs only.
+    if os.environ.get("CI") == "true" and tests_the_checkout():
+        raise pytest.UsageError(
+            f"CI must test the installed package, but worker comes from {package_dirs()['worker']}: install the "
+            f"wheel (not -e) and run .venv/bin/pytest (not python -m pytest, which puts the checkout on the path)")
 
 
 def run_tool(name: str, *args: str, input: bytes | None = None, env: dict | None = None, timeout: float = 120,
              cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run a console script (gen-manifests, local-job) from the test interpreter's environment."""
+    """Run an installed console script (gen-manifests, local-job), outside the checkout by default."""
     return subprocess.run(
         [str(BIN / name), *args],
         input=input,
         capture_output=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
-        cwd=cwd or ROOT,
+        cwd=cwd or OUTSIDE,
     )
 
 
@@ -33,3 +69,28 @@ def gen():
         return run_tool("gen-manifests", *args, **kwargs)
 
     return _gen
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """The wheel users install, built from this checkout by pip (isolated build, as `pip wheel .` does)."""
+    wheels = tmp_path_factory.mktemp("wheels")
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                            capture_output=True, text=True, timeout=600, cwd=OUTSIDE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return next(wheels.glob("indexed_trainer-*.whl"))
+
+
+def node_environment(directory: Path, wheel: Path) -> Path:
+    """A virtual environment as a site would make for its nodes: indexed-trainer installed from the wheel; its
+    heavy dependencies (torch, ...) shared from this test environment through a .pth file, not copied."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=120)
+    python = directory / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    shared = [path for path in sys.path if path.endswith("site-packages") and Path(path).is_dir()]
+    Path(site, "test-environment.pth").write_text("".join(f"{path}\n" for path in shared))
+    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+                             str(wheel)], capture_output=True, text=True, timeout=300, cwd=OUTSIDE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return directory

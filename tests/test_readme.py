@@ -27,4 +27,4 @@ def test_quick_start_commands_exist():
     assert "./prepare.sh && ./run.sh --local" in README
     assert "bash .ci/run" in README
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ".venv/bin/python -m pytest -q" in ci and ".venv/bin/python -m pytest -q" in README
+    assert ".venv/bin/pytest -q" in ci and ".venv/bin/pytest -q" in README

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -71,6 +72,20 @@ def worker_config(args):
     return load_config(os.environ, flags)
 
 
+def unwritable(path: Path) -> str | None:
+    """Why this process could not create or write ``path``, or None. A volume the runtime created as root
+    (``docker run -v DIR:/pvc-home`` with a new DIR) is the usual cause: say so before torch's tracebacks."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    owner = existing.stat().st_uid
+    return (f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}); make the volume "
+            f"writable by uid {os.getuid()} (on the host: sudo chown -R {os.getuid()} DIR, or docker run --user "
+            f"\"$(id -u):$(id -g)\"; on Kubernetes the pod's fsGroup does it)")
+
+
 def check_before_rendezvous(args) -> int | None:
     """An exit code when the pod must not join the rendezvous at all; None to go on."""
     index = os.environ.get("JOB_COMPLETION_INDEX")
@@ -82,6 +97,12 @@ def check_before_rendezvous(args) -> int | None:
         config = worker_config(args)
     except ConfigError:
         return None  # the worker reports it, naming the variable, with the same exit code
+    if config is not None:
+        for variable, path in (("DATA_DIR", config.data_dir), ("OUTPUT_DIR", config.output_dir)):
+            problem = unwritable(Path(path))
+            if problem:
+                say(f"configuration error: {variable}={path}: {problem}")
+                return exit_codes.BAD_CONFIG
     summary = settings.finished_run(config) if config is not None and config.resume else None
     if summary is None:
         return None

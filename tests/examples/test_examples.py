@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE, ROOT
 from tests.localjob.test_local_job_runs import pod_processes
 from tests.worker.launch import read_until
 
@@ -21,8 +21,8 @@ def render(tmp_path, example: str):
     """`gen-manifests --values examples/EXAMPLE/values.yaml > EXAMPLE.yaml`"""
     manifests = tmp_path / f"{example}.yaml"
     with manifests.open("w") as out:
-        subprocess.run([str(BIN / "gen-manifests"), "--values", f"examples/{example}/values.yaml"], stdout=out,
-                       check=True, cwd=ROOT)
+        subprocess.run([str(BIN / "gen-manifests"), "--values", str(EXAMPLES / example / "values.yaml")], stdout=out,
+                       check=True, cwd=OUTSIDE)
     return manifests
 
 
@@ -32,14 +32,14 @@ def local_job(tmp_path, example: str) -> list[str]:
     The controller's own back-off (10 s): a replacement started while the old leader still runs can join the
     old rendezvous and wait out join_timeout_seconds (docs/reliability.md); plain torchrun's survivor may
     take a few seconds to fail on a loaded machine."""
-    return [str(BIN / "local-job"), str(render(tmp_path, example)), "--image-dir", f"examples/{example}",
+    return [str(BIN / "local-job"), str(render(tmp_path, example)), "--image-dir", str(EXAMPLES / example),
             "--volume-root", str(tmp_path / "root"), "--status-file", str(tmp_path / "status.json"),
             "--backoff-seconds", "10"]
 
 
 def test_toy_ddp_snapshots_on_the_volume_and_resumes_after_a_killed_pod(tmp_path):
     process = subprocess.Popen(local_job(tmp_path, "toy-ddp"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=ROOT, start_new_session=True)
+                               text=True, cwd=OUTSIDE, start_new_session=True)
     seen = []
     try:
         assert read_until(process, "Epoch 20 | Training snapshot saved", 240, seen), "".join(seen[-40:])
@@ -63,7 +63,7 @@ def test_lightning_script_runs_unchanged_on_two_pods(tmp_path):
         if os.environ.get("CI"):  # .ci/run installs the test extra, lightning included
             pytest.fail("lightning is not installed (pip install -e '.[worker,test]')")
         pytest.skip("lightning is not installed (pip install lightning)")
-    result = subprocess.run(local_job(tmp_path, "lightning"), capture_output=True, text=True, timeout=400, cwd=ROOT)
+    result = subprocess.run(local_job(tmp_path, "lightning"), capture_output=True, text=True, timeout=400, cwd=OUTSIDE)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     for rank in (0, 1):

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE
 from tests.generator.helpers import run_main
 
 
@@ -115,7 +115,7 @@ def test_importing_and_running_the_cli_loads_no_torch_or_worker():
         "try:\n    main(['--check'])\nexcept SystemExit:\n    pass\n"
         "print(','.join(sorted(m for m in ('torch', 'torchvision', 'worker', 'numpy') if m in sys.modules)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=OUTSIDE, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
 

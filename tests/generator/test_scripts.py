@@ -122,7 +122,8 @@ def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     assert "1-persistentvolumeclaim.yaml" in log.read_text()
 
 
-SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), ROOT / ".ci" / "run"])
+SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("tests/**/*.sh"),
+                        ROOT / ".ci" / "run"])
 
 
 def test_shellcheck_reports_nothing():

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
 from tests.worker.launch import read_until, recorded_epochs
 
@@ -25,7 +25,7 @@ def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
                        "config_map.LOG_INTERVAL=1")
     (tmp_path / "job.yaml").write_bytes(manifests)
     process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+                               stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, start_new_session=True)
     seen = []
     try:
         assert read_until(process, "Rank 1: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from localjob.podspec import POD_MARKER
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE
 from tests.mnist_data import dataset_files, raw_files, real_digits_available, synthetic_digits, write_raw
 from tests.worker.launch import read_until
 
@@ -37,7 +37,7 @@ def local_job_args(tmp_path, claim_dir, claim="mnist-train-data", source="-"):
 
 def run_local_job(tmp_path, manifests, claim_dir, claim="mnist-train-data", timeout=600):
     result = subprocess.run(local_job_args(tmp_path, claim_dir, claim), input=manifests, capture_output=True,
-                            timeout=timeout, cwd=ROOT)
+                            timeout=timeout, cwd=OUTSIDE)
     status = json.loads((tmp_path / "status.json").read_text()) if (tmp_path / "status.json").exists() else None
     return result, result.stdout.decode(), status
 
@@ -85,7 +85,7 @@ def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
     manifests = render("replicas=2", "config_map.EPOCHS=4", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
     (tmp_path / "job.yaml").write_bytes(manifests)
     process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE,
                                start_new_session=True)
     seen = []
     try:
@@ -160,7 +160,7 @@ def test_two_jobs_side_by_side_do_not_collide(tmp_path):
         claim = volume(directory, SMALL)
         (directory / "job.yaml").write_bytes(render(f"name={name}", "config_map.EPOCHS=1"))  # both ask for 29500
         process = subprocess.Popen(local_job_args(directory, claim, f"{name}-data", directory / "job.yaml"),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=OUTSIDE)
         runs.append((name, directory, claim, process))
     for name, directory, claim, process in runs:
         output = process.communicate(timeout=300)[0].decode()

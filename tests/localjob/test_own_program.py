@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE
 
 pytestmark = pytest.mark.slow
 
@@ -106,13 +106,13 @@ def test_a_missing_secret_is_refused_by_name(tmp_path):
                               capture_output=True, text=True, check=True).stdout
     (tmp_path / "api.env").write_text(f"token={TOKEN}\nnot a pair {TOKEN}\n")
     result = subprocess.run([str(BIN / "local-job"), "--secret", f"api={tmp_path / 'api.env'}"], input=rendered,
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+                            capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
     assert result.returncode == 2
     assert "--secret api=" in result.stderr and "line 2 is not KEY=VALUE" in result.stderr
     assert TOKEN not in result.stderr + result.stdout
     (tmp_path / "api.env").write_text(f"token={TOKEN}\n")
     result = subprocess.run([str(BIN / "local-job"), "--secret", f"api={tmp_path / 'api.env'}"], input=rendered,
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+                            capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
     assert result.returncode == 2
     assert "needs Secret db: provide it with --secret db=PATH" in result.stderr
     assert "needs Secret creds" in result.stderr

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT, node_environment
 from tests.mnist_data import dataset_files, real_digits_available, write_raw
 from tests.slurm_cluster import SlurmCluster, install_slurm
 from tests.worker.launch import free_port, recorded_epochs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,12 @@ def cluster(tmp_path_factory):
         pytest.skip(reason)
     with SlurmCluster(tmp_path_factory.mktemp("slurm")) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def node_venv(tmp_path_factory, built_wheel):
+    """The nodes' Python: a venv with the wheel installed, which the batch script activates (slurm.setup)."""
+    return node_environment(tmp_path_factory.mktemp("node") / "venv", built_wheel)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +50,9 @@ def shared_dir(tmp_path, digits):
     return shared
 
 
-def prepare(tmp_path, shared, *sets: str) -> dict:
-    """`./prepare.sh --target slurm ...` into tmp_path/build, with the site's set-up: this checkout's Python."""
-    setup = [f"export PATH={BIN}:$PATH", f"export PYTHONPATH={ROOT}"]
+def prepare(tmp_path, shared, node_venv, *sets: str) -> dict:
+    """`./prepare.sh --target slurm ...` into tmp_path/build, with the site's set-up: the nodes' venv, activated."""
+    setup = [f"source {node_venv}/bin/activate"]
     args = ["--target", "slurm", "--set", f"slurm.shared_dir={shared}", "--set", f"slurm.setup={json.dumps(setup)}",
             "--set", f"master_port={free_port()}"]
     for item in sets:
@@ -77,9 +83,9 @@ def submit(cluster, tmp_path, shared) -> str:
     return result.stdout.strip().split(";")[0]
 
 
-def test_the_rendered_script_trains_on_two_nodes(cluster, tmp_path, digits):
+def test_the_rendered_script_trains_on_two_nodes(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    env = prepare(tmp_path, shared)
+    env = prepare(tmp_path, shared, node_venv)
     result = subprocess.run([str(ROOT / "run.sh"), "--slurm"], capture_output=True, text=True, timeout=600,
                             env={**env, **cluster.env}, cwd=shared)
     log = job_log(shared)
@@ -93,9 +99,10 @@ def test_the_rendered_script_trains_on_two_nodes(cluster, tmp_path, digits):
     assert summary["world_size"] == 2 and recorded_epochs(output) == [1, 2, 3, 4, 5]
 
 
-def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_path, digits):
+def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    prepare(tmp_path, shared, "config_map.EPOCHS='4'", "config_map.LOG_INTERVAL='1'", "config_map.BATCH_SIZE='32'")
+    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='4'", "config_map.LOG_INTERVAL='1'",
+            "config_map.BATCH_SIZE='32'")
     job_id = submit(cluster, tmp_path, shared)
     deadline = time.monotonic() + 300
     while "Rank 0: epoch: 2/4, batch: 20/" not in job_log(shared):
@@ -112,12 +119,12 @@ def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_
     assert json.loads((output / "model.json").read_text())["accuracy"] is not None
 
 
-def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits):
+def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
     # 2 minutes, SIGTERM 60 s before the end (Slurm sends it up to 30 s earlier): 10 epochs of about 8 s on
     # these two busy "nodes" cannot fit in one allocation, so the job is stopped, checkpoints, requeues
     # itself and resumes (each requeue waits the test cluster's cred_expire, 10 s)
-    prepare(tmp_path, shared, "slurm.time_limit='2'", "termination_grace_period_seconds=60",
+    prepare(tmp_path, shared, node_venv, "slurm.time_limit='2'", "termination_grace_period_seconds=60",
             "config_map.EPOCHS='10'", "config_map.BATCH_SIZE='32'")
     job_id = submit(cluster, tmp_path, shared)
     state = wait_for(cluster, job_id, timeout=900)
@@ -131,9 +138,9 @@ def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, t
     assert not list(output.glob(".slurm-failures-*"))  # time-limit requeues are not counted as failures
 
 
-def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits):
+def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    prepare(tmp_path, shared, "config_map.EPOCHS='abc'")
+    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='abc'")
     job_id = submit(cluster, tmp_path, shared)
     state = wait_for(cluster, job_id, timeout=300)
     log = job_log(shared)
@@ -143,9 +150,9 @@ def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits):
     assert "mnist-train: bad configuration (exit 78): not requeued" in log
 
 
-def test_clean_slurm_cancels_the_job(cluster, tmp_path, digits):
+def test_clean_slurm_cancels_the_job(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    env = prepare(tmp_path, shared, "config_map.EPOCHS='50'")
+    env = prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='50'")
     job_id = submit(cluster, tmp_path, shared)
     wait_for(cluster, job_id, states=("RUNNING",), timeout=120)
     result = subprocess.run([str(ROOT / "clean.sh"), "--slurm"], capture_output=True, text=True, timeout=60,

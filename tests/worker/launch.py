@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, OUTSIDE
 
 
 def free_port() -> int:
@@ -24,7 +24,7 @@ def worker_env(data_dir: Path, output_dir: Path, **settings) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_", "GROUP_",
                                                                       "MASTER_", "TORCHELASTIC", "JOB_COMPLETION"))}
     env.update({"DATA_DIR": str(data_dir), "OUTPUT_DIR": str(output_dir), "PYTHONUNBUFFERED": "1",
-                "DOWNLOAD": "false", "PYTHONPATH": str(ROOT)})
+                "DOWNLOAD": "false"})
     env.update({key: str(value) for key, value in settings.items()})
     return env
 
@@ -34,13 +34,13 @@ def torchrun_command(nproc: int) -> list[str]:
 
 
 def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
 
 
 def start(command: list[str], env: dict) -> subprocess.Popen:
     """Start in a new session, so the whole tree (torchrun and its workers) can be signalled together."""
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT, start_new_session=True)
+                            cwd=OUTSIDE, start_new_session=True)
 
 
 def rank_command() -> list[str]:

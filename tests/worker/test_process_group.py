@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.conftest import OUTSIDE
 from tests.worker.launch import free_port
 
 SCRIPT = textwrap.dedent("""
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_destroying_the_group_joins_its_threads_after_an_optimizer_was_built():
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(free_port())], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                            timeout=120, cwd=OUTSIDE, env={"OMP_NUM_THREADS": "1",
                                                         "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-2000:]
     before, started, after = (int(word) for word in result.stdout.split())

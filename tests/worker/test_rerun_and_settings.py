@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +18,11 @@ pytestmark = pytest.mark.slow
 SETTINGS = dict(EPOCHS=2, BATCH_SIZE=32, OMP_NUM_THREADS=1)
 
 
-@pytest.fixture
-def finished(tmp_path, small_dir):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, small_dir):
+    """One finished 2-process run, shared: the tests that only read it check that it stays byte-identical;
+    a test that changes it works on a copy."""
+    out = tmp_path_factory.mktemp("finished") / "out"
     result = run(torchrun_command(2), worker_env(small_dir, out, **SETTINGS))
     assert result.returncode == 0, result.stdout[-3000:]
     return out
@@ -101,8 +105,9 @@ def test_a_mid_epoch_checkpoint_refuses_another_world_size(tmp_path, small_dir):
     assert snapshot(out) == before
 
 
-def test_a_run_resumed_at_its_end_keeps_its_result(finished, small_dir):
+def test_a_run_resumed_at_its_end_keeps_its_result(finished, small_dir, tmp_path):
     """The final checkpoint is written, then the pod dies before model.json: the rerun restores the result."""
+    finished = Path(shutil.copytree(finished, tmp_path / "finished"))
     summary = json.loads((finished / "model.json").read_text())
     (finished / "model.json").unlink()
     (finished / "model.pt").unlink()

@@ -35,10 +35,11 @@ def plain_model(output_dir) -> MnistCNN:
 
 
 @pytest.fixture(scope="module")
-def strategy_runs(digits_dir, tmp_path_factory):
-    """The default settings (5 epochs, batch 64 per process) on 2 processes, once per strategy."""
-    runs = {}
-    for strategy in ("allreduce", "ddp", "fsdp"):
+def strategy_runs(digits_dir, tmp_path_factory, default_run):
+    """The default settings (5 epochs, batch 64 per process) on 2 processes, once per strategy (allreduce is
+    the default run the other worker tests share)."""
+    runs = {"allreduce": default_run}
+    for strategy in ("ddp", "fsdp"):
         out = tmp_path_factory.mktemp(strategy)
         result = run(torchrun_command(2), worker_env(digits_dir, out, STRATEGY=strategy), timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

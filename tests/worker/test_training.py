@@ -7,18 +7,15 @@ import pytest
 import torch
 
 from tests.mnist_data import real_digits_available
-from tests.worker.launch import rank_command, run, torchrun_command, worker_env
+from tests.worker.launch import rank_command, run, worker_env
 from worker.data import load_split
 from worker.model import MnistCNN
 
 pytestmark = pytest.mark.slow
 
 
-def test_torchrun_two_processes_train_to_the_documented_accuracy(digits_dir, tmp_path):
-    out = tmp_path / "out"
-    result = run(torchrun_command(2), worker_env(digits_dir, out), timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    log = result.stdout
+def test_torchrun_two_processes_train_to_the_documented_accuracy(digits_dir, default_run):
+    out, log = default_run
     # the seed's log format, every LOG_INTERVAL batches and at the last batch of each epoch
     assert re.search(r"^Rank 0: epoch: 5/5, batch: 63/63, mini-batch size: 32$", log, re.M)
     assert re.search(r"^Rank 1: epoch: 1/5, batch: 50/63, mini-batch size: 64$", log, re.M)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install indexed-trainer (or any requirement) into a Python environment with the tested releases of
+# constraints.txt, saying what it installs and showing pip's progress.
+#
+#   scripts/install.sh PYTHON REQUIREMENT...     e.g. scripts/install.sh .venv/bin/python '.[worker]'
+#
+# PyTorch comes from TORCH_INDEX_URL when that index answers (default: the CPU-only builds, ~200 MB instead
+# of a CUDA build's ~5 GB), else from the package registry (on Linux x86_64 a CUDA build, which also runs on
+# CPUs). TORCH_INDEX_URL='' always takes the registry's build; .../whl/cu126 a CUDA one. PIP_FIND_LINKS (a
+# folder of wheels) and the other PIP_* variables work as usual.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The constraints file sits at the root of a checkout, or beside this script (the Dockerfile copies both).
+constraints="$here/../constraints.txt"
+[[ -f "$constraints" ]] || constraints="$here/constraints.txt"
+name="$(basename "$0")"
+say() { printf '%s: %s\n' "$name" "$*" >&2; }
+
+[[ $# -ge 2 ]] || { say "usage: $name PYTHON REQUIREMENT..."; exit 2; }
+python="$1"
+shift
+[[ -f "$constraints" ]] || { say "error: constraints.txt not found beside $here"; exit 2; }
+
+pinned() { sed -n "s/^$1==//p" "$constraints"; }
+pip=("$python" -m pip install --progress-bar on --constraint "$constraints")
+
+# PyTorch is wanted by the [worker] extra, or by a requirements file that pins it (the Dockerfile's -r).
+wants_torch=false
+for requirement in "$@"; do
+  if [[ "$requirement" =~ \[([^]]*,)?worker(,[^]]*)?\]$ ]] ||
+    { [[ -f "$requirement" ]] && grep -q '^torch==' "$requirement"; }; then
+    wants_torch=true
+  fi
+done
+if [[ "$wants_torch" == true ]] && ! "$python" -c 'import torch' 2>/dev/null; then
+  index="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
+  if [[ -n "$index" ]] && "$python" - "$index" <<'PROBE' 2>/dev/null; then
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()
+PROBE
+    say "installing PyTorch $(pinned torch) from $index (a few hundred MB)"
+    "${pip[@]}" --index-url "$index" "torch==$(pinned torch)" "torchvision==$(pinned torchvision)"
+  else
+    [[ -n "$index" ]] && say "$index does not answer: taking PyTorch from the package registry instead"
+    say "installing PyTorch $(pinned torch) from the package registry (on Linux x86_64 a CUDA build: several" \
+        "GB, minutes)"
+  fi
+fi
+say "installing $* with the tested releases of $constraints"
+"${pip[@]}" "$@"

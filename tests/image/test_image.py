@@ -1,0 +1,253 @@
+"""The worker image, built from the Dockerfile with podman and run as users and the Job's pods run it.
+
+Every run uses the restricted pod's settings (read-only root, uid 10001, no capabilities, no privilege
+escalation, tmpfs /tmp, /dev/shm), and `podman diff` shows that nothing was written outside /tmp and the
+volume. Exit codes are read from podman itself (tests/image/podman.py says why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, ROOT
+from tests.mnist_data import dataset_files, write_raw
+
+pytestmark = [pytest.mark.slow, pytest.mark.image]
+UID = 10001
+RESTRICTED = ["--read-only", f"--user={UID}:{UID}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+              "--tmpfs=/tmp", "--shm-size=256m"]
+
+
+def volume(tmp_path: Path, name: str = "pvc-home") -> Path:
+    """A volume directory the pod's uid owns, as the Job's fsGroup makes it."""
+    directory = tmp_path / name
+    directory.mkdir()
+    os.chown(directory, UID, UID)
+    return directory
+
+
+def logs(podman, name: str) -> str:
+    result = podman("logs", name, check=False)
+    return result.stdout + result.stderr
+
+
+def wait(podman, name: str, timeout: float = 600) -> int:
+    podman("wait", name, timeout=timeout)
+    return podman.exit_code(name)
+
+
+# What podman itself mounts into every container (its own /etc/hosts, ...): shown as changes by `podman diff`.
+RUNTIME_MOUNTS = {"/etc", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run", "/run/.containerenv"}
+
+
+def written_outside_the_volume(podman, name: str) -> list[str]:
+    """What the container changed in its image's file system (volumes and tmpfs mounts are not in it)."""
+    changes = [line.split(None, 1) for line in podman("diff", name).stdout.splitlines() if line.strip()]
+    return [f"{kind} {path}" for kind, path in changes if path not in RUNTIME_MOUNTS]
+
+
+def test_restricted_pod_trains_the_offline_sample_to_the_documented_accuracy(podman, image, tmp_path):
+    home = volume(tmp_path)
+    name = f"it-restricted-{os.getpid()}"
+    podman("run", "--name", name, *RESTRICTED, "--network=none", "-v", f"{home}:/pvc-home",
+           "-e", "PET_NPROC_PER_NODE=2", "-e", "MNIST_SAMPLE_FALLBACK=true", image, timeout=900, check=False)
+    try:
+        output = logs(podman, name)
+        assert podman.exit_code(name) == 0, output[-4000:]
+        summary = json.loads((home / "runs" / "local" / "model.json").read_text())
+        assert summary["data"] == "mnist-sample"
+        assert summary["accuracy"] >= 0.985  # README: 99.0% on the sample with the default values
+        assert "Rank 1: training completed." in output
+        assert written_outside_the_volume(podman, name) == []
+    finally:
+        podman("rm", "--force", name, check=False)
+
+
+def test_sigterm_mid_epoch_exits_143_with_a_checkpoint_and_the_rerun_resumes(podman, image, tmp_path):
+    home = volume(tmp_path)
+    write_raw(home / "data", dataset_files())
+    os.system(f"chown -R {UID}:{UID} {home}")
+    name = f"it-sigterm-{os.getpid()}"
+    run = ["--name", name, *RESTRICTED, "--network=none", "-v", f"{home}:/pvc-home", "-e", "PET_NPROC_PER_NODE=2",
+           "-e", "EPOCHS=3", "-e", "LOG_INTERVAL=5", "-e", "BATCH_SIZE=32", image]
+    podman("run", "--detach", *run)
+    try:
+        deadline = time.monotonic() + 300
+        while "epoch: 2/3, batch: 10/" not in logs(podman, name):
+            assert time.monotonic() < deadline and podman("inspect", "--format", "{{.State.Running}}", name).stdout
+            time.sleep(0.5)
+        podman("stop", "--time", "60", name, timeout=120)
+        assert podman.exit_code(name) == 143, logs(podman, name)[-3000:]
+        checkpoints = sorted(path.name for path in (home / "runs" / "local" / "checkpoints").iterdir())
+        assert any(file.startswith("ckpt-e0001-s") and file != "ckpt-e0001-s000000.pt" for file in checkpoints), \
+            checkpoints
+        assert written_outside_the_volume(podman, name) == []
+    finally:
+        podman("rm", "--force", name, check=False)
+    result = podman("run", "--rm", *run[2:], timeout=600, check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert re.search(r"resuming from ckpt-e0001-s0*[1-9]", result.stdout + result.stderr)
+    assert "epoch: 1/3" not in result.stdout + result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pod_container_args(job: dict, config: dict, container: dict, index: int, home: Path) -> list[str]:
+    """`podman run` arguments for one container of pod ``index``, as kubelet would start it: the ConfigMap's
+    environment, the Job's own variables, $(VAR) expanded, the volume mounts and the security context."""
+    pod = job["spec"]["template"]["spec"]
+    env = dict(config["data"])
+    for item in container.get("env", []):
+        source = item.get("valueFrom", {})
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in source:  # the completion index annotation
+            env[item["name"]] = str(index)
+        elif "resourceFieldRef" in source:  # limits.cpu, divisor 1: one core each on this 2-core machine
+            env[item["name"]] = "1"
+    argv = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), part)
+            for part in [*container.get("command", []), *container.get("args", [])]]
+    security, pod_security = container["securityContext"], pod["securityContext"]
+    args = [f"--user={pod_security['runAsUser']}:{pod_security['runAsGroup']}", "--tmpfs=/tmp", "--shm-size=256m",
+            "--network=host", f"--hostname={job['metadata']['name']}-{index}"]
+    if security.get("readOnlyRootFilesystem"):
+        args.append("--read-only")
+    if security.get("allowPrivilegeEscalation") is False:
+        args.append("--security-opt=no-new-privileges")
+    args += [f"--cap-drop={cap}" for cap in security.get("capabilities", {}).get("drop", [])]
+    for mount in container.get("volumeMounts", []):
+        if mount["name"] == "shared":
+            args += ["-v", f"{home}:{mount['mountPath']}"]
+    for name, value in env.items():
+        args += ["-e", f"{name}={value}"]
+    return [*args, "--entrypoint", argv[0], "IMAGE", *argv[1:]]
+
+
+def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tmp_path):
+    port = free_port()
+    rendered = subprocess.run([str(BIN / "gen-manifests"), "--set", f"master_port={port}",
+                               "--set", "config_map.EPOCHS='1'", "--set", "replicas=2"],
+                              capture_output=True, text=True, check=True, timeout=60)
+    documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout)}
+    job, config = documents["Job"], documents["ConfigMap"]
+    pod = job["spec"]["template"]["spec"]
+    home = volume(tmp_path)
+    write_raw(home / "data", dataset_files())
+    os.system(f"chown -R {UID}:{UID} {home}")
+    # The rendezvous address <job>-0.<service> names pod 0: on the host network, that is this machine.
+    leader = f"--add-host={job['metadata']['name']}-0.{pod['subdomain']}:127.0.0.1"
+    names = []
+    try:
+        for index in range(2):
+            (init,) = pod["initContainers"]
+            args = pod_container_args(job, config, init, index, home)
+            checked = podman("run", "--rm", leader, *[image if a == "IMAGE" else a for a in args], timeout=300,
+                             check=False)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+        for index in range(2):
+            (main,) = pod["containers"]
+            names.append(f"it-pod-{index}-{os.getpid()}")
+            args = pod_container_args(job, config, main, index, home)
+            podman("run", "--detach", "--name", names[-1], leader, *[image if a == "IMAGE" else a for a in args])
+        codes = [wait(podman, name) for name in names]
+        assert codes == [0, 0], "\n".join(logs(podman, name)[-2000:] for name in names)
+        output_dir = Path(str(home) + config["data"]["OUTPUT_DIR"].removeprefix("/pvc-home"))
+        assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
+        for name in names:
+            assert written_outside_the_volume(podman, name) == []
+    finally:
+        for name in names:
+            podman("rm", "--force", name, check=False)
+
+
+def header_command() -> str:
+    """The Dockerfile header's `docker run` command line, as written there (continuation lines joined)."""
+    header = "\n".join(line[1:] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("#"))
+    lines = [line.strip() for line in re.sub(r"\\\n\s*", " ", header).splitlines() if "docker run" in line]
+    assert lines, "the Dockerfile header shows no docker run command"
+    return lines[0]
+
+
+@pytest.fixture
+def docker(podman, tmp_path):
+    """The docker CLI talking to podman's API socket (there is no Docker engine here)."""
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI on this machine")
+    socket_path = tmp_path / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
+                               env=podman.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not socket_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        yield {**os.environ, "DOCKER_HOST": f"unix://{socket_path}"}
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+
+
+def test_the_dockerfile_header_commands_work_as_written(podman, image, docker, tmp_path):
+    command = header_command()
+    assert "docker run --rm " in command and " indexed-trainer/worker:0.1.0" in command, command
+    name = f"it-header-{os.getpid()}"
+    # As written, with the tag built here and this machine's offline settings (no MNIST download); without
+    # --rm, since podman's API answers 0 to `docker run --rm` whatever the code: it is read from podman.
+    command = command.replace("docker run --rm ", "docker run ").replace(
+        " indexed-trainer/worker:0.1.0", f" --name {name} -e MNIST_SAMPLE_FALLBACK=true -e EPOCHS=1 {image}")
+    try:
+        result = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=docker, capture_output=True, text=True,
+                                timeout=900)
+        assert podman.exit_code(name) == 0, (result.stdout + result.stderr)[-3000:]
+        model = tmp_path / "pvc-home" / "runs" / "local" / "model.json"
+        assert model.exists() and model.stat().st_uid == os.getuid()
+    finally:
+        podman("rm", "--force", name, check=False)
+
+
+def test_a_volume_the_image_user_cannot_write_is_one_clear_line(podman, image, tmp_path):
+    home = tmp_path / "root-owned"
+    home.mkdir()  # created by root, as `docker run -v DIR:...` creates a missing DIR
+    result = podman("run", "--rm", "--network=none", "-v", f"{home}:/pvc-home", image, check=False, timeout=300)
+    assert result.returncode == 78, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "not writable by uid 10001" in errors[0] and "chown" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_code_change_rebuilds_without_reinstalling_the_pinned_releases(podman, image, tmp_path):
+    from tests.image.conftest import STATE
+
+    context = STATE / "context"
+    marker = f"# rebuilt by the image tests {os.getpid()}\n"
+    source = context / "worker" / "__init__.py"
+    original = source.read_text()
+    source.write_text(original + marker)
+    tag = f"{image}-rebuilt"
+    try:
+        started = time.monotonic()
+        result = podman("build", "--build-arg", f"PYTHON_IMAGE={podman.base_image()}", "--tag", tag, str(context),
+                        timeout=1200)
+        print(f"rebuilt after a code change in {time.monotonic() - started:.0f} s")
+        steps = re.split(r"\n(?=(?:\[\d+/\d+\] )?STEP \d+/\d+)", result.stdout + result.stderr)
+        dependencies = [step for step in steps if "--requirement constraints.txt" in step.split("\n", 1)[0]]
+        assert dependencies and "--> Using cache" in dependencies[0], dependencies
+        shown = podman("run", "--rm", "--network=none", "--entrypoint", "python", tag, "-c",
+                       "import worker; print(open(worker.__file__).read())")
+        assert marker in shown.stdout
+    finally:
+        source.write_text(original)
+        podman("rmi", "--force", tag, check=False)
