@@ -34,7 +34,9 @@ def package_dirs() -> dict[str, Path]:
 
 
 def tests_the_checkout() -> bool:
-    return any(path.is_relative_to(ROOT) for path in package_dirs().values())
+    """True when a product package is imported from the checkout's own source folder (an editable install,
+    or the checkout on sys.path); a virtual environment inside the checkout (.venv) does not count."""
+    return any(path.resolve() == (ROOT / name).resolve() for name, path in package_dirs().items())
 
 
 def pytest_report_header(config):
