@@ -33,8 +33,8 @@ def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for manifest in manifests:
-            fd, temp = tempfile.mkstemp(prefix=f".{manifest.filename}.", suffix=".tmp", dir=directory)
-            staged.append((Path(temp), directory / manifest.filename))
+            fd, temp_name = tempfile.mkstemp(prefix=f".{manifest.filename}.", suffix=".tmp", dir=directory)
+            staged.append((Path(temp_name), directory / manifest.filename))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(manifest.text.encode("utf-8"))
                 handle.flush()
@@ -49,6 +49,6 @@ def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
     except OSError as exc:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
-        where = exc.filename or directory
+        where = exc.filename or str(directory)
         raise OutputError(f"--output-dir {directory}: cannot write {where}: {exc.strerror or exc}") from None
     return [directory / manifest.filename for manifest in manifests]

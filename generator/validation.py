@@ -9,9 +9,10 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from generator.errors import ValuesError
 from generator.render import SELECTOR_LABELS

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -20,7 +21,10 @@ MAX_VALUE_NODES = 100_000
 
 
 # libyaml's parser when PyYAML has it (ten times faster: start-up matters), the pure-Python one otherwise.
-FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    FastSafeLoader = yaml.SafeLoader
+else:
+    FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _UniqueKeyLoader(FastSafeLoader):

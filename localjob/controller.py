@@ -45,19 +45,18 @@ class PodRecord:
 class LocalPod:
     """Init containers one after the other, then the container; phase Succeeded or Failed at the end."""
 
-    def __init__(self, run: PodRun, controller: "JobController", cpus: set[int] | None):
+    def __init__(self, run: PodRun, controller: JobController, cpus: set[int] | None):
         self.run, self.controller, self.cpus = run, controller, cpus
         self.record = PodRecord(run.name, run.index, phase="Running", started=time.time())
         self.queue = list(run.init_containers) + [run.container]
-        self.current: ContainerProcess | None = None
         self.evicted = False
-        self._start_next()
+        self.current = self._start_next()
 
-    def _start_next(self) -> None:
+    def _start_next(self) -> ContainerProcess:
         container = self.queue.pop(0)
         label = self.run.name if not self.queue else f"{self.run.name}/{container.name}"
         log = self.controller.root / "logs" / f"{self.run.name}.log"
-        self.current = ContainerProcess(container, self.run.uid, label, log, self.controller.emit, self.cpus)
+        return ContainerProcess(container, self.run.uid, label, log, self.controller.emit, self.cpus)
 
     def step(self) -> bool:
         """Advance; True once the pod has finished (every process gone)."""
@@ -67,7 +66,7 @@ class LocalPod:
         code = ContainerProcess.exit_code(code)
         self.record.exit_codes[self.current.run.name] = code
         if code == 0 and self.queue and not self.evicted:
-            self._start_next()
+            self.current = self._start_next()
             return False
         self.record.phase = "Succeeded" if code == 0 else "Failed"
         self.record.finished = time.time()
@@ -119,7 +118,7 @@ class JobController:
         self.succeeded: set[int] = set()
         self.failed_indexes: set[int] = set()
         self.conditions: list[dict] = []
-        self.interrupted = None
+        self.interrupted: str | None = None
 
     def _print(self, line: str) -> None:
         with self.lock:

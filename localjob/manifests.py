@@ -89,7 +89,7 @@ def read_source(source: str) -> list[dict]:
         else:
             raise ManifestError(f"{path}: no such file or directory")
         texts = [(str(p), p.read_text(encoding="utf-8")) for p in files]
-    documents = []
+    documents: list[dict] = []
     for origin, text in texts:
         try:
             documents.extend(doc for doc in yaml.safe_load_all(text) if doc)

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from localjob.expansion import expand
 from localjob.manifests import JobPlan
@@ -178,7 +179,7 @@ class PodFactory:
             env[name] = value
         return {key: value if key in secret else self.rewrite(value, mounts) for key, value in env.items()}
 
-    def release(self, run: "PodRun") -> None:
+    def release(self, run: PodRun) -> None:
         """The pod has ended: its secret volumes go (a kubelet keeps them in memory only while the pod runs)."""
         shutil.rmtree(self.secret_dir(run.name), ignore_errors=True)
 
@@ -204,7 +205,7 @@ class PodFactory:
         suffix = secrets.token_hex(3)[:5]
         name = f"{self.plan.name}-{index}-{suffix}"
         template_meta = self.plan.pod_template.get("metadata", {})
-        pod = {
+        pod: dict[str, Any] = {
             "name": name,
             "uid": f"{self.plan.name}-{index}-{secrets.token_hex(8)}",
             "hostname": f"{self.plan.name}-{index}",

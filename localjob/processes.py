@@ -8,8 +8,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from localjob.podspec import POD_MARKER, ContainerRun
 
@@ -63,11 +63,13 @@ class ContainerProcess:
         self.pump.start()
 
     def _copy_output(self, label: str, emit: Callable[[str], None]) -> None:
-        for raw in iter(self.process.stdout.readline, b""):
+        output = self.process.stdout
+        assert output is not None  # stdout=PIPE
+        for raw in iter(output.readline, b""):
             self.log.write(raw)
             self.log.flush()
             emit(f"[{label}] {raw.decode('utf-8', errors='replace').rstrip()}")
-        self.process.stdout.close()
+        output.close()
 
     def poll(self) -> int | None:
         """The exit code once the main process has exited; the runtime then kills what it left behind."""

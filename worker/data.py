@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
+from worker import mnist_sample
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
-from worker import mnist_sample
 from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training images, as everyone normalizes them

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from worker.config import ConfigError
 
@@ -29,18 +29,24 @@ class DistEnv:
         return max(1, self.world_size // max(1, self.local_world_size))
 
 
-def _int(environ: Mapping[str, str], name: str, default: int | None, problems: list[str]) -> int | None:
+def _optional_int(environ: Mapping[str, str], name: str, problems: list[str]) -> int | None:
+    """The variable as a whole number of 0 or more; None when unset or empty (or wrong: then in ``problems``)."""
     raw = environ.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
         value = int(raw)
     except ValueError:
         problems.append(f"{name}: {raw!r} must be a whole number")
-        return default
+        return None
     if value < 0:
         problems.append(f"{name}: {raw!r} must be 0 or more")
     return value
+
+
+def _int(environ: Mapping[str, str], name: str, default: int, problems: list[str]) -> int:
+    value = _optional_int(environ, name, problems)
+    return default if value is None else value
 
 
 def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
@@ -52,7 +58,7 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     """
     environ = os.environ if environ is None else environ
     problems: list[str] = []
-    job_index = _int(environ, "JOB_COMPLETION_INDEX", None, problems)
+    job_index = _optional_int(environ, "JOB_COMPLETION_INDEX", problems)
     if "RANK" not in environ:
         if problems:
             raise ConfigError(problems)

@@ -31,9 +31,9 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from worker.config import ConfigError
 
@@ -110,7 +110,10 @@ class FaultInjector:
         self.checkpoints += 1
         points = ("checkpoint", f"checkpoint={self.checkpoints}")
         if any(fault.point in points for fault in self.faults):
-            return lambda: [self.at(point) for point in points]
+            def midway() -> None:
+                for point in points:
+                    self.at(point)
+            return midway
         return None
 
     def _fire(self, fault: Fault) -> None:

@@ -30,7 +30,7 @@ class Precision:
         self.name, self.device = name, device
         self.dtype = DTYPES[name]
         self.casts_in_model = sharded  # FSDP's policy casts; autocast on top would only add casts
-        self.scaler = None
+        self.scaler: torch.amp.GradScaler | None = None
         if name == "fp16":
             if sharded:  # each rank holds a shard of the gradients: the inf check must be agreed on by all
                 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler

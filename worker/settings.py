@@ -60,6 +60,6 @@ def finished_run(config: TrainConfig) -> dict | None:
 
 def describe(summary: dict, output_dir: Path) -> str:
     accuracy = summary.get("accuracy")
-    return (f"the run in {output_dir} is already complete ({summary.get('epochs')} epochs, test accuracy "
-            f"{100 * accuracy:.2f}%): nothing to do, no file changed; for a new run use another OUTPUT_DIR "
-            "or RESUME=false")
+    result = f"test accuracy {100 * accuracy:.2f}%" if accuracy is not None else "no test accuracy recorded"
+    return (f"the run in {output_dir} is already complete ({summary.get('epochs')} epochs, {result}): nothing to "
+            "do, no file changed; for a new run use another OUTPUT_DIR or RESUME=false")

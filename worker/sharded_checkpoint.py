@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch.distributed as dist
 
-from worker.digests import file_digest
 from worker.checkpoint import TEMP_PREFIX, CorruptCheckpoint, Position, atomic_write, fsync_directory, prune
+from worker.digests import file_digest
 
 FORMAT = "indexed-trainer sharded checkpoint v1"
 MANIFEST = "manifest.json"

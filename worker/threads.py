@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -14,9 +15,9 @@ def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     except (OSError, ValueError):
         pass
     try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
 
@@ -26,8 +27,8 @@ def usable_cores() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     limit = cgroup_cpu_limit()
     if limit is not None:
-        cores = min(cores, max(1, -(-limit // 1)))
-    return int(max(1, cores))
+        cores = min(cores, max(1, math.ceil(limit)))
+    return max(1, cores)
 
 
 def threads_per_process(local_world_size: int, omp_num_threads: str | None) -> int:

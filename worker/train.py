@@ -16,8 +16,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import (checkpoint, data, exit_codes, faults, precision, process_group, settings, sharded_checkpoint,
-                    strategies)
+from worker import (
+    checkpoint,
+    data,
+    exit_codes,
+    faults,
+    precision,
+    process_group,
+    settings,
+    sharded_checkpoint,
+    strategies,
+)
 from worker.checkpoint import Position
 from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
@@ -127,6 +136,7 @@ class Trainer:
             box = [verdict]
             dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
             verdict = box[0]
+        assert verdict is not None  # rank 0's, broadcast to every rank
         if verdict["kind"] == "refused":
             raise ConfigError(verdict["problems"])
         if verdict["kind"] == "complete":
@@ -280,9 +290,10 @@ class Trainer:
                                          total_samples + carried_samples)
                     raise Stopped(self.stop.requested)
             train_seconds = time.perf_counter() - started
-            correct, tested = self.evaluate()
-            total_loss, total_samples, correct, tested, stop = self.all_sum(
-                [float(loss_sum), local_samples, correct, tested, float(self.stop.requested)])
+            local_correct, local_tested = self.evaluate()
+            total_loss, total_samples, correct, tested, stop_votes = self.all_sum(
+                [float(loss_sum), local_samples, local_correct, local_tested, float(self.stop.requested)])
+            stop = stop_votes > 0
             total_loss += carried_loss
             total_samples += carried_samples
             carried_loss = carried_samples = 0.0

@@ -7,12 +7,12 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import BIN, OUTSIDE
+from tests.conftest import BIN, OUTSIDE, ROOT
 from tests.generator.helpers import run_main
 
 
 def test_default_render_is_a_four_document_stream_in_apply_order(gen):
-    result = gen("--values", "variables/variables.json")
+    result = gen("--values", str(ROOT / "variables" / "variables.json"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == b""
     kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]

@@ -101,10 +101,29 @@ def test_unsupported_choices_exit_78_naming_the_variable(small_dir, tmp_path, se
     assert not out.exists() or not any(out.iterdir())  # nothing written
 
 
-def test_fsdp_killed_run_falls_back_past_a_damaged_shard_and_matches_the_uninterrupted_run(tmp_path, small_dir):
-    settings = dict(STRATEGY="fsdp", EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
-    reference = run(torchrun_command(2), worker_env(small_dir, tmp_path / "reference", **settings))
-    assert reference.returncode == 0, reference.stdout[-3000:]
+# The uninterrupted run that the kill-and-resume tests end against: 3 epochs, 2 processes.
+RESUME_SETTINGS = dict(EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_dir, tmp_path_factory):
+    """The uninterrupted run's output directory per strategy, each run once for the whole module."""
+    runs = {}
+
+    def output_dir(strategy: str):
+        if strategy not in runs:
+            out = tmp_path_factory.mktemp(f"uninterrupted-{strategy}")
+            result = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=strategy, **RESUME_SETTINGS))
+            assert result.returncode == 0, result.stdout[-3000:]
+            runs[strategy] = out
+        return runs[strategy]
+
+    return output_dir
+
+
+def test_fsdp_killed_run_falls_back_past_a_damaged_shard_and_matches_the_uninterrupted_run(tmp_path, small_dir,
+                                                                                           uninterrupted):
+    settings = dict(STRATEGY="fsdp", **RESUME_SETTINGS)
 
     out = tmp_path / "interrupted"  # the pod dies (torchrun and both ranks, SIGKILL) as epoch 3 begins
     killed = run(torchrun_command(2), worker_env(small_dir, out, FAULT_INJECT="sigkill-pod@batch=3.1,rank=0",
@@ -121,7 +140,7 @@ def test_fsdp_killed_run_falls_back_past_a_damaged_shard_and_matches_the_uninter
     assert "resuming from ckpt-e0001-s000000.dcp" in resumed.stdout
     assert "removed .tmp-ckpt-e0003-s000000.dcp" in resumed.stdout
     assert "Rank 0: epoch: 1/3" not in resumed.stdout and "Rank 0: epoch: 2/3" in resumed.stdout
-    reference_model, resumed_model = plain_model(tmp_path / "reference"), plain_model(out)
+    reference_model, resumed_model = plain_model(uninterrupted("fsdp")), plain_model(out)
     for (name, tensor), other in zip(reference_model.state_dict().items(), resumed_model.state_dict().values()):
         torch.testing.assert_close(other, tensor, rtol=1e-5, atol=1e-6, msg=name)
 
@@ -148,7 +167,7 @@ def test_fsdp_sigterm_writes_a_sharded_checkpoint_mid_epoch_and_the_rerun_contin
 
 @pytest.mark.parametrize("first, second", [(2, 1), (1, 2)])
 def test_fsdp_resumes_at_an_epoch_boundary_with_another_world_size(tmp_path, small_dir, first, second):
-    settings = dict(STRATEGY="fsdp", EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
+    settings = dict(STRATEGY="fsdp", **RESUME_SETTINGS)
     out = tmp_path / "out"
     command = torchrun_command(first) if first > 1 else rank_command()
     killed = run(command, worker_env(small_dir, out, FAULT_INJECT="sigkill@batch=2.1,rank=0", **settings))
@@ -171,10 +190,8 @@ def test_fsdp_resumes_at_an_epoch_boundary_with_another_world_size(tmp_path, sma
 
 
 @pytest.mark.parametrize("first, second", [("fsdp", "allreduce"), ("allreduce", "fsdp"), ("fsdp", "ddp")])
-def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, first, second):
-    settings = dict(EPOCHS=3, BATCH_SIZE=32, OMP_NUM_THREADS=1, LOG_INTERVAL=1000)
-    reference = run(torchrun_command(2), worker_env(small_dir, tmp_path / "reference", STRATEGY=first, **settings))
-    assert reference.returncode == 0, reference.stdout[-3000:]
+def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, uninterrupted, first, second):
+    settings = RESUME_SETTINGS
     out = tmp_path / "out"
     killed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=first,
                                                  FAULT_INJECT="sigkill-pod@batch=2.1,rank=0", **settings))
@@ -185,6 +202,6 @@ def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, first,
     assert f"resuming from ckpt-e0001-s000000{suffix}" in resumed.stdout
     assert recorded_epochs(out) == [1, 2, 3]
     # the same update under every strategy: the resumed run ends where the uninterrupted one did
-    for (name, tensor), other in zip(plain_model(tmp_path / "reference").state_dict().items(),
+    for (name, tensor), other in zip(plain_model(uninterrupted(first)).state_dict().items(),
                                      plain_model(out).state_dict().values()):
         torch.testing.assert_close(other, tensor, rtol=1e-3, atol=1e-4, msg=name)

@@ -23,6 +23,7 @@ from worker.strategies.base import Strategy
 
 
 def build(name: str, module: nn.Module, env: DistEnv, device: torch.device, precision: str) -> Strategy:
+    chosen: type[Strategy]
     if name == "ddp":
         from worker.strategies.ddp import DDPStrategy as chosen
     elif name == "fsdp":

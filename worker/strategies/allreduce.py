@@ -41,5 +41,5 @@ class AllReduceStrategy(Strategy):
         try:
             yield
         finally:
-            for parameter, view in zip(self.grads.parameters, views):
+            for parameter, view in zip(self.grads.parameters, views, strict=True):
                 parameter.grad = view

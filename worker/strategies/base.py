@@ -7,12 +7,17 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 
 from worker.distenv import DistEnv
 from worker.precision import Precision
@@ -54,6 +59,7 @@ class Strategy:
         # the control values travel beside the gradients, overlapped with backward
         work = dist.all_reduce(control, async_op=True) if self.world_size > 1 else None
         # the collectives in backward average over ranks: scale the sum so that the average is sum / global
+        assert loss is not None, "ddp and fsdp forward every batch, empty ones too (forwards_empty_batches)"
         self.precision.backward(loss * (self.world_size / max(global_samples, 1)))
         started = time.perf_counter()
         if work is not None:
@@ -66,7 +72,7 @@ class Strategy:
         self.precision.step(self.optimizer)
 
     # -- state ---------------------------------------------------------------------------------------
-    def full_model_state(self) -> dict[str, torch.Tensor]:
+    def full_model_state(self) -> dict[str, Any]:
         """The whole model's weights as plain CPU tensors on rank 0 (a collective under fsdp)."""
         return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
