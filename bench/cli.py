@@ -1,6 +1,6 @@
 """python -m bench: every figure as a ratio of two things measured in the same run, alternating, medians.
 
-    python -m bench                                  # real digits from ../shared when present, else --data-dir
+    python -m bench                                  # the digits the worker ships (worker/mnist-sample)
     python -m bench --data-dir DIR                   # DIR/MNIST/raw/ holding the four MNIST files
     python -m bench --quick                          # a few steps of everything (the test suite runs this)
 """
@@ -13,24 +13,32 @@ import json
 import os
 import platform
 import statistics
+import struct
 import sys
 import tempfile
 from pathlib import Path
 
-from bench import gradsync_cost, generator_cost, machine, training
-from bench.stats import ROOT, alternate
+from bench import generator_cost, gradsync_cost, machine, training
+from bench.stats import alternate
 
 
-def default_data_dir() -> Path | None:
-    """The real digits (first 8,000 train / last 2,000 test) from ../shared/data, written as MNIST files."""
-    sys.path.insert(0, str(ROOT))
-    from tests.mnist_data import dataset_files, real_digits_available, write_raw
+def default_data_dir() -> Path:
+    """The digits the worker ships (worker/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
+    files, split as the worker's offline fallback splits them: the first 8,000 to train, the last 2,000 to test.
+    Both contenders (the worker and torchvision's MNIST in the standard loop) read these files."""
+    from worker import mnist_sample
 
-    if not real_digits_available():
-        return None
-    directory = Path(tempfile.mkdtemp(prefix="bench-digits-"))
-    write_raw(directory, dataset_files())
-    return directory
+    images, labels = mnist_sample.read("t10k-images-idx3-ubyte"), mnist_sample.read("t10k-labels-idx1-ubyte")
+    (image_magic, count, rows, cols), label_magic = struct.unpack(">4I", images[:16]), labels[:4]
+    pixels, split = rows * cols, mnist_sample.TRAIN_COUNT
+    raw = Path(tempfile.mkdtemp(prefix="bench-digits-")) / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for prefix, first, last in (("train", 0, split), ("t10k", split, count)):
+        header = struct.pack(">4I", image_magic, last - first, rows, cols)
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images[16 + first * pixels:16 + last * pixels])
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(
+            label_magic + struct.pack(">I", last - first) + labels[8 + first:8 + last])
+    return raw.parent.parent
 
 
 def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
@@ -160,15 +168,13 @@ def table(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the real digits in ../shared)")
+    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the 10,000 digits the worker ships)")
     parser.add_argument("--quick", action="store_true", help="a few steps of everything, to check the benchmark runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=0.98, help="test accuracy for time-to-accuracy")
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     args = parser.parse_args(argv)
     data_dir = args.data_dir or default_data_dir()
-    if data_dir is None:
-        parser.error("no data: pass --data-dir DIR (DIR/MNIST/raw/ with the four MNIST files)")
     repeats = 1 if args.quick else args.repeats
     results = run(data_dir, args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr))
     results["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -7,8 +7,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -39,8 +39,8 @@ def launch_until(command: list[str], env: dict, done: Callable[[str], bool], tim
 
     The process is killed as soon as that line appears: what comes after does not count.
     """
-    from localjob.processes import kill_pod
     from localjob.podspec import POD_MARKER
+    from localjob.processes import kill_pod
 
     # torchrun starts its workers in sessions of their own: killing its process group would leave them
     # training in the background, slowing every later measurement. A marker in the environment finds them.

@@ -15,7 +15,6 @@ completes the Job once its indexes have succeeded (SuccessCriteriaMet), terminat
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localjob import eviction
+from localjob.atomic import write_atomically
 from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
@@ -311,7 +311,4 @@ class JobController:
         }
 
     def write_status(self, path: Path, status: dict) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}")
-        temp.write_text(json.dumps(status, indent=2) + "\n")
-        os.replace(temp, path)
+        write_atomically(path, json.dumps(status, indent=2) + "\n")

@@ -15,6 +15,8 @@ import re
 import time
 from pathlib import Path
 
+from localjob.atomic import write_atomically
+
 _REQUEST = re.compile(r"^evict-(\d+)\.request$")
 
 
@@ -24,12 +26,6 @@ class EvictionError(Exception):
     def __init__(self, message: str, refused: bool = False):
         super().__init__(message)
         self.refused = refused
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}")
-    temp.write_text(text)
-    os.replace(temp, path)
 
 
 class ControlDirectory:
@@ -42,7 +38,7 @@ class ControlDirectory:
         self.directory.mkdir(parents=True, exist_ok=True)
         for stale in self.directory.glob("evict-*"):
             stale.unlink(missing_ok=True)
-        _write_atomically(self.directory / "controller.pid", f"{os.getpid()}\n")
+        write_atomically(self.directory / "controller.pid", f"{os.getpid()}\n")
 
     def close(self) -> None:
         (self.directory / "controller.pid").unlink(missing_ok=True)
@@ -55,7 +51,7 @@ class ControlDirectory:
         return sorted(int(m.group(1)) for m in map(_REQUEST.match, names) if m)
 
     def answer(self, index: int, evicted: bool, message: str) -> None:
-        _write_atomically(self.directory / f"evict-{index}.answer", json.dumps({"evicted": evicted, "message": message}))
+        write_atomically(self.directory / f"evict-{index}.answer", json.dumps({"evicted": evicted, "message": message}))
         (self.directory / f"evict-{index}.request").unlink(missing_ok=True)
 
 
@@ -80,7 +76,7 @@ def request_eviction(root: Path, index: int, timeout: float = 30.0) -> str:
         raise EvictionError(f"the local-job that used --volume-root {root} (pid {pid}) is no longer running")
     answer = directory / f"evict-{index}.answer"
     answer.unlink(missing_ok=True)
-    _write_atomically(directory / f"evict-{index}.request", f"{time.time()}\n")
+    write_atomically(directory / f"evict-{index}.request", f"{time.time()}\n")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if answer.exists():

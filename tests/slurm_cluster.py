@@ -11,12 +11,13 @@ Started with the configuration the Slurm target needs (requeue, signals before t
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests import apt
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client")
 
@@ -34,18 +35,7 @@ def free_ports(count: int) -> list[int]:
 
 def install_slurm() -> str | None:
     """Install Slurm's daemons and clients where they are missing; None, or why it could not be done."""
-    if all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "sbatch")):
-        return None
-    if os.geteuid() != 0:
-        return "Slurm is not installed and this user cannot apt-get install it"
-    command = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(command, capture_output=True, env=env).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env)
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            return f"apt-get install {' '.join(PACKAGES)} failed: {result.stderr[-500:]}"
-    return None
+    return apt.install(PACKAGES, ("slurmctld", "slurmd", "sbatch"))
 
 
 class SlurmCluster:

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from worker.atomic import TEMP_PREFIX, atomic_write
+
 MAGIC = b"indexed-trainer checkpoint v1\n"
 _NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(pt|dcp)$")
-TEMP_PREFIX = ".tmp-"
 
 
 class CorruptCheckpoint(Exception):
@@ -40,37 +39,6 @@ class Position:
 
     def filename(self, suffix: str = ".pt") -> str:
         return f"ckpt-e{self.epoch:04d}-s{self.step:06d}{suffix}"
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, payload: bytes, midway: Callable[[], None] | None = None) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
-
-    ``midway`` runs with half the bytes written (worker.faults puts its crash and stall there)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            if midway:
-                handle.write(payload[:len(payload) // 2])
-                handle.flush()
-                midway()
-                payload = payload[len(payload) // 2:]
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
 
 
 def encode(state: dict) -> bytes:

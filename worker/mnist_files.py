@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from worker.atomic import atomic_write
 from worker.digests import file_digest
 
 # File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST
@@ -189,14 +190,4 @@ def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str,
 
 
 def _write_marker(directory: Path, digests: dict[str, str]) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f"{MARKER}.", dir=directory)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"sha256": digests}, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, directory / MARKER)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(directory / MARKER, json.dumps({"sha256": digests}, indent=2, sort_keys=True).encode())

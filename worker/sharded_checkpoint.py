@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from worker.checkpoint import TEMP_PREFIX, CorruptCheckpoint, Position, atomic_write, fsync_directory, prune
+from worker.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from worker.checkpoint import CorruptCheckpoint, Position, prune
 from worker.digests import file_digest
 
 FORMAT = "indexed-trainer sharded checkpoint v1"

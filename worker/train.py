@@ -27,6 +27,7 @@ from worker import (
     sharded_checkpoint,
     strategies,
 )
+from worker.atomic import atomic_write
 from worker.checkpoint import Position
 from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
@@ -353,7 +354,7 @@ class Trainer:
         if self.env.is_rank0:
             buffer = io.BytesIO()
             torch.save(weights, buffer)
-            checkpoint.atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
+            atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
             summary_path = self.config.output_dir / settings.MODEL_SUMMARY
             summary = {
                 **_read_json(summary_path),  # a field it had is never lost
@@ -366,7 +367,7 @@ class Trainer:
                 "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
                 "config": settings.recorded_config(self.config),
             }
-            checkpoint.atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+            atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
             self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
                      f"{100 * (result.get('accuracy') or 0):.2f}%)")
         if self.distributed:

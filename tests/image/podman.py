@@ -9,9 +9,10 @@ cgroupfs manager; podman's default ulimits are refused, explicit ones are not.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
+
+from tests import apt
 
 PACKAGES = ("podman", "buildah", "runc", "debootstrap", "uidmap")
 TOOLS = ("podman", "buildah", "runc", "debootstrap")
@@ -29,18 +30,7 @@ events_logger = "file"
 
 def install() -> str | None:
     """Install podman and its helpers where missing; None, or why they cannot be had."""
-    if all(shutil.which(tool) for tool in TOOLS):
-        return None
-    if os.geteuid() != 0:
-        return f"podman is not installed and this user cannot apt-get install {' '.join(PACKAGES)}"
-    command = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(command, capture_output=True, env=env).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env)
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            return f"apt-get install {' '.join(PACKAGES)} failed: {result.stderr[-500:]}"
-    return None
+    return apt.install(PACKAGES, TOOLS)
 
 
 class Podman:

@@ -2,7 +2,7 @@
 
 import torch
 
-from worker import checkpoint
+from worker import atomic, checkpoint
 from worker.checkpoint import Position
 
 
@@ -54,7 +54,7 @@ def test_a_crash_mid_write_leaves_only_a_temporary_that_is_never_read(tmp_path, 
     def crash(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "replace", crash)
     try:
         checkpoint.save(state(2), tmp_path, Position(2, 0), keep=5)
     except OSError:
