@@ -23,15 +23,11 @@ from generator.resources import templates_dir
 from generator.values import FastSafeLoader
 from generator.worker_variables import BUILT_IN_WORKER
 from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
+from worker import exit_codes
 
 SHARED_MOUNT = "/pvc-home"
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
-# The worker's documented exit codes (worker/exit_codes.py; the generator must not import the worker), which
-# its launcher makes the pod's: bad configuration (sysexits EX_CONFIG) fails the whole Job instead of retrying
-# a configuration that cannot work; "a peer failed first" is not counted, the peer's own pod counts the cause.
-EXIT_BAD_CONFIG = 78
-EXIT_PEER_LOST = 75
 # What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
 # a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
 # process whose watchdog itself hangs. In the ConfigMap, so config_map and env override them.
@@ -155,8 +151,12 @@ def derive(values: dict) -> dict:
         "selector_labels": {key: labels["worker"][key] for key in SELECTOR_LABELS},
         "node_selector": selector,
         "config": dict(sorted(config.items())),
-        "exit_bad_config": EXIT_BAD_CONFIG,
-        "exit_peer_lost": EXIT_PEER_LOST,
+        # The worker's exit codes, which its launcher makes the pod's: bad configuration fails the whole Job
+        # instead of retrying what cannot work; "a peer failed first" is not counted (the peer's pod counts the
+        # cause); SIGTERM (preemption, a time limit) is a free restart.
+        "exit_bad_config": exit_codes.BAD_CONFIG,
+        "exit_peer_lost": exit_codes.PEER_LOST,
+        "exit_terminated": exit_codes.TERMINATED,
         # torchrun's wait between forwarding SIGTERM and killing the workers: inside the pod's grace period,
         # with a few seconds left for torchrun itself to exit
         "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),

@@ -1,25 +1,19 @@
 """What the built-in worker (entrypoint.module: worker) reads from its environment, for checking config_map.
 
-The generator must not import the worker (it would pull its dependencies into every render); this copy of the
-names is kept equal to worker/config.py by tests/generator/test_worker_variables.py.
+Read from the worker's own definitions (worker/config.py, worker/faults.py), which import no torch: one fact,
+one place, so a new worker variable is known to the generator the moment the worker reads it.
 """
 
-BUILT_IN_WORKER = "worker"
+from worker.config import BUILT_IN_WORKER, config_fields, variable_choices
+from worker.faults import ENV as FAULT_INJECT
 
-WORKER_VARIABLES = frozenset({
-    "EPOCHS", "BATCH_SIZE", "LEARNING_RATE", "SEED", "DATA_DIR", "OUTPUT_DIR", "DATA_SHARED", "DOWNLOAD",
-    "MNIST_MIRROR", "MNIST_CHECKSUMS", "MNIST_SAMPLE_FALLBACK", "TRAIN_SAMPLES", "LOG_INTERVAL",
-    "CHECKPOINT_EVERY", "KEEP_CHECKPOINTS", "RESUME", "COLLECTIVE_TIMEOUT", "DOWNLOAD_TIMEOUT",
-    "STRATEGY", "PRECISION", "TENSORBOARD",
-    "FAULT_INJECT",  # tests only (worker/faults.py)
-})
+__all__ = ["BUILT_IN_WORKER", "WORKER_VARIABLES", "WORKER_CHOICES", "RUNTIME_PREFIXES", "reserved"]
 
-# The worker's variables that take one of a few words (worker/config.py STRATEGIES, PRECISIONS): checked at
-# render time so that a typo fails `gen-manifests`, not a pod.
-WORKER_CHOICES = {
-    "STRATEGY": ("allreduce", "ddp", "fsdp"),
-    "PRECISION": ("fp32", "bf16", "fp16"),
-}
+WORKER_VARIABLES = frozenset({item.metadata["env"] for item in config_fields()} | {FAULT_INJECT})
+
+# The variables that take one of a few words (STRATEGY, PRECISION): checked at render time, so that a typo
+# fails `gen-manifests`, not a pod.
+WORKER_CHOICES = variable_choices()
 
 # Families of runtime settings any PyTorch process reads (NCCL_SOCKET_IFNAME, TORCH_NCCL_..., GLOO_...):
 # passed through for the built-in worker too.

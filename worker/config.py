@@ -75,6 +75,8 @@ def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
 
+# The module every process of the built-in worker runs (python -m worker; torchrun ... -m worker).
+BUILT_IN_WORKER = "worker"
 STRATEGIES = ("allreduce", "ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -152,6 +154,12 @@ class TrainConfig:
 
 def config_fields() -> list[dataclasses.Field]:
     return list(dataclasses.fields(TrainConfig))
+
+
+def variable_choices() -> dict[str, tuple[str, ...]]:
+    """The variables that take one of a few words (STRATEGY, PRECISION), with their words."""
+    return {item.metadata["env"]: item.metadata["parse"].choices for item in config_fields()
+            if isinstance(item.metadata["parse"], _choice)}
 
 
 def flag_name(item: dataclasses.Field) -> str:

@@ -35,9 +35,7 @@ from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
 from worker import exit_codes, settings
-from worker.config import ConfigError, build_parser, load_config
-
-BUILT_IN_WORKER = "worker"
+from worker.config import BUILT_IN_WORKER, ConfigError, build_parser, load_config
 
 
 def say(message: str) -> None:

@@ -108,12 +108,14 @@ def test_non_ascii_values_survive_a_c_locale(gen):
     assert job["metadata"]["annotations"]["owner"] == "🙂 Zoë"
 
 
-def test_importing_and_running_the_cli_loads_no_torch_or_worker():
+def test_importing_and_running_the_cli_loads_no_torch():
+    """gen-manifests reads the worker's torch-free interface (worker.config, worker.exit_codes), never torch."""
     code = (
         "import sys\n"
         "from generator.cli import main\n"
         "try:\n    main(['--check'])\nexcept SystemExit:\n    pass\n"
-        "print(','.join(sorted(m for m in ('torch', 'torchvision', 'worker', 'numpy') if m in sys.modules)))\n"
+        "print(','.join(sorted(m for m in ('torch', 'torchvision', 'numpy', 'worker.train', 'worker.launch')\n"
+        "                      if m in sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=OUTSIDE, timeout=60)
     assert result.returncode == 0, result.stderr
