@@ -6,8 +6,6 @@ templates in templates/ hold the manifests' shape, and every user value passes t
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shlex
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,7 +14,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from generator import __version__
+from generator import __version__, names
 from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.resources import templates_dir
@@ -135,10 +133,10 @@ def derive(values: dict) -> dict:
     return {
         "procs_per_pod": procs,
         "gpus": gpus,
-        "master_addr": f"{name}-0.{name}",
+        "master_addr": names.rendezvous_address(name, name),
         "service_name": name,
-        "config_map_name": config_map_name(name, config),
-        "claim_name": volume["existing_claim"] or f"{name}-data",
+        "config_map_name": names.config_map_name(name, config),
+        "claim_name": volume["existing_claim"] or names.claim_name(name),
         "create_claim": volume["existing_claim"] is None,
         # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
         # costs one failure: max_restarts is both the Job-wide and the per-index limit (see job.yaml.j2).
@@ -184,13 +182,6 @@ def _extra_volume(volume: dict) -> dict:
     if volume.get("read_only") or "secret" in volume or "config_map" in volume:
         mount["readOnly"] = True  # secrets and ConfigMaps are read-only anyway: say so
     return {"volume": {"name": name, **source}, "mount": mount}
-
-
-def config_map_name(name: str, data: dict[str, str]) -> str:
-    """``<name>-config-<hash>``: the ConfigMap is immutable and named by its content, as Kustomize's generators
-    name theirs, so a changed setting is a new ConfigMap and never reaches the pods of a running Job."""
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return f"{name}-config-{digest[:10]}"
 
 
 def render_manifests(values: dict, directory: Path | None = None) -> list[Manifest]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.errors import ValuesError
+from generator.names import pod_hostname
 from generator.render import SELECTOR_LABELS
 from generator.resources import schema_path
 from generator.values import type_name
@@ -149,7 +150,7 @@ def semantic_problems(values: dict) -> list[str]:
     """Rules across keys that JSON Schema cannot express. Assumes the schema already passed."""
     problems: list[str] = []
     name, replicas = values["name"], values["replicas"]
-    last_host = f"{name}-{replicas - 1}"
+    last_host = pod_hostname(name, replicas - 1)
     if len(last_host) > MAX_HOSTNAME:
         problems.append(
             f"name: {name!r} is too long for {replicas} replicas: the last pod's hostname {last_host!r} has "

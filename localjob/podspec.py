@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from generator.names import pod_address, pod_hostname
 from localjob.expansion import expand
 from localjob.manifests import JobPlan
 from localjob.quantity import divide_round_up, parse_quantity
@@ -73,7 +74,7 @@ class PodFactory:
             return {}
         names = {}
         for index in range(self.plan.completions):
-            host = f"{job}-{index}.{subdomain}"
+            host = pod_address(job, index, subdomain)
             for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
                 names[host + suffix] = "127.0.0.1"
         return dict(sorted(names.items(), key=lambda item: -len(item[0])))
@@ -208,7 +209,7 @@ class PodFactory:
         pod: dict[str, Any] = {
             "name": name,
             "uid": f"{self.plan.name}-{index}-{secrets.token_hex(8)}",
-            "hostname": f"{self.plan.name}-{index}",
+            "hostname": pod_hostname(self.plan.name, index),
             "labels": {**template_meta.get("labels", {}), INDEX_ANNOTATION: str(index),
                        "batch.kubernetes.io/job-name": self.plan.name, "job-name": self.plan.name},
             "annotations": {**template_meta.get("annotations", {}), INDEX_ANNOTATION: str(index)},

@@ -1,0 +1,36 @@
+"""The names a Job's objects and pods derive from its `name`: one definition, used by validation, rendering
+and local-job alike.
+
+A pod's hostname is the Indexed Job controller's rule (`<job>-<completion index>`); with the headless Service
+as its subdomain it resolves as `<job>-<index>.<service>`, which is how pods find rank 0's rendezvous.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+
+def pod_hostname(job: str, index: int) -> str:
+    return f"{job}-{index}"
+
+
+def pod_address(job: str, index: int, service: str) -> str:
+    """The DNS name of pod ``index`` inside the namespace (the Service is the pods' subdomain)."""
+    return f"{pod_hostname(job, index)}.{service}"
+
+
+def rendezvous_address(job: str, service: str) -> str:
+    """Where torchrun's static rendezvous listens: pod 0."""
+    return pod_address(job, 0, service)
+
+
+def claim_name(job: str) -> str:
+    return f"{job}-data"
+
+
+def config_map_name(job: str, data: dict[str, str]) -> str:
+    """``<name>-config-<hash>``: the ConfigMap is immutable and named by its content, as Kustomize's generators
+    name theirs, so a changed setting is a new ConfigMap and never reaches the pods of a running Job."""
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{job}-config-{digest[:10]}"
