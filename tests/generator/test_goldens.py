@@ -1,0 +1,38 @@
+"""Whole renders, byte for byte, for every values shape the suite covers and both targets (torchx's golden
+tests): a refactoring of the generator must leave every file unchanged; a deliberate change of a render is
+accepted with UPDATE_GOLDEN=1 and shows in review as a diff of these files."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.generator.helpers import run_main
+from tests.generator.test_render import MATRIX
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+SLURM_MATRIX = {
+    "default": [],
+    "gpu": ["resources.gpu.accelerator_count=8", "resources.cpu=32", "resources.memory=256", "replicas=4"],
+    "site-options": ["slurm.partition=gpu", "slurm.account=ml", "slurm.qos=high", "slurm.time_limit='01:30:00'",
+                     "slurm.shared_dir=/scratch/team/mnist", "termination_grace_period_seconds=120",
+                     "slurm.setup=['module load cuda/12.4', 'source /opt/envs/torch/bin/activate']",
+                     "slurm.extra_options=['--constraint=a100', '--exclusive']", "config_map={EPOCHS: '3', STRATEGY: fsdp}"],
+}
+CASES = [("kubernetes", name, sets, "yaml") for name, sets in MATRIX.items()] + \
+        [("slurm", name, sets, "sbatch") for name, sets in SLURM_MATRIX.items()]
+
+
+@pytest.mark.parametrize("target, name, sets, suffix", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_the_render_matches_its_golden_file(target, name, sets, suffix):
+    args = ["--target", target]
+    for item in sets:
+        args += ["--set", item]
+    result = run_main(*args)
+    assert result.exit_code == 0, result.stderr
+    golden = GOLDEN / target / f"{name}.{suffix}"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(result.stdout, encoding="utf-8")
+    assert golden.exists(), f"no golden file {golden}: run with UPDATE_GOLDEN=1 to write it"
+    assert result.stdout == golden.read_text(encoding="utf-8"), \
+        f"{golden.name} changed: run with UPDATE_GOLDEN=1 to accept a deliberate change"
