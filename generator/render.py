@@ -19,11 +19,9 @@ from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.resources import templates_dir
 from generator.values import FastSafeLoader
-from generator.worker_variables import BUILT_IN_WORKER
 from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
-from worker import exit_codes
+from worker import contract, exit_codes
 
-SHARED_MOUNT = "/pvc-home"
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
 # What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
@@ -123,13 +121,13 @@ def derive(values: dict) -> dict:
         selector[gpu["accelerator_label"]] = gpu["accelerator"]
     config = {
         # defaults that put data and results on the shared volume; config_map may override them
-        "DATA_DIR": f"{SHARED_MOUNT}/data",
-        "OUTPUT_DIR": f"{SHARED_MOUNT}/runs/{name}",
+        "DATA_DIR": f"{contract.SHARED_MOUNT}/data",
+        "OUTPUT_DIR": f"{contract.SHARED_MOUNT}/runs/{name}",
         **(NCCL_DEFAULTS if gpus else {}),
         **values["config_map"],
     }
     entry = values["entrypoint"]
-    built_in = entry["module"] == BUILT_IN_WORKER
+    built_in = entry["module"] == contract.BUILT_IN_WORKER
     return {
         "procs_per_pod": procs,
         "gpus": gpus,
@@ -158,7 +156,9 @@ def derive(values: dict) -> dict:
         # torchrun's wait between forwarding SIGTERM and killing the workers: inside the pod's grace period,
         # with a few seconds left for torchrun itself to exit
         "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),
-        "shared_mount": SHARED_MOUNT,
+        "shared_mount": contract.SHARED_MOUNT,
+        "launcher_command": list(contract.LAUNCHER_COMMAND),
+        "check_config_command": list(contract.CHECK_CONFIG_COMMAND),
         "built_in_worker": built_in,
         "launcher": entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
         "program": (["-m", entry["module"]] if entry["module"] is not None else [entry["script"]]) + entry["args"],

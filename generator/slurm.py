@@ -14,6 +14,7 @@ import shlex
 from generator.errors import ValuesError
 from generator.render import Manifest, derive, environment, render_template
 from generator.resources import default_values_path
+from worker import contract
 
 # Values with no meaning on Slurm: named on stderr (when set to other than the default) and ignored.
 IGNORED = (
@@ -22,7 +23,7 @@ IGNORED = (
     "service_account_name", "node_selector", "tolerations", "labels", "annotations", "security",
     "resources.gpu.accelerator", "resources.gpu.accelerator_label", "resources.gpu.resource_name",
 )
-LAUNCHERS = {"indexed-trainer": "python -m worker.launch", "torchrun": "torchrun"}
+LAUNCHERS = {"indexed-trainer": " ".join(contract.LAUNCHER_COMMAND), "torchrun": "torchrun"}
 
 
 def _lookup(values: dict, dotted: str):

@@ -19,11 +19,19 @@ from generator.names import pod_hostname
 from generator.render import SELECTOR_LABELS
 from generator.resources import schema_path
 from generator.values import type_name
-from generator.worker_variables import BUILT_IN_WORKER, RUNTIME_PREFIXES, WORKER_CHOICES, WORKER_VARIABLES, reserved
+from worker.contract import (
+    BUILT_IN_WORKER,
+    FP16_NEEDS_CUDA,
+    RUNTIME_PREFIXES,
+    SHARED_MOUNT,
+    WORKER_CHOICES,
+    WORKER_VARIABLES,
+    reserved,
+)
 
 MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
 # Volumes and mount paths of the Job itself (templates/job.yaml.j2): extra_volumes may not take them.
-OWN_VOLUMES = {"shared": "/pvc-home", "dshm": "/dev/shm", "tmp": "/tmp"}
+OWN_VOLUMES = {"shared": SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -280,8 +288,8 @@ def _choice_problems(values: dict, key: str) -> Iterable[str]:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         yield f"config_map.{key}: {values['config_map'][key]!r} must be one of {', '.join(allowed)}{hint}"
     elif key == "PRECISION" and value == "fp16" and not values["resources"]["gpu"]["accelerator_count"]:
-        yield ("config_map.PRECISION: fp16 needs GPUs (its gradient scaler runs on CUDA only) and "
-               "resources.gpu.accelerator_count is 0: use bf16 or fp32, or request GPUs")
+        yield (f"config_map.PRECISION: {FP16_NEEDS_CUDA} and resources.gpu.accelerator_count is 0: use bf16 or "
+               "fp32, or request GPUs")
 
 
 def _entrypoint_problems(values: dict) -> Iterable[str]:

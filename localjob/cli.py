@@ -62,10 +62,10 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     Job completes, 1 when it fails (with the reason Kubernetes would give), 2 when the manifests cannot be
     run faithfully here.
     """
-    from generator.worker_variables import reserved
     from localjob.controller import JobController
     from localjob.podspec import PodFactory
     from localjob.secrets import read_secret
+    from worker.contract import reserved
 
     extra_env = _pairs("--env", env)
     for name in sorted(extra_env):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from generator.worker_variables import reserved
+from worker.contract import reserved
 
 SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap", "secret")
 SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from localjob.podspec import POD_MARKER, ContainerRun
+from worker.contract import signal_exit_code
 
 
 def pod_pids(uid: str) -> list[int]:
@@ -103,4 +104,4 @@ class ContainerProcess:
     @staticmethod
     def exit_code(code: int) -> int:
         """A signal death reads as 128 + signal, as container runtimes report it."""
-        return 128 - code if code < 0 else code
+        return signal_exit_code(-code) if code < 0 else code

@@ -75,8 +75,6 @@ def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
 
-# The module every process of the built-in worker runs (python -m worker; torchrun ... -m worker).
-BUILT_IN_WORKER = "worker"
 STRATEGIES = ("allreduce", "ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 

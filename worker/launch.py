@@ -35,7 +35,8 @@ from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
 from worker import exit_codes, settings
-from worker.config import BUILT_IN_WORKER, ConfigError, build_parser, load_config
+from worker.config import ConfigError, build_parser, load_config
+from worker.contract import BUILT_IN_WORKER, signal_exit_code
 
 
 def say(message: str) -> None:
@@ -44,12 +45,12 @@ def say(message: str) -> None:
 
 def container_code(exitcode: int) -> int:
     """A process's exit status as a container runtime reports it: a signal death is 128 + the signal."""
-    return 128 - exitcode if exitcode < 0 else exitcode
+    return signal_exit_code(-exitcode) if exitcode < 0 else exitcode
 
 
 # What a worker exits with when it failed because of another: a peer's failure, or torchrun's own SIGTERM to
 # the survivors once one worker had failed.
-VICTIM_CODES = (exit_codes.PEER_LOST, 128 + signal.SIGTERM)
+VICTIM_CODES = (exit_codes.PEER_LOST, signal_exit_code(signal.SIGTERM))
 
 
 def root_cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{sig.name} received after the run completed; exiting 0")
             return exit_codes.OK
         say(f"{sig.name} received; forwarded to the workers, which had until --shutdown-timeout to checkpoint")
-        return 128 + sig.value
+        return signal_exit_code(sig.value)
     except (RendezvousError, DistError, TimeoutError) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         say(f"the gang did not assemble: {type(exc).__name__}: {first_line}; exiting {exit_codes.STALLED}")

@@ -14,14 +14,15 @@ import contextlib
 import torch
 
 from worker.config import ConfigError
+from worker.contract import FP16_NEEDS_CUDA
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def require_supported(name: str, device: torch.device) -> None:
     if name == "fp16" and device.type != "cuda":
-        raise ConfigError([f"PRECISION: fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only) and this "
-                           f"process runs on {device.type}: use bf16 or fp32 here"])
+        raise ConfigError([f"PRECISION: {FP16_NEEDS_CUDA} and this process runs on {device.type}: use bf16 or "
+                           "fp32 here"])
 
 
 class Precision:

@@ -1,6 +1,6 @@
 """The names torchrun and the Job set are reserved; none of them is a variable of the built-in worker."""
 
-from generator.worker_variables import WORKER_VARIABLES, reserved
+from worker.contract import WORKER_VARIABLES, reserved
 
 
 def test_no_worker_variable_is_reserved():
