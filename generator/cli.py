@@ -16,6 +16,7 @@ import click
 
 from generator import __version__
 from generator.errors import GeneratorError
+from generator.targets import TARGETS, ignored_keys
 
 values_option = click.option(
     "--values",
@@ -65,7 +66,7 @@ def _report(error: GeneratorError) -> None:
     help="Write one file per object (1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing "
     "the stream; files are replaced atomically.",
 )
-@click.option("--target", type=click.Choice(["kubernetes", "slurm"]), default="kubernetes", show_default=True,
+@click.option("--target", type=click.Choice(list(TARGETS)), default="kubernetes", show_default=True,
               help="What to render the same values for: the Kubernetes objects, or one Slurm batch script "
                    "(job.sbatch with --output-dir).")
 @click.option("--check", is_flag=True, help="Validate and render, print nothing; exit 2 on invalid values.")
@@ -91,14 +92,14 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
 
     validate_values(values)
     if target == "slurm":
-        from generator.slurm import ignored_keys, render_slurm
+        from generator.slurm import render_slurm
 
         manifests = [render_slurm(values)]
-        ignored = ignored_keys(values)
-        if ignored:
-            click.echo(f"gen-manifests: warning: ignored on Slurm: {', '.join(ignored)}", err=True)
     else:
         manifests = render_manifests(values)
+    ignored = ignored_keys(values, target)
+    if ignored:
+        click.echo(f"gen-manifests: warning: ignored on {TARGETS[target]}: {', '.join(ignored)}", err=True)
     if print_values:
         _write_stdout(json.dumps(values, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     elif check:

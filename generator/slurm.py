@@ -7,35 +7,14 @@ string reaches the script through shlex.quote, or through a pattern that admits 
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 
 from generator.errors import ValuesError
 from generator.render import Manifest, derive, environment, render_template
-from generator.resources import default_values_path
 from worker import contract
 
-# Values with no meaning on Slurm: named on stderr (when set to other than the default) and ignored.
-IGNORED = (
-    "namespace", "image", "image_pull_policy", "image_pull_secrets", "shared_volume", "shm_size",
-    "ttl_seconds_after_finished", "active_deadline_seconds", "queue_name", "priority_class_name",
-    "service_account_name", "node_selector", "tolerations", "labels", "annotations", "security",
-    "resources.gpu.accelerator", "resources.gpu.accelerator_label", "resources.gpu.resource_name",
-)
 LAUNCHERS = {"indexed-trainer": " ".join(contract.LAUNCHER_COMMAND), "torchrun": "torchrun"}
-
-
-def _lookup(values: dict, dotted: str):
-    for part in dotted.split("."):
-        values = values[part]
-    return values
-
-
-def ignored_keys(values: dict) -> list[str]:
-    """The values set to something other than the default that the Slurm target does not use."""
-    defaults = json.loads(default_values_path().read_text(encoding="utf-8"))
-    return [key for key in IGNORED if _lookup(values, key) != _lookup(defaults, key)]
 
 
 def slurm_problems(values: dict) -> list[str]:

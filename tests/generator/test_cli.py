@@ -154,3 +154,13 @@ def test_a_100_mb_values_file_is_refused_fast_and_small(tmp_path, suffix):
     assert report["stderr"] == f"gen-manifests: error: {big}: larger than 4 MiB; a values file is a small configuration\n"
     assert not out.exists()
     assert report["seconds"] < 10 and report["max_rss_kib"] < 200 * 1024  # never read in: far below its 100 MB
+
+
+def test_keys_of_the_other_target_are_named_as_ignored():
+    """The schema's x-targets says which keys mean nothing on a target: set, they are named on stderr."""
+    on_kubernetes = run_main("--set", "slurm.partition=gpu")
+    assert on_kubernetes.exit_code == 0
+    assert on_kubernetes.stderr == "gen-manifests: warning: ignored on Kubernetes: slurm.partition\n"
+    assert on_kubernetes.stdout == run_main().stdout
+    on_slurm = run_main("--target", "slurm", "--set", "namespace=ml", "--set", "shm_size=2")
+    assert on_slurm.stderr == "gen-manifests: warning: ignored on Slurm: namespace, shm_size\n"
