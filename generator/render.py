@@ -48,10 +48,10 @@ class Manifest:
 # Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
 # pod 0's name must resolve.
 _TEMPLATES = (
-    ("PersistentVolumeClaim", "persistentvolumeclaim.yaml.j2"),
-    ("ConfigMap", "configmap.yaml.j2"),
-    ("Service", "service.yaml.j2"),
-    ("Job", "job.yaml.j2"),
+    ("PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
+    ("ConfigMap", "kubernetes/configmap.yaml.j2"),
+    ("Service", "kubernetes/service.yaml.j2"),
+    ("Job", "kubernetes/job.yaml.j2"),
 )
 
 
@@ -137,7 +137,7 @@ def derive(values: dict) -> dict:
         "claim_name": volume["existing_claim"] or names.claim_name(name),
         "create_claim": volume["existing_claim"] is None,
         # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
-        # costs one failure: max_restarts is both the Job-wide and the per-index limit (see job.yaml.j2).
+        # costs one failure: max_restarts is both the Job-wide and the per-index limit (see kubernetes/job.yaml.j2).
         "backoff_limit": values["max_restarts"],
         "cpu": cpu_quantity(values["resources"]["cpu"]),
         "memory": gib_quantity(values["resources"]["memory"]),

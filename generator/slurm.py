@@ -1,4 +1,4 @@
-"""The Slurm target: the same validated values rendered as one sbatch script (templates/job.sbatch.j2).
+"""The Slurm target: the same validated values rendered as one sbatch script (templates/slurm/job.sbatch.j2).
 
 A pure function of the values, like the Kubernetes renderer beside it (render.py): the numbers both targets
 share come from render.derive; this module adds Slurm's own and checks what has no meaning there. Every user
@@ -70,4 +70,4 @@ def render_slurm(values: dict) -> Manifest:
         raise ValuesError(*problems)
     derived = derive(values)
     context = {"v": values, "d": derived, "s": slurm_context(values, derived)}
-    return Manifest("BatchScript", "job.sbatch", render_template(environment(), "job.sbatch.j2", context))
+    return Manifest("BatchScript", "job.sbatch", render_template(environment(), "slurm/job.sbatch.j2", context))

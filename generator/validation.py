@@ -30,7 +30,7 @@ from worker.contract import (
 )
 
 MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
-# Volumes and mount paths of the Job itself (templates/job.yaml.j2): extra_volumes may not take them.
+# Volumes and mount paths of the Job itself (templates/kubernetes/job.yaml.j2): extra_volumes may not take them.
 OWN_VOLUMES = {"shared": SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -33,7 +33,7 @@ def _own_program(values: dict) -> dict:
 
 
 CONTAINER = ["spec", "template", "spec", "containers", 0]
-TORCHRUN_FLAGS = 8  # the launcher's own arguments before the program (templates/job.yaml.j2)
+TORCHRUN_FLAGS = 8  # the launcher's own arguments before the program (templates/kubernetes/job.yaml.j2)
 
 # Each case: how to place the string into the values, and where it must come back in the output.
 # A location is (kind, path); "<S>" in a path stands for the string itself used as a key.
