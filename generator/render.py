@@ -16,22 +16,15 @@ import yaml
 
 from generator import __version__, names
 from generator.errors import TemplateError
+from generator.job import describe
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.resources import templates_dir
 from generator.values import FastSafeLoader
 from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
-from worker import contract, exit_codes
+from worker import contract
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
-# What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
-# a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
-# process whose watchdog itself hangs. In the ConfigMap, so config_map and env override them.
-NCCL_DEFAULTS = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    "TORCH_NCCL_ENABLE_MONITORING": "1",
-    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
-}
 # Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
 MIN_KUBERNETES = "1.34"
 
@@ -95,11 +88,10 @@ def render_template(env: jinja2.Environment, template_name: str, context: dict) 
 
 
 def derive(values: dict) -> dict:
-    """The numbers and names the templates need, computed once from the values."""
+    """What the Kubernetes templates need: the job's description (generator/job.py) in Kubernetes' terms."""
+    job = describe(values)
     name = values["name"]
     gpu = values["resources"]["gpu"]
-    gpus = gpu["accelerator_count"]
-    procs = values["local_device_count"] or gpus or 1
     volume = values["shared_volume"]
     common_labels = {
         **values["labels"],
@@ -119,18 +111,11 @@ def derive(values: dict) -> dict:
     selector = dict(values["node_selector"])
     if gpu["accelerator"] is not None:
         selector[gpu["accelerator_label"]] = gpu["accelerator"]
-    config = {
-        # defaults that put data and results on the shared volume; config_map may override them
-        "DATA_DIR": f"{contract.SHARED_MOUNT}/data",
-        "OUTPUT_DIR": f"{contract.SHARED_MOUNT}/runs/{name}",
-        **(NCCL_DEFAULTS if gpus else {}),
-        **values["config_map"],
-    }
-    entry = values["entrypoint"]
-    built_in = entry["module"] == contract.BUILT_IN_WORKER
+    # data and results on the shared volume by default; config_map may override them
+    config = {**job.placement(contract.SHARED_MOUNT), **job.environment}
     return {
-        "procs_per_pod": procs,
-        "gpus": gpus,
+        "procs_per_pod": job.procs_per_node,
+        "gpus": job.gpus,
         "master_addr": names.rendezvous_address(name, name),
         "service_name": name,
         "config_map_name": names.config_map_name(name, config),
@@ -150,18 +135,15 @@ def derive(values: dict) -> dict:
         # The worker's exit codes, which its launcher makes the pod's: bad configuration fails the whole Job
         # instead of retrying what cannot work; "a peer failed first" is not counted (the peer's pod counts the
         # cause); SIGTERM (preemption, a time limit) is a free restart.
-        "exit_bad_config": exit_codes.BAD_CONFIG,
-        "exit_peer_lost": exit_codes.PEER_LOST,
-        "exit_terminated": exit_codes.TERMINATED,
-        # torchrun's wait between forwarding SIGTERM and killing the workers: inside the pod's grace period,
-        # with a few seconds left for torchrun itself to exit
-        "shutdown_timeout": max(1, values["termination_grace_period_seconds"] - 5),
+        "exit_bad_config": job.exit_codes.bad_config,
+        "exit_peer_lost": job.exit_codes.peer_lost,
+        "shutdown_timeout": job.shutdown_timeout,
         "shared_mount": contract.SHARED_MOUNT,
         "launcher_command": list(contract.LAUNCHER_COMMAND),
         "check_config_command": list(contract.CHECK_CONFIG_COMMAND),
-        "built_in_worker": built_in,
-        "launcher": entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
-        "program": (["-m", entry["module"]] if entry["module"] is not None else [entry["script"]]) + entry["args"],
+        "built_in_worker": job.built_in_worker,
+        "launcher": job.launcher,
+        "program": list(job.program),
         "extra_volumes": [_extra_volume(volume) for volume in values["extra_volumes"]],
     }
 

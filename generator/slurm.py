@@ -1,8 +1,9 @@
 """The Slurm target: the same validated values rendered as one sbatch script (templates/slurm/job.sbatch.j2).
 
-A pure function of the values, like the Kubernetes renderer beside it (render.py): the numbers both targets
-share come from render.derive; this module adds Slurm's own and checks what has no meaning there. Every user
-string reaches the script through shlex.quote, or through a pattern that admits no shell or #SBATCH syntax.
+A pure function of the values, like the Kubernetes renderer beside it (render.py): what both targets mean comes
+from the job's description (generator/job.py); this module adds Slurm's own options and spellings and refuses
+what cannot work there (which keys it ignores, the schema declares). Every user string reaches the script
+through shlex.quote, or through a pattern that admits no shell or #SBATCH syntax.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import math
 import shlex
 
 from generator.errors import ValuesError
-from generator.render import Manifest, derive, environment, render_template
+from generator.job import JobDescription, describe
+from generator.render import Manifest, environment, render_template
 from worker import contract
 
 LAUNCHERS = {"indexed-trainer": " ".join(contract.LAUNCHER_COMMAND), "torchrun": "torchrun"}
@@ -31,35 +33,30 @@ def slurm_problems(values: dict) -> list[str]:
     return problems
 
 
-def slurm_context(values: dict, derived: dict) -> dict:
+def slurm_context(values: dict, job: JobDescription) -> dict:
+    """What the batch script needs beyond the job's description: Slurm's own options and spellings."""
     slurm = values["slurm"]
     shared = slurm["shared_dir"]
     shared_dir = shlex.quote(shared) if shared else '"$SLURM_SUBMIT_DIR"'
-    config = dict(derived["config"])
-    # DATA_DIR and OUTPUT_DIR default to the shared directory, as on Kubernetes to the shared volume
-    defaults = {"DATA_DIR": '"$shared_dir/data"', "OUTPUT_DIR": f'"$shared_dir/runs/{values["name"]}"'}
-    environment = []
-    for key, value in config.items():
-        if key in defaults and key not in values["config_map"]:
-            environment.append((key, defaults[key]))
-        else:
-            environment.append((key, shlex.quote(str(value))))
+    # DATA_DIR and OUTPUT_DIR default to the shared directory (expanded by the script's shell), as on
+    # Kubernetes to the shared volume
+    placement = {key: f'"{path}"' for key, path in job.placement("$shared_dir").items()}
+    quoted = {key: shlex.quote(str(value)) for key, value in job.environment.items()}
+    environment = sorted({**placement, **quoted}.items())
     environment += [(variable["name"], shlex.quote(variable["value"])) for variable in values["env"]]
-    entry = values["entrypoint"]
-    program = (["-m", entry["module"]] if entry["module"] is not None else [entry["script"]]) + entry["args"]
     options = [f"--{name}={slurm[name]}" for name in ("partition", "account", "qos") if slurm[name]]
     return {
-        "cpus": math.ceil(values["resources"]["cpu"]),
-        "memory_mib": math.ceil(values["resources"]["memory"] * 1024),
+        "cpus": math.ceil(job.cpu_cores),
+        "memory_mib": math.ceil(job.memory_gib * 1024),
         "time_limit": slurm["time_limit"],
         "options": options + list(slurm["extra_options"]),
         "log_dir": f"{shared}/logs" if shared else "logs",
-        "grace": values["termination_grace_period_seconds"],
+        "grace": job.grace_seconds,
         "setup": slurm["setup"],
         "shared_dir": shared_dir,
         "environment": environment,
-        "launcher": LAUNCHERS[derived["launcher"]],
-        "program": shlex.join(program),
+        "launcher": LAUNCHERS[job.launcher],
+        "program": shlex.join(job.program),
     }
 
 
@@ -68,6 +65,6 @@ def render_slurm(values: dict) -> Manifest:
     problems = slurm_problems(values)
     if problems:
         raise ValuesError(*problems)
-    derived = derive(values)
-    context = {"v": values, "d": derived, "s": slurm_context(values, derived)}
+    job = describe(values)
+    context = {"v": values, "job": job, "s": slurm_context(values, job)}
     return Manifest("BatchScript", "job.sbatch", render_template(environment(), "slurm/job.sbatch.j2", context))

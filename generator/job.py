@@ -1,0 +1,85 @@
+"""The job as every target sees it: validated values become one typed, target-neutral description, which each
+renderer (render.py for Kubernetes, slurm.py for Slurm) maps to its own objects. What both targets mean by a
+value is decided here once; how a target spells it (quantities, #SBATCH options, paths) is the renderer's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from worker import contract, exit_codes
+
+Launcher = Literal["indexed-trainer", "torchrun"]
+
+# What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
+# a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
+# process whose watchdog itself hangs. In the environment, so config_map and env override them.
+NCCL_DEFAULTS = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
+}
+
+
+@dataclass(frozen=True)
+class ExitCodes:
+    """The worker's exit codes the targets' failure handling keys on (worker/exit_codes.py)."""
+
+    bad_config: int = exit_codes.BAD_CONFIG  # fails the whole job: retrying cannot help
+    peer_lost: int = exit_codes.PEER_LOST  # a victim: not counted, the peer's own failure is
+    terminated: int = exit_codes.TERMINATED  # SIGTERM after the checkpoint: a free restart
+
+
+@dataclass(frozen=True)
+class JobDescription:
+    name: str
+    replicas: int  # pods on Kubernetes, nodes on Slurm: torchrun's --nnodes
+    procs_per_node: int  # torchrun's --nproc-per-node
+    gpus: int  # per pod or node
+    cpu_cores: float
+    memory_gib: float
+    master_port: int
+    join_timeout_seconds: int
+    max_restarts: int
+    grace_seconds: int
+    launcher: Launcher
+    built_in_worker: bool
+    program: tuple[str, ...]  # what torchrun runs: -m MODULE or SCRIPT, then the program's arguments
+    environment: dict[str, str]  # every process's variables (config_map over the GPU defaults), sorted
+    exit_codes: ExitCodes = ExitCodes()
+
+    @property
+    def shutdown_timeout(self) -> int:
+        """torchrun's wait between forwarding SIGTERM and killing the workers: inside the grace period, with a
+        few seconds left for torchrun itself to exit."""
+        return max(1, self.grace_seconds - 5)
+
+    def placement(self, shared: str) -> dict[str, str]:
+        """Where data and results go by default, under the location every node shares (config_map overrides)."""
+        return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}"}
+
+
+def describe(values: dict) -> JobDescription:
+    """The description of validated ``values``."""
+    gpus = values["resources"]["gpu"]["accelerator_count"]
+    entry = values["entrypoint"]
+    built_in = entry["module"] == contract.BUILT_IN_WORKER
+    environment = {**(NCCL_DEFAULTS if gpus else {}), **values["config_map"]}
+    return JobDescription(
+        name=values["name"],
+        replicas=values["replicas"],
+        procs_per_node=values["local_device_count"] or gpus or 1,
+        gpus=gpus,
+        cpu_cores=values["resources"]["cpu"],
+        memory_gib=values["resources"]["memory"],
+        master_port=values["master_port"],
+        join_timeout_seconds=values["join_timeout_seconds"],
+        max_restarts=values["max_restarts"],
+        grace_seconds=values["termination_grace_period_seconds"],
+        launcher=entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
+        built_in_worker=built_in,
+        program=tuple((["-m", entry["module"]] if entry["module"] is not None else [entry["script"]])
+                      + entry["args"]),
+        environment=dict(sorted(environment.items())),
+    )
