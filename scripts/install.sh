@@ -33,7 +33,16 @@ for requirement in "$@"; do
     wants_torch=true
   fi
 done
-if [[ "$wants_torch" == true ]] && ! "$python" -c 'import torch' 2>/dev/null; then
+# Already there at the pinned release (any build: +cpu, +cu126): nothing to choose.
+has_pinned_torch() {
+  "$python" -c 'import sys
+from importlib.metadata import PackageNotFoundError, version
+try:
+    sys.exit(version("torch").split("+")[0] != sys.argv[1])
+except PackageNotFoundError:
+    sys.exit(1)' "$(pinned torch)" 2>/dev/null
+}
+if [[ "$wants_torch" == true ]] && ! has_pinned_torch; then
   index="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
   if [[ -n "$index" ]] && "$python" - "$index" <<'PROBE' 2>/dev/null; then
 import sys, urllib.request
