@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from worker import exit_codes, faults
+from worker import exit_codes
 from worker.config import ConfigError, build_parser, load_config
 from worker.distenv import read_dist_env
 
@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         config = load_config(os.environ, vars(args))
         env = read_dist_env(os.environ)
-        faults.parse(os.environ.get(faults.ENV, ""))  # test-only, but a typo must not pass silently
     except ConfigError as error:
         rank = os.environ.get("RANK", "0")
         for problem in error.problems:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+
+from worker import hooks
 
 TEMP_PREFIX = ".tmp-"
 
@@ -23,22 +24,16 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, payload: bytes, midway: Callable[[], None] | None = None) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
-
-    ``midway`` runs with half the bytes written (worker.faults puts its crash and stall there)."""
+def atomic_write(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            if midway:
-                handle.write(payload[:len(payload) // 2])
-                handle.flush()
-                midway()
-                payload = payload[len(payload) // 2:]
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        hooks.point("before-rename", path=path)  # a crash here leaves only the temporary (tests inject it)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

@@ -14,7 +14,6 @@ import hashlib
 import io
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,10 +67,9 @@ def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
     return sorted(found, key=lambda item: (item[0].epoch, item[0].step), reverse=True)
 
 
-def save(state: dict, directory: Path, position: Position, keep: int,
-         midway: Callable[[], None] | None = None) -> Path:
+def save(state: dict, directory: Path, position: Position, keep: int) -> Path:
     path = directory / position.filename()
-    atomic_write(path, encode(state), midway)
+    atomic_write(path, encode(state))
     prune(directory, keep)
     return path
 

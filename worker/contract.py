@@ -11,7 +11,6 @@ import signal
 
 from worker import exit_codes
 from worker.config import config_fields, variable_choices
-from worker.faults import ENV as FAULT_INJECT
 
 # The module every process of the built-in worker runs: python -m worker (torchrun ... -m worker).
 BUILT_IN_WORKER = "worker"
@@ -22,9 +21,9 @@ CHECK_CONFIG_COMMAND = ("python", "-m", BUILT_IN_WORKER, "--check-config")
 # Where the shared volume is mounted in the pod (the image's WORKDIR; DATA_DIR and OUTPUT_DIR live under it).
 SHARED_MOUNT = "/pvc-home"
 
-# Every variable the built-in worker reads (FAULT_INJECT: tests only, worker/faults.py), and those that take
-# one of a few words (checked at render time, so that a typo fails gen-manifests, not a pod).
-WORKER_VARIABLES = frozenset({item.metadata["env"] for item in config_fields()} | {FAULT_INJECT})
+# Every variable the built-in worker reads, and those that take one of a few words (checked at render time,
+# so that a typo fails gen-manifests, not a pod).
+WORKER_VARIABLES = frozenset(item.metadata["env"] for item in config_fields())
 WORKER_CHOICES = variable_choices()
 # Why fp16 is refused without a GPU, worded once for the render-time check and the worker's own.
 FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"

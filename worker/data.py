@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from worker import mnist_sample
+from worker import hooks, mnist_sample
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
 from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
@@ -60,7 +60,7 @@ def _prepare_files(config: TrainConfig, log) -> None:
     check_raw_files(raw_dir(config.data_dir))
 
 
-def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: None) -> str:
+def prepare(config: TrainConfig, env: DistEnv, store, log) -> str:
     """One rank per copy of DATA_DIR prepares it; the others wait for its verdict through the store.
 
     With a shared DATA_DIR that is global rank 0, else local rank 0 of each pod. The store (the process
@@ -73,7 +73,7 @@ def prepare(config: TrainConfig, env: DistEnv, store, log, fault=lambda point: N
     if store is None:  # a single process
         return _prepare_source(config, log)
     if preparer:
-        fault("download")  # worker.faults: the preparing rank dies while the others wait
+        hooks.point("download")  # tests: the preparing rank dies while the others wait
         try:
             source = _prepare_source(config, log)
         except DataError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import torch.distributed as dist
@@ -27,8 +26,7 @@ FORMAT = "indexed-trainer sharded checkpoint v1"
 MANIFEST = "manifest.json"
 
 
-def save(state: dict, meta: dict, directory: Path, position: Position, keep: int, rank: int,
-         midway: Callable[[], None] | None = None) -> Path:
+def save(state: dict, meta: dict, directory: Path, position: Position, keep: int, rank: int) -> Path:
     """Every rank calls this (a collective). ``state`` is this rank's part; ``meta`` (JSON) goes to the manifest."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
@@ -42,8 +40,6 @@ def save(state: dict, meta: dict, directory: Path, position: Position, keep: int
         dist.barrier()  # nobody writes into the directory before it is fresh
     dcp.save(state, storage_writer=FileSystemWriter(str(temp), sync_files=True))  # returns when all shards are in
     if rank == 0:
-        if midway:
-            midway()
         files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
         manifest = {"format": FORMAT, "files": files, "meta": meta}
         atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())

@@ -20,7 +20,7 @@ from worker import (
     checkpoint,
     data,
     exit_codes,
-    faults,
+    hooks,
     precision,
     process_group,
     settings,
@@ -78,8 +78,8 @@ class Trainer:
         if use_cuda:
             torch.cuda.set_device(self.device)
         precision.require_supported(cfg.precision, self.device)  # before any rendezvous: every rank exits 78
-        self.faults = faults.FaultInjector.from_environ(os.environ, env.rank, cfg.output_dir, self.log,
-                                                        parent_is_launcher=env.under_launcher)
+        hooks.point("start", rank=env.rank, output_dir=cfg.output_dir, under_launcher=env.under_launcher,
+                    log=self.log)
         store = None
         backend = "nccl" if use_cuda else "gloo"
         if self.distributed:
@@ -93,7 +93,7 @@ class Trainer:
         elif cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
             process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         self.start_state = self.inspect_output()
-        self.data_source = data.prepare(cfg, env, store, self.log, fault=self.faults.at)
+        self.data_source = data.prepare(cfg, env, store, self.log)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
         self.images, self.labels = images.to(self.device), labels.to(self.device)
@@ -210,15 +210,14 @@ class Trainer:
             "scaler": self.parallel.precision.state_dict(),
         }
         started = time.perf_counter()
+        hooks.point("checkpoint")
         if self.parallel.sharded_checkpoints:
             path = sharded_checkpoint.save(self.parallel.sharded_state(), meta, self.config.checkpoint_dir, position,
-                                           self.config.keep_checkpoints, self.env.rank,
-                                           midway=self.faults.at_checkpoint() if self.env.is_rank0 else None)
+                                           self.config.keep_checkpoints, self.env.rank)
         else:
             model_state, optimizer_state = self.parallel.full_state()
             path = checkpoint.save({**meta, "model": model_state, "optimizer": optimizer_state},
-                                   self.config.checkpoint_dir, position, self.config.keep_checkpoints,
-                                   midway=self.faults.at_checkpoint())
+                                   self.config.checkpoint_dir, position, self.config.keep_checkpoints)
         self.log0(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -259,7 +258,7 @@ class Trainer:
             local_samples, global_samples, sync_seconds, backward_seconds = 0, 0, 0.0, 0.0
             started = time.perf_counter()
             for step in range(first, self.steps):
-                self.faults.at_batch(epoch + 1, step + 1)
+                hooks.point("batch", epoch=epoch + 1, batch=step + 1)
                 chosen = indices[step * batch:(step + 1) * batch]
                 expected = (data.images_before_step(count, env.world_size, batch, step + 1)
                             - data.images_before_step(count, env.world_size, batch, step))
@@ -394,7 +393,7 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         result = trainer.train()
         trainer.save_model(result)
         trainer.log("training completed.")
-        trainer.faults.at("completed")
+        hooks.point("completed")
         return exit_codes.OK
     except AlreadyComplete:
         return exit_codes.OK

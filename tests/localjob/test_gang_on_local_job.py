@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import BIN, OUTSIDE
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
-from tests.worker.launch import read_until, recorded_epochs
+from tests.worker.launch import fault_env, read_until, recorded_epochs
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +60,8 @@ def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):
     claim = volume(tmp_path, SMALL)
     # rank 0 has saved the model and released the gang; 3 s later (the follower has exited 0) its pod dies
     fault = "sleep=3@completed,rank=0,attempt=0; sigkill-pod@completed,rank=0,attempt=0"
-    manifests = render("replicas=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32", f"config_map.FAULT_INJECT={fault}")
-    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=300)
+    manifests = render("replicas=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=300, env=fault_env(fault))
     assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
     assert status["condition"]["reason"] == "SuccessPolicy"
     assert status["restarts"] == {"0": 1, "1": 0} and status["failed"] == 1
@@ -75,9 +75,9 @@ def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):
 
 def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):
     claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32",
-                       "config_map.FAULT_INJECT=exit=3@batch=1.2,rank=1")
-    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400)
+    manifests = render("replicas=2", "max_restarts=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400,
+                                        env=fault_env("exit=3@batch=1.2,rank=1"))
     assert result.returncode == 1, log[-5000:]
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
     # 3 gang attempts, not 2 x 3: each counted once (rank 1's crash), its victim ignored each time

@@ -12,14 +12,14 @@ import pytest
 from tests.http_mirror import Mirror
 from tests.localjob.test_local_job_runs import SMALL, render, run_local_job, volume
 from tests.mnist_data import write_mirror
-from tests.worker.launch import recorded_epochs
+from tests.worker.launch import fault_env, recorded_epochs
 
 pytestmark = pytest.mark.slow
 
 
-def fault_job(fault: str, *sets: str) -> bytes:
-    return render("replicas=2", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=16", f"config_map.FAULT_INJECT={fault}",
-                  *sets)
+def fault_job(fault: str, *sets: str) -> tuple[bytes, dict]:
+    """The Job's manifests, and the environment local-job gives its containers to inject ``fault``."""
+    return render("replicas=2", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=16", *sets), fault_env(fault)
 
 
 def assert_recovered(result, log, status, claim, resumed_from: str | None):
@@ -38,8 +38,8 @@ def assert_recovered(result, log, status, claim, resumed_from: str | None):
 def test_one_rank_sigkilled_inside_a_two_process_pod(tmp_path):
     claim = volume(tmp_path, SMALL)
     # rank 1 is pod 0's second process: its torchrun fails the pod, pod 1 notices, the gang restarts
-    manifests = fault_job("sigkill@batch=2.3,rank=1,attempt=0", "local_device_count=2")
-    result, log, status = run_local_job(tmp_path, manifests, claim)
+    manifests, faults = fault_job("sigkill@batch=2.3,rank=1,attempt=0", "local_device_count=2")
+    result, log, status = run_local_job(tmp_path, manifests, claim, env=faults)
     assert "Rank 1: FAULT_INJECT: sigkill at batch=2.3 (attempt 0)" in log
     assert_recovered(result, log, status, claim, resumed_from="ckpt-e0001-s000000.pt")
     assert "Rank 3: training completed." in log  # 2 pods x 2 processes
@@ -47,8 +47,8 @@ def test_one_rank_sigkilled_inside_a_two_process_pod(tmp_path):
 
 def test_the_pod_hosting_rank_0_killed(tmp_path):
     claim = volume(tmp_path, SMALL)
-    manifests = fault_job("sigkill-pod@batch=2.3,rank=0,attempt=0")
-    result, log, status = run_local_job(tmp_path, manifests, claim)
+    manifests, faults = fault_job("sigkill-pod@batch=2.3,rank=0,attempt=0")
+    result, log, status = run_local_job(tmp_path, manifests, claim, env=faults)
     assert "Rank 0: FAULT_INJECT: sigkill-pod at batch=2.3 (attempt 0)" in log
     assert "Rank 1: error: lost contact with a peer" in log  # the survivor leaves instead of hanging
     assert_recovered(result, log, status, claim, resumed_from="ckpt-e0001-s000000.pt")
@@ -61,12 +61,12 @@ def test_the_downloading_pod_dies_while_the_others_wait(tmp_path):
     (claim / "SHA256SUMS").write_bytes(write_mirror(tmp_path / "mirror", SMALL).read_bytes())
     with Mirror(tmp_path / "mirror") as mirror:
         # rank 0 spends 3 s "downloading" (so rank 1 is surely waiting on the store), then its pod dies
-        manifests = fault_job("sleep=3@download,rank=0,attempt=0; sigkill-pod@download,rank=0,attempt=0",
+        manifests, faults = fault_job("sleep=3@download,rank=0,attempt=0; sigkill-pod@download,rank=0,attempt=0",
                               "config_map.DOWNLOAD='true'",
                               f"config_map.MNIST_MIRROR={mirror.url}", "config_map.MNIST_CHECKSUMS=/pvc-home/SHA256SUMS",
                               "config_map.DOWNLOAD_TIMEOUT=600")
         started = time.monotonic()
-        result, log, status = run_local_job(tmp_path, manifests, claim)
+        result, log, status = run_local_job(tmp_path, manifests, claim, env=faults)
         elapsed = time.monotonic() - started
         requests = dict(mirror.requests)
     assert "Rank 0: FAULT_INJECT: sigkill-pod at download (attempt 0)" in log

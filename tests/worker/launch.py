@@ -20,12 +20,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Its sitecustomize.py installs the fault injector as the worker's hook in processes that have FAULT_INJECT.
+FAULT_INJECTION = Path(__file__).resolve().parent.parent / "fault_injection"
+
+
+def fault_env(spec: str) -> dict[str, str]:
+    """The environment that injects the faults of ``spec`` (tests/fault_injection/fault_injector.py)."""
+    return {"FAULT_INJECT": spec, "PYTHONPATH": str(FAULT_INJECTION)}
+
+
 def worker_env(data_dir: Path, output_dir: Path, **settings) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_", "GROUP_",
                                                                       "MASTER_", "TORCHELASTIC", "JOB_COMPLETION"))}
     env.update({"DATA_DIR": str(data_dir), "OUTPUT_DIR": str(output_dir), "PYTHONUNBUFFERED": "1",
                 "DOWNLOAD": "false"})
     env.update({key: str(value) for key, value in settings.items()})
+    if "FAULT_INJECT" in settings:
+        env.update(fault_env(str(settings["FAULT_INJECT"])))
     return env
 
 

@@ -1,9 +1,12 @@
-"""FAULT_INJECT's grammar and filters (pure logic; the faults themselves fire in test_fault_injection.py)."""
+"""FAULT_INJECT's grammar, filters and its one seam (worker/hooks.py); the faults fire in real runs in
+test_fault_injection.py and tests/localjob/test_local_job_faults.py."""
 
 import pytest
 
 from worker.config import ConfigError
-from worker.faults import Fault, FaultInjector, count_start, parse
+from tests.fault_injection.fault_injector import Fault, FaultHook, FaultInjector, count_start, parse
+from worker import checkpoint, hooks
+from worker.checkpoint import Position
 
 
 def test_parses_entries_with_their_filters():
@@ -18,7 +21,7 @@ def test_a_malformed_entry_is_a_configuration_error_naming_it(text):
     with pytest.raises(ConfigError) as error:
         parse(f"sigkill@download; {text}")
     assert error.value.problems == [f"FAULT_INJECT: {text!r} is not ACTION@POINT[,rank=N][,attempt=N] "
-                                    "(see `python -c 'import worker.faults; help(worker.faults)'`)"]
+                                    "(see tests/fault_injection/fault_injector.py)"]
 
 
 def test_only_faults_for_this_rank_and_this_attempt_apply():
@@ -36,18 +39,35 @@ def test_attempts_count_this_ranks_earlier_starts(tmp_path):
 def test_a_sleep_fires_where_it_is_placed_and_logs_it():
     lines = []
     injector = FaultInjector(parse("sleep=0@checkpoint,rank=0"), rank=0, attempt=0, log=lines.append)
-    injector.at_batch(1, 1)
+    injector.on("batch", epoch=1, batch=1)
+    injector.on("before-rename")  # a file that is not a checkpoint's
     assert lines == []
-    assert injector.at_checkpoint() is not None
-    injector.at_checkpoint()()
+    injector.on("checkpoint")
+    injector.on("before-rename")
+    injector.on("before-rename")  # the checkpoint's second file (a sharded manifest's rename): once per checkpoint
     assert lines == ["FAULT_INJECT: sleep=0 at checkpoint (attempt 0)"]
-    assert FaultInjector([], rank=0, attempt=0, log=print).at_checkpoint() is None
 
 
-def test_checkpoint_n_fires_inside_the_nth_write_only():
+def test_through_the_seam_checkpoint_n_fires_inside_the_nth_write_only(tmp_path):
+    """The worker's own points (worker/hooks.py) drive the injector: start, batches, checkpoint writes."""
     lines = []
-    injector = FaultInjector(parse("sleep=0@checkpoint=2"), rank=0, attempt=0, log=lines.append)
-    assert injector.at_checkpoint() is None
-    injector.at_checkpoint()()
-    assert injector.at_checkpoint() is None
+    hooks.install(FaultHook("sleep=0@checkpoint=2,rank=0; exit=3@batch=9.9,rank=1"))
+    try:
+        hooks.point("start", rank=0, output_dir=tmp_path, under_launcher=False, log=lines.append)
+        hooks.point("batch", epoch=9, batch=9)  # rank 1's fault: not this rank's
+        for epoch in (1, 2, 3):
+            hooks.point("checkpoint")
+            checkpoint.save({"epoch": epoch}, tmp_path / "checkpoints", Position(epoch, 0), keep=5)
+    finally:
+        hooks.install(None)
     assert lines == ["FAULT_INJECT: sleep=0 at checkpoint=2 (attempt 0)"]
+    assert (tmp_path / ".faults" / "rank-0.starts").read_text() == "1"
+
+
+def test_a_malformed_value_is_the_workers_configuration_error_at_start(tmp_path):
+    hooks.install(FaultHook("boom@download"))
+    try:
+        with pytest.raises(ConfigError):
+            hooks.point("start", rank=0, output_dir=tmp_path, under_launcher=False, log=print)
+    finally:
+        hooks.install(None)

@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from worker import checkpoint, sharded_checkpoint
+from worker import checkpoint, hooks, sharded_checkpoint
 from worker.checkpoint import Position
 
 
-def write(directory, epoch, keep=3, midway=None):
+def write(directory, epoch, keep=3):
     state = {"model": {"weight": torch.full((4, 4), float(epoch))}}
     return sharded_checkpoint.save(state, {"position": {"epoch": epoch, "step": 0}, "world_size": 1}, directory,
-                                   Position(epoch, 0), keep, rank=0, midway=midway)
+                                   Position(epoch, 0), keep, rank=0)
 
 
 def test_a_written_directory_verifies_and_loads_with_its_meta(tmp_path):
@@ -45,11 +45,16 @@ def test_a_damaged_directory_is_skipped_for_the_one_before(tmp_path, damage, rea
 def test_a_crash_before_the_rename_leaves_only_a_temporary_directory(tmp_path):
     write(tmp_path, 1)
 
-    def crash():
-        raise RuntimeError("killed mid-write")
+    def crash(name, **context):  # the manifest is written, not yet renamed: the process dies there
+        if name == "before-rename":
+            raise RuntimeError("killed mid-write")
 
-    with pytest.raises(RuntimeError):
-        write(tmp_path, 2, midway=crash)
+    hooks.install(crash)
+    try:
+        with pytest.raises(RuntimeError):
+            write(tmp_path, 2)
+    finally:
+        hooks.install(None)
     assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.dcp"]
     assert [p.name for p in checkpoint.remove_stale_temporaries(tmp_path)] == [".tmp-ckpt-e0002-s000000.dcp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]

@@ -1,5 +1,8 @@
 """Deterministic fault injection, for tests only: FAULT_INJECT makes chosen ranks fail at chosen points.
 
+Installed by sitecustomize.py beside this file, in processes started with this folder on PYTHONPATH, as the
+hook of worker.hooks: the worker itself knows nothing of it.
+
     FAULT_INJECT="sigkill@batch=2.3,rank=1,attempt=0"        rank 1 dies before batch 3 of epoch 2, first start only
     FAULT_INJECT="sigkill-pod@download,rank=0"                 rank 0's pod dies while the others wait for the data
     FAULT_INJECT="sigterm-pod@batch=2.2,rank=0; sleep=30@checkpoint=2,rank=0"   preempted; the save is too slow
@@ -9,7 +12,7 @@ Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` 
 
     points   batch=E.B    before batch B of epoch E (both counted from 1)
              download     on the rank that prepares the data, before it tells the others the outcome
-             checkpoint   inside every checkpoint write, half the bytes written (before the fsync and rename)
+             checkpoint   inside every checkpoint write: its file written, not yet renamed into place
              checkpoint=N inside the N-th checkpoint write of this start only
              completed    after the run completed (model saved, every rank released), before the exit
     actions  sigkill      this process dies (SIGKILL)
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker import hooks
 from worker.config import ConfigError
 
 ENV = "FAULT_INJECT"
@@ -59,7 +63,7 @@ def parse(text: str) -> list[Fault]:
         match = _ENTRY.match(entry)
         if not match:
             problems.append(f"{ENV}: {entry!r} is not ACTION@POINT[,rank=N][,attempt=N] "
-                            "(see `python -c 'import worker.faults; help(worker.faults)'`)")
+                            "(see tests/fault_injection/fault_injector.py)")
             continue
         filters = dict(item.split("=") for item in match.group("filters").split(",") if item)
         faults.append(Fault(match.group("action"), match.group("point"),
@@ -80,7 +84,7 @@ def count_start(directory: Path, rank: int) -> int:
 
 
 class FaultInjector:
-    """The faults of FAULT_INJECT that apply to this rank on this start; ``at(point)`` fires them."""
+    """The faults of FAULT_INJECT that apply to this rank on this start; ``on(point)`` fires them."""
 
     def __init__(self, faults: list[Fault], rank: int, attempt: int, log: Callable[[str], None],
                  parent_is_launcher: bool = True):
@@ -89,32 +93,27 @@ class FaultInjector:
         # the "pod" actions signal torchrun; without it (plain `python -m worker`) they act on this process
         self.pod = os.getppid() if parent_is_launcher else os.getpid()
         self.checkpoints = 0
-
-    @classmethod
-    def from_environ(cls, environ, rank: int, output_dir: Path, log, parent_is_launcher: bool) -> FaultInjector:
-        faults = parse(environ.get(ENV, ""))
-        attempt = count_start(output_dir / ".faults", rank) if faults else 0
-        return cls(faults, rank, attempt, log, parent_is_launcher)
+        self.in_checkpoint = False
 
     def at(self, point: str) -> None:
         for fault in self.faults:
             if fault.point == point:
                 self._fire(fault)
 
-    def at_batch(self, epoch: int, batch: int) -> None:
-        if self.faults:
-            self.at(f"batch={epoch}.{batch}")
-
-    def at_checkpoint(self) -> Callable[[], None] | None:
-        """The hook for the next checkpoint.save's ``midway``, or None when no fault waits there."""
-        self.checkpoints += 1
-        points = ("checkpoint", f"checkpoint={self.checkpoints}")
-        if any(fault.point in points for fault in self.faults):
-            def midway() -> None:
-                for point in points:
+    def on(self, name: str, **context) -> None:
+        """The worker passed point ``name`` (worker/hooks.py)."""
+        if name == "batch":
+            self.at(f"batch={context['epoch']}.{context['batch']}")
+        elif name == "checkpoint":
+            self.checkpoints += 1
+            self.in_checkpoint = True
+        elif name == "before-rename":
+            if self.in_checkpoint:  # the first file of this checkpoint is written, not yet in place
+                self.in_checkpoint = False
+                for point in ("checkpoint", f"checkpoint={self.checkpoints}"):
                     self.at(point)
-            return midway
-        return None
+        else:
+            self.at(name)
 
     def _fire(self, fault: Fault) -> None:
         self.log(f"{ENV}: {fault.action} at {fault.point} (attempt {self.attempt})")
@@ -130,3 +129,25 @@ class FaultInjector:
             if kind == "sigkill-pod":
                 os.kill(self.pod, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FaultHook:
+    """worker.hooks' hook: at "start" it reads FAULT_INJECT (a malformed value is the worker's configuration
+    error, exit 78, so a typo cannot silently test nothing) and builds this rank's injector."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.injector: FaultInjector | None = None
+
+    def __call__(self, name: str, **context) -> None:
+        if name == "start":
+            faults = parse(self.text)
+            attempt = count_start(Path(context["output_dir"]) / ".faults", context["rank"]) if faults else 0
+            self.injector = FaultInjector(faults, context["rank"], attempt, context["log"],
+                                          context["under_launcher"])
+        elif self.injector is not None:
+            self.injector.on(name, **context)
+
+
+def install_from_environ() -> None:
+    hooks.install(FaultHook(os.environ.get(ENV, "")))
