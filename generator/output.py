@@ -9,17 +9,10 @@ from pathlib import Path
 
 from generator.errors import OutputError
 from generator.render import Manifest
+from worker.atomic import fsync_directory
 
 # Files this tool owns in an output directory: "<order>-<kind>.yaml". Others are never touched.
 _OWNED = re.compile(r"^\d+-[a-z]+\.yaml$")
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
@@ -45,7 +38,7 @@ def write_manifests(manifests: list[Manifest], directory: Path) -> list[Path]:
         for stale in directory.iterdir():
             if _OWNED.match(stale.name) and stale.name not in produced:
                 stale.unlink()
-        _fsync_dir(directory)
+        fsync_directory(directory)
     except OSError as exc:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
