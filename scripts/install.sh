@@ -12,7 +12,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # The constraints file sits at the root of a checkout, or beside this script (the Dockerfile copies both).
-constraints="$here/../constraints.txt"
+constraints="$(dirname "$here")/constraints.txt"
 [[ -f "$constraints" ]] || constraints="$here/constraints.txt"
 name="$(basename "$0")"
 say() { printf '%s: %s\n' "$name" "$*" >&2; }
