@@ -1,8 +1,6 @@
 """The rendered manifests: upstream Kubernetes schemas and the Job's contract (whole renders: test_goldens.py)."""
 
-import os
 import re
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
