@@ -51,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    # Everything the run wrote is synced and closed and its process group destroyed: leave without the
-    # interpreter's teardown, where gloo's threads can still free the last collective's tensors and abort the
-    # process (SIGABRT), making a rank that finished its work a failed pod (seen in CI under fsdp;
-    # worker/process_group.py has the other half of this).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    if code == exit_codes.OK:
+        # Finished: everything the run wrote is synced and closed and its process group destroyed. Leave
+        # without the interpreter's teardown, where gloo's threads can still free the last collective's
+        # tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen in
+        # CI under fsdp; worker/process_group.py has the other half of this). A failing rank keeps the usual
+        # exit: its peers read its verdict from the store meanwhile, before torchrun stops them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
