@@ -6,34 +6,23 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import time
 import warnings
-from dataclasses import asdict
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import (
-    checkpoint,
-    data,
-    exit_codes,
-    hooks,
-    precision,
-    process_group,
-    settings,
-    sharded_checkpoint,
-    strategies,
-)
+from worker import data, exit_codes, hooks, precision, process_group, resume, settings, strategies
 from worker.atomic import atomic_write
-from worker.checkpoint import Position
+from worker.checkpoints import CheckpointManager, Position, TrainingState
 from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
+from worker.metrics import EpochTally, epoch_record
 from worker.model import MnistCNN, parameter_count
+from worker.progress import Progress
 from worker.stop import StopRequest, Terminated
-from worker.tensorboard_log import Curves
 from worker.threads import threads_per_process
 
 EVAL_CHUNK = 1000  # test images per forward pass
@@ -52,22 +41,16 @@ class AlreadyComplete(Exception):
 
 
 class Trainer:
+    """Sets a run up and delegates: the step (``train_step``), evaluation (``evaluate``), checkpoints
+    (worker.checkpoints: format, cadence, verification), what a start finds (worker.resume), and the lines,
+    curves and metrics (worker.progress, worker.metrics)."""
+
     def __init__(self, config: TrainConfig, env: DistEnv):
         self.config, self.env = config, env
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
-        self.curves = Curves(False, config.output_dir, None, self.log)  # opened once the verdict is known
-
-    # -- output -------------------------------------------------------------------------------------
-    def log(self, message: str) -> None:
-        # one write per line: the gang's processes share torchrun's stdout, and a separate write of the
-        # newline lets another rank's line land in between
-        sys.stdout.write(f"Rank {self.env.rank}: {message}\n")
-        sys.stdout.flush()
-
-    def log0(self, message: str) -> None:
-        if self.env.is_rank0:
-            self.log(message)
+        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval)
+        self.log, self.log0 = self.progress.log, self.progress.log0
 
     # -- setup --------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -92,7 +75,10 @@ class Trainer:
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
         elif cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
             process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        self.start_state = self.inspect_output()
+        self.checkpoints = CheckpointManager(
+            cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
+            rank=env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log)
+        self.start = self.decide_start()
         self.data_source = data.prepare(cfg, env, store, self.log)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
@@ -127,98 +113,31 @@ class Trainer:
                 scheduler.step()
         return scheduler
 
-    # -- checkpoints ---------------------------------------------------------------------------------
-    def inspect_output(self) -> dict | None:
-        """Rank 0 looks at OUTPUT_DIR and every rank learns its verdict: the checkpoint state to resume from
-        (or None to start afresh); AlreadyComplete if the finished run is there; ConfigError if the run there
-        was made with other settings. Nothing is written before this verdict."""
-        verdict = self._inspect_output() if self.env.is_rank0 else None
+    def decide_start(self) -> resume.Start:
+        """Rank 0 looks at OUTPUT_DIR (worker.resume) and every rank learns the verdict; nothing is written
+        before it. AlreadyComplete if the finished run is there; ConfigError if it was made with other settings."""
+        verdict = resume.decide(self.config, self.env.world_size, self.checkpoints, self.log) \
+            if self.env.is_rank0 else None
         if self.distributed:
             box = [verdict]
             dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
             verdict = box[0]
-        assert verdict is not None  # rank 0's, broadcast to every rank
-        if verdict["kind"] == "refused":
-            raise ConfigError(verdict["problems"])
-        if verdict["kind"] == "complete":
-            self.log0(settings.describe(verdict["summary"], self.config.output_dir))
+        if isinstance(verdict, resume.Refused):
+            raise ConfigError(verdict.problems)
+        if isinstance(verdict, resume.Complete):
+            self.log0(settings.describe(verdict.summary, self.config.output_dir))
             raise AlreadyComplete()
-        if verdict["kind"] == "resume" and self.env.is_rank0:
-            for stale in checkpoint.remove_stale_temporaries(self.config.checkpoint_dir):
-                self.log(f"removed {stale.name}, left by an interrupted checkpoint write")
-        return verdict.get("state")
+        assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
+        if verdict.clean_temporaries and self.env.is_rank0:
+            self.checkpoints.remove_stale_temporaries()
+        return verdict
 
-    def _inspect_output(self) -> dict:
-        cfg, env = self.config, self.env
-        if not cfg.resume:
-            return {"kind": "fresh"}
-        summary = settings.finished_run(cfg)
-        if summary is not None:
-            problems = settings.changed_settings(summary["config"], cfg, f"the finished run in {cfg.output_dir}")
-            return {"kind": "refused", "problems": problems} if problems else {"kind": "complete", "summary": summary}
-        found = checkpoint.load_newest(cfg.checkpoint_dir, log=self.log)
-        if not found:
-            return {"kind": "resume", "state": None}
-        state, path = found
-        problems = settings.changed_settings(state.get("config", {}), cfg, f"checkpoint {path.name}")
-        position = Position(**state["position"])
-        if position.step and state["world_size"] != env.world_size:
-            problems[:0] = [
-                f"WORLD_SIZE: checkpoint {path.name} was taken in the middle of epoch {position.epoch + 1} (after "
-                f"batch {position.step}) with {state['world_size']} processes, now {env.world_size}: the rest of "
-                f"that epoch's shards cannot be dealt to another number of processes. Run this epoch with "
-                f"{state['world_size']} processes (replicas x processes per pod), or remove {path.name} to "
-                f"resume from the start of epoch {position.epoch + 1}"]
-        if problems:
-            return {"kind": "refused", "problems": problems}
-        self.log(f"resuming from {path.name}")
-        return {"kind": "resume", "state": state}
-
-    def resume(self) -> tuple[Position, float, float, dict]:
-        """Load the checkpoint every rank received; (position, loss, samples, result of the last epoch)."""
-        state = self.start_state
-        if state is None:
-            return Position(0, 0), 0.0, 0.0, {}
-        if "sharded" in state:
-            self.parallel.load_sharded(state["sharded"])
-        else:
-            self.parallel.load_full(state["model"], state["optimizer"])
-        self.parallel.precision.load_state_dict(state.get("scaler"))
-        position = Position(**state["position"])
-        if position.step and state["steps_per_epoch"] != self.steps:
-            self.log0(f"the checkpoint was taken with {state['steps_per_epoch']} steps per epoch, now {self.steps}: "
-                      f"epoch {position.epoch + 1} starts over")
-            position = Position(position.epoch, 0)
-        carried = state["epoch_loss_sum"] if (position.step and self.env.is_rank0) else 0.0
-        samples = state["epoch_samples"] if (position.step and self.env.is_rank0) else 0.0
-        return position, carried, samples, state.get("result") or {}
-
-    def save_checkpoint(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
-                        result: dict | None = None) -> None:
-        """Rank 0 writes one verified file; under fsdp every rank writes its shard of a checkpoint directory."""
-        if not (self.env.is_rank0 or self.parallel.sharded_checkpoints):
-            return
-        meta = {
-            "position": asdict(position),
-            "epoch_loss_sum": loss_sum,
-            "epoch_samples": samples,
-            "steps_per_epoch": self.steps,
-            "world_size": self.env.world_size,
-            "config": settings.recorded_config(self.config),
-            "result": result,  # the last finished epoch's metrics: a run resumed at its end reports them
-            "strategy": self.config.strategy,
-            "scaler": self.parallel.precision.state_dict(),
-        }
-        started = time.perf_counter()
-        hooks.point("checkpoint")
-        if self.parallel.sharded_checkpoints:
-            path = sharded_checkpoint.save(self.parallel.sharded_state(), meta, self.config.checkpoint_dir, position,
-                                           self.config.keep_checkpoints, self.env.rank)
-        else:
-            model_state, optimizer_state = self.parallel.full_state()
-            path = checkpoint.save({**meta, "model": model_state, "optimizer": optimizer_state},
-                                   self.config.checkpoint_dir, position, self.config.keep_checkpoints)
-        self.log0(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
+    def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
+                       result: dict | None = None) -> TrainingState:
+        return TrainingState(
+            position=position, steps_per_epoch=self.steps, world_size=self.env.world_size,
+            epoch_loss_sum=loss_sum, epoch_samples=samples, config=settings.recorded_config(self.config),
+            result=result, strategy=self.config.strategy, scaler=self.parallel.precision.state_dict())
 
     # -- the loop -----------------------------------------------------------------------------------
     def all_sum(self, values: list[float]) -> list[float]:
@@ -226,6 +145,69 @@ class Trainer:
         if self.distributed:
             dist.all_reduce(tensor)
         return tensor.tolist()
+
+    def train(self) -> dict:
+        checkpoint = self.start.checkpoint
+        if checkpoint is not None:
+            self.checkpoints.restore(checkpoint, self.parallel)
+        start = resume.resume_point(checkpoint, self.steps, self.env.is_rank0, self.log0)
+        scheduler = self.make_scheduler(start.position.epoch * self.steps + start.position.step)
+        self.progress.open_curves(self.config.tensorboard,
+                                  self.images_seen(start.position) if checkpoint is not None else None)
+        self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
+        self.model.train()
+        carried_loss, carried_samples, result = start.carried_loss, start.carried_samples, start.result
+        for epoch in range(start.position.epoch, self.config.epochs):
+            first = start.position.step if epoch == start.position.epoch else 0
+            tally = self.train_epoch(epoch, first, scheduler, carried_loss, carried_samples)
+            result = self.end_epoch(epoch, tally, scheduler, carried_loss, carried_samples)
+            carried_loss = carried_samples = 0.0
+        return result
+
+    def train_epoch(self, epoch: int, first: int, scheduler, carried_loss: float,
+                    carried_samples: float) -> EpochTally:
+        """Steps ``first``.. of ``epoch``; on a stop agreed by the gang, checkpoint where it stands and raise
+        Stopped."""
+        indices = data.shard_indices(len(self.images), self.env.world_size, self.env.rank, self.config.seed,
+                                     epoch).to(self.device)
+        tally = EpochTally(first, torch.zeros((), dtype=torch.float64, device=self.device))
+        for step in range(first, self.steps):
+            hooks.point("batch", epoch=epoch + 1, batch=step + 1)
+            chosen = indices[step * self.config.batch_size:(step + 1) * self.config.batch_size]
+            loss, stop = self.train_step(step, chosen, tally)
+            scheduler.step()
+            if self.progress.batch_due(step + 1, self.steps):  # float(loss) waits for the device: only here
+                self.progress.batch(epoch, step + 1, self.steps, len(chosen), None if loss is None else float(loss),
+                                    scheduler.get_last_lr()[0], self.images_seen(Position(epoch, step + 1)))
+            if stop:
+                total_loss, total_samples = self.all_sum([float(tally.loss_sum), tally.local_samples])
+                self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
+                self.checkpoints.save(self.training_state(Position(epoch, step + 1), total_loss + carried_loss,
+                                                          total_samples + carried_samples), self.parallel)
+                raise Stopped(self.stop.requested)
+        return tally
+
+    def train_step(self, step: int, chosen: torch.Tensor, tally: EpochTally) -> tuple[torch.Tensor | None, bool]:
+        """Forward, backward (gradients combined by the strategy), optimizer step on this rank's ``chosen``
+        images; returns this rank's summed loss (None where it forwarded nothing) and the gang's stop vote."""
+        parallel, count = self.parallel, len(self.images)
+        expected = (data.images_before_step(count, self.env.world_size, self.config.batch_size, step + 1)
+                    - data.images_before_step(count, self.env.world_size, self.config.batch_size, step))
+        parallel.zero_grad()
+        loss = None
+        if len(chosen) or parallel.forwards_empty_batches:
+            with parallel.precision.autocast():
+                logits = parallel.model(self.images[chosen])
+            loss = F.cross_entropy(logits.float(), self.labels[chosen], reduction="sum")
+            tally.loss_sum += loss.detach()
+        backward_started = time.perf_counter()
+        step_samples, stop = parallel.backward(loss, len(chosen), expected, self.stop.requested)
+        tally.backward_seconds += time.perf_counter() - backward_started
+        tally.sync_seconds += parallel.sync_seconds
+        parallel.step()
+        tally.local_samples += len(chosen)
+        tally.global_samples += step_samples
+        return (None if loss is None else loss.detach()), stop
 
     def evaluate(self) -> tuple[int, int]:
         self.model.eval()
@@ -239,94 +221,29 @@ class Trainer:
         self.model.train()
         return correct, len(self.test_images)
 
-    def train(self) -> dict:
-        cfg, env = self.config, self.env
-        position, carried_loss, carried_samples, result = self.resume()
-        scheduler = self.make_scheduler(position.epoch * self.steps + position.step)
-        batch, count = cfg.batch_size, len(self.images)
-        if env.is_rank0:
-            resumed = self.start_state is not None
-            self.curves = Curves(cfg.tensorboard, cfg.output_dir, self.images_seen(position) if resumed else None,
-                                 self.log)
-        self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
-        self.model.train()
-        parallel = self.parallel
-        for epoch in range(position.epoch, cfg.epochs):
-            indices = data.shard_indices(count, env.world_size, env.rank, cfg.seed, epoch).to(self.device)
-            first = position.step if epoch == position.epoch else 0
-            loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-            local_samples, global_samples, sync_seconds, backward_seconds = 0, 0, 0.0, 0.0
-            started = time.perf_counter()
-            for step in range(first, self.steps):
-                hooks.point("batch", epoch=epoch + 1, batch=step + 1)
-                chosen = indices[step * batch:(step + 1) * batch]
-                expected = (data.images_before_step(count, env.world_size, batch, step + 1)
-                            - data.images_before_step(count, env.world_size, batch, step))
-                parallel.zero_grad()
-                loss = None
-                if len(chosen) or parallel.forwards_empty_batches:
-                    with parallel.precision.autocast():
-                        logits = parallel.model(self.images[chosen])
-                    loss = F.cross_entropy(logits.float(), self.labels[chosen], reduction="sum")
-                    loss_sum += loss.detach()
-                backward_started = time.perf_counter()
-                step_samples, stop = parallel.backward(loss, len(chosen), expected, self.stop.requested)
-                backward_seconds += time.perf_counter() - backward_started
-                sync_seconds += parallel.sync_seconds
-                parallel.step()
-                scheduler.step()
-                local_samples += len(chosen)
-                global_samples += step_samples
-                if (step + 1) % cfg.log_interval == 0 or step + 1 == self.steps:
-                    self.log(f"epoch: {epoch + 1}/{cfg.epochs}, batch: {step + 1}/{self.steps}, "
-                             f"mini-batch size: {len(chosen)}")
-                    if env.is_rank0 and loss is not None and len(chosen):
-                        self.curves.batch(self.images_seen(Position(epoch, step + 1)), float(loss.detach()) / len(chosen),
-                                          scheduler.get_last_lr()[0])
-                if stop:
-                    total_loss, total_samples = self.all_sum([float(loss_sum), local_samples])
-                    self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
-                    self.save_checkpoint(Position(epoch, step + 1), total_loss + carried_loss,
-                                         total_samples + carried_samples)
-                    raise Stopped(self.stop.requested)
-            train_seconds = time.perf_counter() - started
-            local_correct, local_tested = self.evaluate()
-            total_loss, total_samples, correct, tested, stop_votes = self.all_sum(
-                [float(loss_sum), local_samples, local_correct, local_tested, float(self.stop.requested)])
-            stop = stop_votes > 0
-            total_loss += carried_loss
-            total_samples += carried_samples
-            carried_loss = carried_samples = 0.0
-            average = total_loss / max(total_samples, 1)
-            accuracy = correct / max(tested, 1)
-            self.log(f"epoch {epoch + 1}/{cfg.epochs}, average epoch loss={average:.4f}")
-            steps_run = max(self.steps - first, 1)
-            result = {
-                "epoch": epoch + 1,
-                "loss": round(average, 6),
-                "accuracy": round(accuracy, 6),
-                "learning_rate": scheduler.get_last_lr()[0],
-                "images_per_second": round(global_samples / train_seconds, 1),
-                "train_seconds": round(train_seconds, 3),
-                "sync_ms_per_step": round(1000 * sync_seconds / steps_run, 3),
-                "backward_ms_per_step": round(1000 * backward_seconds / steps_run, 3),  # sync included
-                "world_size": env.world_size,
-                "strategy": cfg.strategy,
-                "precision": cfg.precision,
-            }
-            self.log0(f"epoch {epoch + 1}/{cfg.epochs}, test accuracy={100 * accuracy:.2f}%, "
-                      f"{result['images_per_second']:.0f} images/s, gradient sync "
-                      f"{result['sync_ms_per_step']:.2f} ms/step (backward with sync {result['backward_ms_per_step']:.1f})")
-            last = epoch + 1 == cfg.epochs
-            if stop:
-                self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
-            if stop or last or (cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0):
-                self.save_checkpoint(Position(epoch + 1, 0), result=result)
-            self.append_metrics(result)
-            if env.is_rank0:
-                self.curves.epoch(self.images_seen(Position(epoch + 1, 0)), result)
-            if stop and not last:
-                raise Stopped(self.stop.requested)
+    def end_epoch(self, epoch: int, tally: EpochTally, scheduler, carried_loss: float,
+                  carried_samples: float) -> dict:
+        """Evaluate, agree on the totals (and on a stop), report, checkpoint when due; Stopped if the gang
+        stops before the last epoch."""
+        cfg = self.config
+        train_seconds = time.perf_counter() - tally.started
+        local_correct, local_tested = self.evaluate()
+        total_loss, total_samples, correct, tested, stop_votes = self.all_sum(
+            [float(tally.loss_sum), tally.local_samples, local_correct, local_tested, float(self.stop.requested)])
+        stop = stop_votes > 0
+        average = (total_loss + carried_loss) / max(total_samples + carried_samples, 1)
+        accuracy = correct / max(tested, 1)
+        result = epoch_record(epoch + 1, average, accuracy, scheduler.get_last_lr()[0], tally, train_seconds,
+                              self.steps, self.env.world_size, cfg.strategy, cfg.precision)
+        self.progress.epoch(result, average, accuracy)
+        last = epoch + 1 == cfg.epochs
+        if stop:
+            self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
+        if self.checkpoints.due(epoch + 1, stop):
+            self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel)
+        self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))
+        if stop and not last:
+            raise Stopped(self.stop.requested)
         return result
 
     def images_seen(self, position: Position) -> int:
@@ -335,21 +252,12 @@ class Trainer:
         return position.epoch * count + data.images_before_step(count, self.env.world_size, self.config.batch_size,
                                                                  position.step)
 
-    def append_metrics(self, record: dict) -> None:
-        if not self.env.is_rank0:
-            return
-        path = self.config.output_dir / "metrics.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            handle.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
-            handle.flush()
-
     def save_model(self, result: dict) -> None:
         """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
         pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
         while rank 0 could still fail)."""
         # plain tensors on rank 0, gathered from every rank under fsdp
-        weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.sharded_checkpoints else None
+        weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
         if self.env.is_rank0:
             buffer = io.BytesIO()
             torch.save(weights, buffer)
@@ -373,7 +281,7 @@ class Trainer:
             dist.barrier()
 
     def close(self) -> None:
-        self.curves.close()
+        self.progress.close()
         process_group.destroy_process_group()
 
 

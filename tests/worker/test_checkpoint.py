@@ -1,70 +1,130 @@
-"""Checkpoint files: atomic, verified before loading, rotated; damaged ones are skipped, never loaded."""
+"""Single-file checkpoints through the manager: atomic, verified before loading, rotated; damaged ones are skipped,
+never loaded; a save restores into a fresh strategy exactly."""
 
 import torch
+import torch.nn.functional as F
 
-from worker import atomic, checkpoint
-from worker.checkpoint import Position
-
-
-def state(value: float) -> dict:
-    return {"weights": torch.full((4,), value), "position": {"epoch": int(value), "step": 0}}
-
-
-def test_save_then_load_the_newest(tmp_path):
-    for epoch in (1, 2, 3):
-        checkpoint.save(state(epoch), tmp_path, Position(epoch, 0), keep=5)
-    loaded, path = checkpoint.load_newest(tmp_path)
-    assert path.name == "ckpt-e0003-s000000.pt"
-    assert torch.equal(loaded["weights"], torch.full((4,), 3.0))
+from worker import atomic, strategies
+from worker.checkpoints import CheckpointManager, Position, TrainingState, layout, load_newest, single_file
+from worker.distenv import DistEnv
+from worker.model import MnistCNN
 
 
-def test_only_the_last_few_are_kept(tmp_path):
+def strategy(seed=0):
+    torch.manual_seed(seed)
+    parallel = strategies.build("allreduce", MnistCNN(), DistEnv(), torch.device("cpu"), "fp32")
+    parallel.attach(torch.optim.Adam(parallel.module.parameters(), lr=0.01))
+    return parallel
+
+
+def trained(steps=1, seed=0):
+    parallel = strategy(seed)
+    for _ in range(steps):
+        parallel.zero_grad()
+        loss = F.cross_entropy(parallel.model(torch.randn(4, 1, 28, 28)), torch.tensor([0, 1, 2, 3]), reduction="sum")
+        parallel.backward(loss, 4, 4, False)
+        parallel.step()
+    return parallel
+
+
+def manager(directory, keep=5, lines=None):
+    return CheckpointManager(directory, keep=keep, every=1, epochs=9, rank=0, sharded_format=False,
+                             log=(lines.append if lines is not None else print))
+
+
+def state(epoch, step=0, **fields):
+    return TrainingState(Position(epoch, step), steps_per_epoch=10, world_size=1, **fields)
+
+
+def test_a_save_restores_into_a_fresh_strategy_with_its_state(tmp_path):
+    saved = trained(steps=2)
+    lines = []
+    manager(tmp_path, lines=lines).save(state(1, result={"accuracy": 0.5}, epoch_loss_sum=3.0), saved)
+    assert lines and lines[0].startswith("checkpoint ckpt-e0001-s000000.pt written (")
+    found = manager(tmp_path).load_newest()
+    assert found.path.name == "ckpt-e0001-s000000.pt"
+    assert found.state == state(1, result={"accuracy": 0.5}, epoch_loss_sum=3.0)
+    fresh = strategy(seed=1)
+    CheckpointManager.restore(found, fresh)
+    for name, tensor in saved.module.state_dict().items():
+        assert torch.equal(fresh.module.state_dict()[name], tensor), name
+    for old, new in zip(saved.module.parameters(), fresh.module.parameters(), strict=True):
+        assert torch.equal(saved.optimizer.state[old]["exp_avg"], fresh.optimizer.state[new]["exp_avg"])
+    assert fresh.grads.is_intact()
+
+
+def test_only_the_last_few_are_kept_newest_first(tmp_path):
+    parallel = strategy()
     for epoch in range(1, 6):
-        checkpoint.save(state(epoch), tmp_path, Position(epoch, 0), keep=2)
-    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-e0005-s000000.pt",
-                                                                         "ckpt-e0004-s000000.pt"]
+        manager(tmp_path, keep=2).save(state(epoch), parallel)
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0005-s000000.pt",
+                                                                      "ckpt-e0004-s000000.pt"]
 
 
 def test_mid_epoch_positions_order_after_their_epoch_start(tmp_path):
-    checkpoint.save(state(2), tmp_path, Position(2, 0), keep=5)
-    checkpoint.save(state(2.5), tmp_path, Position(2, 17), keep=5)
-    assert checkpoint.load_newest(tmp_path)[1].name == "ckpt-e0002-s000017.pt"
+    parallel = strategy()
+    manager(tmp_path).save(state(2), parallel)
+    manager(tmp_path).save(state(2, 17), parallel)
+    assert load_newest(tmp_path).path.name == "ckpt-e0002-s000017.pt"
 
 
 def test_truncated_zeroed_and_garbage_files_are_skipped(tmp_path):
-    checkpoint.save(state(1), tmp_path, Position(1, 0), keep=5)
-    good = checkpoint.encode(state(9))
+    manager(tmp_path).save(state(1), strategy())
+    good = (tmp_path / "ckpt-e0001-s000000.pt").read_bytes()
     damaged = {
         Position(2, 0): good[: len(good) // 2],  # truncated
         Position(3, 0): b"",  # zero bytes
         Position(4, 0): b"\0" * len(good),  # zeroed
         Position(5, 0): good[:-10] + b"x" * 10,  # corrupt tail, same length
+        Position(6, 0): single_file.encode({"position": {"epoch": 6, "step": 0}}),  # verifies, lacks the state
     }
     for position, data in damaged.items():
         (tmp_path / position.filename()).write_bytes(data)
     messages = []
-    loaded, path = checkpoint.load_newest(tmp_path, log=messages.append)
-    assert path.name == "ckpt-e0001-s000000.pt" and torch.equal(loaded["weights"], torch.full((4,), 1.0))
-    assert len(messages) == 4 and all(m.startswith("skipping checkpoint") for m in messages)
+    found = load_newest(tmp_path, log=messages.append)
+    assert found.path.name == "ckpt-e0001-s000000.pt" and found.state.position == Position(1, 0)
+    assert len(messages) == 5 and all(m.startswith("skipping checkpoint") for m in messages)
 
 
 def test_a_crash_mid_write_leaves_only_a_temporary_that_is_never_read(tmp_path, monkeypatch):
-    checkpoint.save(state(1), tmp_path, Position(1, 0), keep=5)
+    parallel = strategy()
+    manager(tmp_path).save(state(1), parallel)
 
     def crash(*args):
         raise OSError("disk full")
 
     monkeypatch.setattr(atomic.os, "replace", crash)
     try:
-        checkpoint.save(state(2), tmp_path, Position(2, 0), keep=5)
+        manager(tmp_path).save(state(2), parallel)
     except OSError:
         pass
     monkeypatch.undo()
-    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.pt"]
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.pt"]
     (tmp_path / ".tmp-ckpt-e0002-s000000.pt.abc").write_bytes(b"half")  # as a SIGKILL mid-write leaves it
-    assert [p.name for p in checkpoint.remove_stale_temporaries(tmp_path)] == [".tmp-ckpt-e0002-s000000.pt.abc"]
-    assert checkpoint.load_newest(tmp_path)[1].name == "ckpt-e0001-s000000.pt"
+    lines = []
+    manager(tmp_path, lines=lines).remove_stale_temporaries()
+    assert lines == ["removed .tmp-ckpt-e0002-s000000.pt.abc, left by an interrupted checkpoint write"]
+    assert load_newest(tmp_path).path.name == "ckpt-e0001-s000000.pt"
 
 
 def test_no_checkpoint_means_none(tmp_path):
-    assert checkpoint.load_newest(tmp_path / "missing") is None
+    assert load_newest(tmp_path / "missing") is None
+
+
+def test_an_earlier_versions_record_reads_with_defaults():
+    old = {"position": {"epoch": 2, "step": 0}, "steps_per_epoch": 30, "world_size": 2}  # before config/scaler
+    assert TrainingState.from_record(old) == TrainingState(Position(2, 0), 30, 2)
+    assert TrainingState.from_record(state(1, 5, config={"epochs": "3"}).to_record()) == state(1, 5, config={"epochs": "3"})
+
+
+def test_the_cadence_saves_every_n_epochs_the_last_and_on_a_stop(tmp_path):
+    every_two = CheckpointManager(tmp_path, keep=3, every=2, epochs=5, rank=0, sharded_format=False, log=print)
+    assert [e for e in range(1, 6) if every_two.due(e, stopping=False)] == [2, 4, 5]
+    never = CheckpointManager(tmp_path, keep=3, every=0, epochs=5, rank=0, sharded_format=False, log=print)
+    assert [e for e in range(1, 6) if never.due(e, stopping=False)] == [5] and never.due(1, stopping=True)
+
+
+def test_only_rank_0_writes_a_single_file(tmp_path):
+    CheckpointManager(tmp_path, keep=3, every=1, epochs=5, rank=1, sharded_format=False, log=print).save(
+        state(1), strategy())
+    assert list(tmp_path.iterdir()) == []

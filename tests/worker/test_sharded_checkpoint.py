@@ -7,22 +7,25 @@ import json
 import pytest
 import torch
 
-from worker import checkpoint, hooks, sharded_checkpoint
-from worker.checkpoint import Position
+from worker import hooks
+from worker.checkpoints import Position, TrainingState, layout, load_newest, sharded, single_file
 
 
-def write(directory, epoch, keep=3):
-    state = {"model": {"weight": torch.full((4, 4), float(epoch))}}
-    return sharded_checkpoint.save(state, {"position": {"epoch": epoch, "step": 0}, "world_size": 1}, directory,
-                                   Position(epoch, 0), keep, rank=0)
+def write(directory, epoch, record=None):
+    shards = {"model": {"weight": torch.full((4, 4), float(epoch))}}
+    record = record or TrainingState(Position(epoch, 0), steps_per_epoch=10, world_size=1).to_record()
+    final = directory / Position(epoch, 0).filename(sharded.SUFFIX)
+    sharded.write_shards(shards, record, final, rank=0)
+    return final
 
 
-def test_a_written_directory_verifies_and_loads_with_its_meta(tmp_path):
+def test_a_written_directory_verifies_and_reads_as_a_training_state(tmp_path):
     path = write(tmp_path, 1)
     assert path.name == "ckpt-e0001-s000000.dcp"
     assert sorted(p.name for p in path.iterdir()) == [".metadata", "__0_0.distcp", "manifest.json"]
-    state, found = checkpoint.load_newest(tmp_path)
-    assert found == path and state["sharded"] == str(path) and state["world_size"] == 1
+    found = load_newest(tmp_path)
+    assert found.path == path and found.tensors is None
+    assert found.state == TrainingState(Position(1, 0), steps_per_epoch=10, world_size=1)
 
 
 @pytest.mark.parametrize("damage, reason", [
@@ -36,8 +39,8 @@ def test_a_damaged_directory_is_skipped_for_the_one_before(tmp_path, damage, rea
     write(tmp_path, 1)
     damage(write(tmp_path, 2))
     skipped = []
-    state, found = checkpoint.load_newest(tmp_path, log=skipped.append)
-    assert found.name == "ckpt-e0001-s000000.dcp"
+    found = load_newest(tmp_path, log=skipped.append)
+    assert found.path.name == "ckpt-e0001-s000000.dcp"
     assert len(skipped) == 1 and skipped[0].startswith("skipping checkpoint ckpt-e0002-s000000.dcp: ")
     assert reason in skipped[0]
 
@@ -55,23 +58,24 @@ def test_a_crash_before_the_rename_leaves_only_a_temporary_directory(tmp_path):
             write(tmp_path, 2)
     finally:
         hooks.install(None)
-    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.dcp"]
-    assert [p.name for p in checkpoint.remove_stale_temporaries(tmp_path)] == [".tmp-ckpt-e0002-s000000.dcp"]
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.dcp"]
+    assert [p.name for p in layout.remove_stale_temporaries(tmp_path)] == [".tmp-ckpt-e0002-s000000.dcp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]
 
 
-def test_both_kinds_are_listed_newest_first_and_pruned_together(tmp_path):
-    checkpoint.save({"x": 1}, tmp_path, Position(1, 0), keep=3)
-    write(tmp_path, 2)
-    checkpoint.save({"x": 3}, tmp_path, Position(3, 0), keep=3)
-    write(tmp_path, 4, keep=3)
-    assert [p.name for _, p in checkpoint.list_checkpoints(tmp_path)] == [
+def test_both_formats_are_listed_newest_first_and_pruned_together(tmp_path):
+    for epoch in (1, 3):
+        (tmp_path / Position(epoch, 0).filename(single_file.SUFFIX)).write_bytes(single_file.encode({"x": epoch}))
+    for epoch in (2, 4):
+        write(tmp_path, epoch)
+    layout.prune(tmp_path, keep=3)
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == [
         "ckpt-e0004-s000000.dcp", "ckpt-e0003-s000000.pt", "ckpt-e0002-s000000.dcp"]
 
 
 def test_the_same_position_written_again_replaces_the_directory(tmp_path):
     write(tmp_path, 1)
-    path = sharded_checkpoint.save({"model": {"weight": torch.zeros(2)}}, {"again": True}, tmp_path,
-                                   Position(1, 0), 3, rank=0)
-    assert sharded_checkpoint.verify(path) == {"again": True}
+    again = TrainingState(Position(1, 0), steps_per_epoch=10, world_size=1, strategy="again").to_record()
+    path = write(tmp_path, 1, record=again)
+    assert sharded.verify(path) == again
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]

@@ -22,7 +22,8 @@ from worker.precision import Precision
 from worker.strategies.base import Strategy
 
 
-def build(name: str, module: nn.Module, env: DistEnv, device: torch.device, precision: str) -> Strategy:
+def strategy_class(name: str) -> type[Strategy]:
+    """The class of STRATEGY ``name``; its module is imported only when chosen."""
     chosen: type[Strategy]
     if name == "ddp":
         from worker.strategies.ddp import DDPStrategy as chosen
@@ -30,7 +31,17 @@ def build(name: str, module: nn.Module, env: DistEnv, device: torch.device, prec
         from worker.strategies.fsdp import FSDPStrategy as chosen
     else:
         from worker.strategies.allreduce import AllReduceStrategy as chosen
-    return chosen(module, env, device, Precision(precision, device, sharded=chosen.sharded_checkpoints))
+    return chosen
 
 
-__all__ = ["Strategy", "build"]
+def shards_parameters(name: str) -> bool:
+    """Whether STRATEGY ``name`` keeps a shard of the state on each rank (its checkpoints are sharded too)."""
+    return strategy_class(name).shards_parameters
+
+
+def build(name: str, module: nn.Module, env: DistEnv, device: torch.device, precision: str) -> Strategy:
+    chosen = strategy_class(name)
+    return chosen(module, env, device, Precision(precision, device, sharded=chosen.shards_parameters))
+
+
+__all__ = ["Strategy", "build", "shards_parameters", "strategy_class"]

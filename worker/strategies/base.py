@@ -25,7 +25,9 @@ from worker.precision import Precision
 
 class Strategy:
     name = "base"
-    sharded_checkpoints = False  # checkpoints are directories of shards (torch.distributed.checkpoint)
+    # each rank holds a shard of the parameters, gradients and optimizer state: getting the whole model is a
+    # collective, and checkpoints are written as shards by every rank (worker.checkpoints.sharded)
+    shards_parameters = False
 
     def __init__(self, module: nn.Module, env: DistEnv, device: torch.device, precision: Precision):
         self.module, self.env, self.device, self.precision = module, env, device, precision
@@ -99,7 +101,7 @@ class Strategy:
             # whole tensors are this rank's part where nothing is sharded; under fsdp each rank takes its shard
             set_state_dict(self.module, self.optimizer, model_state_dict=model_state,
                            optim_state_dict=optimizer_state,
-                           options=StateDictOptions(full_state_dict=self.sharded_checkpoints))
+                           options=StateDictOptions(full_state_dict=self.shards_parameters))
 
     def load_sharded(self, directory: Path) -> None:
         """Load a sharded checkpoint, resharded to this world size by torch.distributed.checkpoint."""

@@ -2,7 +2,7 @@
 whole model. Each rank keeps 1/world of the parameters, gradients and optimizer state; a layer's parameters are
 all-gathered just before it runs and its gradients reduce-scattered after. Under PRECISION=bf16/fp16 the
 gathered parameters are cast (MixedPrecisionPolicy) and the gradients reduced in fp32. Checkpoints are sharded
-(worker.sharded_checkpoint): each rank writes its own part."""
+(worker.checkpoints.sharded): each rank writes its own part."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from worker.strategies.base import Strategy
 
 class FSDPStrategy(Strategy):
     name = "fsdp"
-    sharded_checkpoints = True
+    shards_parameters = True
 
     def __init__(self, module, env, device, precision):
         super().__init__(module, env, device, precision)

@@ -1,12 +1,12 @@
-"""Sharded checkpoints (STRATEGY=fsdp): one directory per checkpoint, each rank writing its own shard.
+"""The sharded format (STRATEGY=fsdp): one directory per checkpoint, each rank writing its own shard.
 
 ``ckpt-e<epoch>-s<step>.dcp/`` holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank
-and ``.metadata``) and ``manifest.json``: the checkpoint's position and settings and the SHA-256 of every other
-file. The ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory
-into place, so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read.
-A directory whose manifest is missing, or whose files are missing or differ from it, is skipped in favour of the
-one before it. Loading reshards to the current world size (torch.distributed.checkpoint's planner), so a run
-resumes at an epoch boundary with another number of processes.
+and ``.metadata``) and ``manifest.json``: the training state's record and the SHA-256 of every other file. The
+ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory into place,
+so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read. A directory
+whose manifest is missing, or whose files are missing or differ from it, raises CorruptCheckpoint. Loading
+reshards to the current world size (torch.distributed.checkpoint's planner), so a run resumes at an epoch
+boundary with another number of processes.
 """
 
 from __future__ import annotations
@@ -15,33 +15,42 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from worker.atomic import TEMP_PREFIX, atomic_write, fsync_directory
-from worker.checkpoint import CorruptCheckpoint, Position, prune
+from worker.checkpoints.found import Checkpoint
+from worker.checkpoints.layout import CorruptCheckpoint
+from worker.checkpoints.state import TrainingState
 from worker.digests import file_digest
 
+if TYPE_CHECKING:
+    from worker.strategies.base import Strategy
+
+SUFFIX = ".dcp"
+EVERY_RANK_WRITES = True
 FORMAT = "indexed-trainer sharded checkpoint v1"
 MANIFEST = "manifest.json"
 
 
-def save(state: dict, meta: dict, directory: Path, position: Position, keep: int, rank: int) -> Path:
-    """Every rank calls this (a collective). ``state`` is this rank's part; ``meta`` (JSON) goes to the manifest."""
+def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int) -> None:
+    """Every rank calls this (a collective): ``shards`` is this rank's part; ``record`` (JSON) goes to the
+    manifest."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
 
-    final = directory / position.filename(".dcp")
+    directory = final.parent
     temp = directory / f"{TEMP_PREFIX}{final.name}"
     if rank == 0:
         shutil.rmtree(temp, ignore_errors=True)  # left by a write that was interrupted
         temp.mkdir(parents=True)
     if dist.is_initialized():
         dist.barrier()  # nobody writes into the directory before it is fresh
-    dcp.save(state, storage_writer=FileSystemWriter(str(temp), sync_files=True))  # returns when all shards are in
+    dcp.save(shards, storage_writer=FileSystemWriter(str(temp), sync_files=True))  # returns when all shards are in
     if rank == 0:
         files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
-        manifest = {"format": FORMAT, "files": files, "meta": meta}
+        manifest = {"format": FORMAT, "files": files, "meta": record}
         atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
             old = directory / f"{TEMP_PREFIX}old-{final.name}"
@@ -49,12 +58,14 @@ def save(state: dict, meta: dict, directory: Path, position: Position, keep: int
             shutil.rmtree(old, ignore_errors=True)
         os.replace(temp, final)
         fsync_directory(directory)
-        prune(directory, keep)
-    return final
 
 
-def verify(path: Path) -> dict:
-    """The manifest's meta of a complete, intact checkpoint directory; CorruptCheckpoint otherwise."""
+def write(strategy: Strategy, state: TrainingState, path: Path, rank: int) -> None:
+    write_shards(strategy.sharded_state(), state.to_record(), path, rank)
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """The manifest's record of a complete, intact checkpoint directory; CorruptCheckpoint otherwise."""
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
@@ -70,3 +81,11 @@ def verify(path: Path) -> dict:
         if file_digest(file) != digest:
             raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
     return manifest["meta"]
+
+
+def read(path: Path) -> Checkpoint:
+    return Checkpoint(path, TrainingState.from_record(verify(path)))
+
+
+def restore(checkpoint: Checkpoint, strategy: Strategy) -> None:
+    strategy.load_sharded(checkpoint.path)
