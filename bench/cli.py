@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import statistics
-import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -26,18 +25,17 @@ def default_data_dir() -> Path:
     """The digits the worker ships (worker/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
     files, split as the worker's offline fallback splits them: the first 8,000 to train, the last 2,000 to test.
     Both contenders (the worker and torchvision's MNIST in the standard loop) read these files."""
-    from worker import mnist_sample
+    from worker import idx, mnist_sample
 
-    images, labels = mnist_sample.read("t10k-images-idx3-ubyte"), mnist_sample.read("t10k-labels-idx1-ubyte")
-    (image_magic, count, rows, cols), label_magic = struct.unpack(">4I", images[:16]), labels[:4]
+    (count, rows, cols), images = idx.split(mnist_sample.read("t10k-images-idx3-ubyte"))
+    _, labels = idx.split(mnist_sample.read("t10k-labels-idx1-ubyte"))
     pixels, split = rows * cols, mnist_sample.TRAIN_COUNT
     raw = Path(tempfile.mkdtemp(prefix="bench-digits-")) / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for prefix, first, last in (("train", 0, split), ("t10k", split, count)):
-        header = struct.pack(">4I", image_magic, last - first, rows, cols)
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images[16 + first * pixels:16 + last * pixels])
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(
-            label_magic + struct.pack(">I", last - first) + labels[8 + first:8 + last])
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(
+            idx.encode((last - first, rows, cols), images[first * pixels:last * pixels]))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(idx.encode((last - first,), labels[first:last]))
     return raw.parent.parent
 
 

@@ -8,26 +8,21 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import struct
 from pathlib import Path
 
 import numpy as np
 
 from tests.conftest import SHARED_MNIST
-
-IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
+from worker import idx
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
-    magic = IMAGE_MAGIC if array.ndim == 3 else LABEL_MAGIC
-    return struct.pack(f">I{array.ndim}I", magic, *array.shape) + array.astype(np.uint8).tobytes()
+    return idx.encode(array.shape, array.astype(np.uint8).tobytes())
 
 
 def read_idx(data: bytes) -> np.ndarray:
-    magic = struct.unpack(">I", data[:4])[0]
-    dims = 3 if magic == IMAGE_MAGIC else 1
-    shape = struct.unpack(f">{dims}I", data[4:4 + 4 * dims])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    shape, items = idx.split(data)
+    return np.frombuffer(items, dtype=np.uint8).reshape(shape)
 
 
 def real_digits_available() -> bool:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 import time
 from pathlib import Path
 
 import torch
 
-from worker import hooks, mnist_sample
+from worker import hooks, idx, mnist_sample
 from worker.config import TrainConfig
 from worker.distenv import DistEnv
 from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
@@ -129,9 +128,8 @@ def read_idx(path: Path) -> torch.Tensor:
 
 
 def parse_idx(data: bytes) -> torch.Tensor:
-    dims = data[3]
-    shape = struct.unpack(f">{dims}I", data[4:4 + 4 * dims])
-    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
+    shape, items = idx.split(data)
+    return torch.frombuffer(bytearray(items), dtype=torch.uint8).reshape(shape)
 
 
 def load_split(data_dir: Path, train: bool, limit: int = 0, source: str = FULL) -> tuple[torch.Tensor, torch.Tensor]:

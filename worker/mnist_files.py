@@ -13,13 +13,13 @@ import gzip
 import json
 import os
 import shutil
-import struct
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from worker import idx
 from worker.atomic import atomic_write
 from worker.digests import file_digest
 
@@ -33,7 +33,6 @@ OFFICIAL_ARCHIVES = {
 }
 OFFICIAL_MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
 MARKER = ".verified.json"
-_IDX_MAGIC = {0x00000801: 1, 0x00000803: 3}  # unsigned bytes; labels (1 dim), images (3 dims)
 
 
 class DataError(Exception):
@@ -48,25 +47,14 @@ def check_idx(path: Path) -> int:
     """Check that ``path`` is a complete IDX file of unsigned bytes; return its item count."""
     size = path.stat().st_size
     with path.open("rb") as handle:
-        header = handle.read(4)
-        if len(header) < 4:
-            raise DataError(f"{path.name}: truncated ({size} bytes)")
-        magic = struct.unpack(">I", header)[0]
-        dims = _IDX_MAGIC.get(magic)
-        if dims is None:
-            raise DataError(f"{path.name}: not an MNIST IDX file (magic 0x{magic:08x})")
-        shape_bytes = handle.read(4 * dims)
-        if len(shape_bytes) < 4 * dims:
-            raise DataError(f"{path.name}: truncated header")
-    shape = struct.unpack(f">{dims}I", shape_bytes)
-    expected = 4 + 4 * dims
-    items = 1
-    for extent in shape:
-        items *= extent
-    expected += items
+        try:
+            shape = idx.read_header(handle)
+        except idx.IdxError as exc:
+            raise DataError(f"{path.name}: {exc}" if size >= 4 else f"{path.name}: truncated ({size} bytes)") from None
+    expected = idx.header_size(shape) + idx.item_count(shape)
     if size != expected:
         raise DataError(f"{path.name}: {size} bytes, but its header {list(shape)} needs {expected}: truncated or corrupt")
-    if dims == 3 and shape[1:] != (28, 28):
+    if len(shape) == 3 and shape[1:] != (28, 28):
         raise DataError(f"{path.name}: images are {shape[1]}x{shape[2]}, not 28x28")
     return shape[0]
 
