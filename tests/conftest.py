@@ -77,6 +77,11 @@ def gen():
 def built_wheel(tmp_path_factory) -> Path:
     """The wheel users install, built from this checkout by pip (isolated build, as `pip wheel .` does)."""
     wheels = tmp_path_factory.mktemp("wheels")
+    # what a module deleted since an earlier build leaves in setuptools' build folder: it must not ship
+    # (tests/generator/test_install.py compares the wheel with the tree)
+    stale = ROOT / ".setuptools-build" / "lib" / "worker" / "deleted_since_the_last_build.py"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("raise ImportError('a module deleted from the tree')\n")
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
                             capture_output=True, text=True, timeout=600, cwd=OUTSIDE)
     assert result.returncode == 0, result.stderr[-2000:]
