@@ -87,7 +87,7 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
         return
     values = resolve_values(default_values_path(), values_files, sets, set_strings)
 
-    from generator.render import render_manifests, to_stream
+    from generator.kubernetes import render_manifests, to_stream
     from generator.validation import validate_values
 
     validate_values(values)

@@ -1,5 +1,5 @@
 """The job as every target sees it: validated values become one typed, target-neutral description, which each
-renderer (render.py for Kubernetes, slurm.py for Slurm) maps to its own objects. What both targets mean by a
+renderer (kubernetes.py, slurm.py) maps to its own objects. What both targets mean by a
 value is decided here once; how a target spells it (quantities, #SBATCH options, paths) is the renderer's.
 """
 
@@ -46,7 +46,7 @@ class JobDescription:
     launcher: Launcher
     built_in_worker: bool
     program: tuple[str, ...]  # what torchrun runs: -m MODULE or SCRIPT, then the program's arguments
-    environment: dict[str, str]  # every process's variables (config_map over the GPU defaults), sorted
+    environment: dict[str, str]  # every process's variables (config_map over the defaults shown), sorted
     exit_codes: ExitCodes = ExitCodes()
 
     @property
@@ -65,7 +65,10 @@ def describe(values: dict) -> JobDescription:
     gpus = values["resources"]["gpu"]["accelerator_count"]
     entry = values["entrypoint"]
     built_in = entry["module"] == contract.BUILT_IN_WORKER
-    environment = {**(NCCL_DEFAULTS if gpus else {}), **values["config_map"]}
+    # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
+    shown = contract.shown_defaults() if built_in else {}
+    environment = {**(NCCL_DEFAULTS if gpus else {}), **shown, **values["config_map"]}
+    environment = {key: value for key, value in environment.items() if value is not None}  # null removes one
     return JobDescription(
         name=values["name"],
         replicas=values["replicas"],

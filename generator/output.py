@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from generator.errors import OutputError
-from generator.render import Manifest
+from generator.templating import Manifest
 from worker.atomic import fsync_directory
 
 # Files this tool owns in an output directory: "<order>-<kind>.yaml". Others are never touched.

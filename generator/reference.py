@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from generator.resources import default_values_path
+from generator.resources import default_values
 from generator.validation import load_schema
 
 
@@ -28,7 +28,7 @@ def _rows(schema: dict, defaults: dict, prefix: str = ""):
 
 
 def values_reference() -> str:
-    defaults = json.loads(default_values_path().read_text(encoding="utf-8"))
+    defaults = default_values()
     lines = ["| key | default | meaning |", "| --- | --- | --- |", *_rows(load_schema(), defaults)]
     return "\n".join(lines) + "\n"
 

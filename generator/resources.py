@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
+from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -26,3 +29,15 @@ def default_values_path() -> Path:
 
 def schema_path() -> Path:
     return _data_dir("variables") / "variables.schema.json"
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """The values' JSON Schema, read once per process (validation, the targets' keys, the reference). Read only."""
+    return json.loads(schema_path().read_text(encoding="utf-8"))
+
+
+@functools.cache
+def default_values() -> dict[str, Any]:
+    """The shipped defaults, read once per process. Read only: values are merged into copies."""
+    return json.loads(default_values_path().read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """The Slurm target: the same validated values rendered as one sbatch script (templates/slurm/job.sbatch.j2).
 
-A pure function of the values, like the Kubernetes renderer beside it (render.py): what both targets mean comes
+A pure function of the values, like the Kubernetes renderer beside it (kubernetes.py): what both targets mean comes
 from the job's description (generator/job.py); this module adds Slurm's own options and spellings and refuses
 what cannot work there (which keys it ignores, the schema declares). Every user string reaches the script
 through shlex.quote, or through a pattern that admits no shell or #SBATCH syntax.
@@ -9,14 +9,41 @@ through shlex.quote, or through a pattern that admits no shell or #SBATCH syntax
 from __future__ import annotations
 
 import math
+import re
 import shlex
+from collections.abc import Iterable
 
 from generator.errors import ValuesError
 from generator.job import JobDescription, describe
-from generator.render import Manifest, environment, render_template
+from generator.templating import Manifest, environment, render_template
+from generator.values import describe_value
 from worker import contract
 
 LAUNCHERS = {"indexed-trainer": " ".join(contract.LAUNCHER_COMMAND), "torchrun": "torchrun"}
+
+
+# sbatch options a site may add (slurm.extra_options); the others are set from the values, or would break the
+# script's contract (one task per node, the output files, the signal before the time limit, requeue).
+SLURM_EXTRA_OPTIONS = frozenset({
+    "--constraint", "--exclusive", "--reservation", "--nodelist", "--exclude", "--mail-type", "--mail-user",
+    "--comment", "--wckey", "--licenses", "--begin", "--dependency", "--hint", "--gpus-per-node",
+    "--gpu-bind", "--mem-bind", "--cpu-freq", "--switches", "--network", "--prefer", "--priority", "--nice",
+    "--core-spec", "--thread-spec", "--tmp", "--spread-job", "--use-min-nodes", "--oversubscribe",
+})
+_SBATCH_OPTION = re.compile(r"^(--[a-z][a-z-]*)(=[A-Za-z0-9._:,@%+/=-]+)?$")
+
+
+def value_problems(values: dict) -> Iterable[str]:
+    """What is wrong with the slurm.* values themselves, whatever the target (validation reports them with the
+    rest, so a values file stays valid for both targets)."""
+    for index, option in enumerate(values["slurm"]["extra_options"]):
+        match = _SBATCH_OPTION.match(option)
+        if not match:
+            yield (f"slurm.extra_options[{index}]: {describe_value(option)} must be --name or --name=value (value: "
+                   "letters, digits and ._:,@%+/=-)")
+        elif match.group(1) not in SLURM_EXTRA_OPTIONS:
+            yield (f"slurm.extra_options[{index}]: {match.group(1)} is not an option gen-manifests lets you add "
+                   f"(allowed: {', '.join(sorted(SLURM_EXTRA_OPTIONS))})")
 
 
 def slurm_problems(values: dict) -> list[str]:

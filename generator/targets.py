@@ -3,9 +3,7 @@ a key that means something on some targets only), not in a list kept by hand bes
 
 from __future__ import annotations
 
-import json
-
-from generator.resources import default_values_path, schema_path
+from generator.resources import default_values, schema
 
 # Each target and how messages name it.
 TARGETS = {"kubernetes": "Kubernetes", "slurm": "Slurm"}
@@ -26,7 +24,7 @@ def keys_for_other_targets(target: str) -> list[str]:
             else:
                 walk(child, f"{prefix}{name}.", False)
 
-    walk(json.loads(schema_path().read_text(encoding="utf-8")), "", False)
+    walk(schema(), "", False)
     return found
 
 
@@ -38,5 +36,5 @@ def _lookup(values: dict, dotted: str):
 
 def ignored_keys(values: dict, target: str) -> list[str]:
     """The keys ``target`` does not use that are set to something other than their default."""
-    defaults = json.loads(default_values_path().read_text(encoding="utf-8"))
+    defaults = default_values()
     return [key for key in keys_for_other_targets(target) if _lookup(values, key) != _lookup(defaults, key)]

@@ -14,33 +14,30 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from generator import kubernetes, slurm
 from generator.errors import ValuesError
 from generator.names import pod_hostname
-from generator.render import SELECTOR_LABELS
-from generator.resources import schema_path
-from generator.values import type_name
+from generator.resources import schema
+from generator.values import describe_value, type_name
 from worker.contract import (
     BUILT_IN_WORKER,
     FP16_NEEDS_CUDA,
     RUNTIME_PREFIXES,
-    SHARED_MOUNT,
     WORKER_CHOICES,
     WORKER_VARIABLES,
     reserved,
+    variable_problem,
 )
 
 MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
 # Volumes and mount paths of the Job itself (templates/kubernetes/job.yaml.j2): extra_volumes may not take them.
-OWN_VOLUMES = {"shared": SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @lru_cache(maxsize=1)
 def load_schema(path: Path | None = None) -> dict:
-    return json.loads((path or schema_path()).read_text(encoding="utf-8"))
+    return json.loads(path.read_text(encoding="utf-8")) if path else schema()
 
 
 def format_path(parts: Iterable[Any]) -> str:
@@ -51,11 +48,6 @@ def format_path(parts: Iterable[Any]) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text or "(top level)"
-
-
-def _describe(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _schema_messages(error) -> list[str]:
@@ -81,18 +73,18 @@ def _schema_messages(error) -> list[str]:
         hint = ""
         if isinstance(value, bool) and "string" in error.validator_value:
             hint = "; quote it (or use --set-string) if you mean the text"
-        return [f"{where}: must be {expected}, not {type_name(value)} ({_describe(value)}){hint}"]
+        return [f"{where}: must be {expected}, not {type_name(value)} ({describe_value(value)}){hint}"]
     if validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [f"{format_path(path + [missing])}: is required"]
     if validator == "enum":
         options = ", ".join(json.dumps(option) for option in error.validator_value)
-        return [f"{where}: {_describe(value)} is not one of {options}"]
+        return [f"{where}: {describe_value(value)} is not one of {options}"]
     if validator == "pattern":
         hint = schema.get("x-pattern-hint") or f"must match {error.validator_value}"
-        return [f"{where}: {_describe(value)} {hint}"]
+        return [f"{where}: {describe_value(value)} {hint}"]
     if validator in _BOUND_WORDS:
-        return [f"{where}: {_describe(value)} must be {_BOUND_WORDS[validator]} {error.validator_value}"]
+        return [f"{where}: {describe_value(value)} must be {_BOUND_WORDS[validator]} {error.validator_value}"]
     if validator in ("minLength", "maxLength"):
         words = "at least" if validator == "minLength" else "at most"
         return [f"{where}: must be {words} {error.validator_value} characters long, not {len(value)}"]
@@ -133,25 +125,6 @@ def _bad_strings(value: Any, path: list) -> Iterable[str]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _bad_strings(item, path + [index])
-
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-    return None
-
-
-def _label_problems(mapping: dict, key_path: str, *, check_values: bool) -> Iterable[str]:
-    for key, value in sorted(mapping.items()):
-        where = f"{key_path}.{key}"
-        problem = _label_key_problem(key)
-        if problem:
-            yield f"{where}: invalid key: {problem}"
-        if check_values and value and (len(value) > 63 or not _LABEL_NAME.match(value)):
-            yield f"{where}: {_describe(value)} is not a valid label value: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 
 
 def semantic_problems(values: dict) -> list[str]:
@@ -215,39 +188,12 @@ def semantic_problems(values: dict) -> list[str]:
 
     problems.extend(_environment_problems(values))
     problems.extend(_entrypoint_problems(values))
-    problems.extend(_volume_problems(values))
-    problems.extend(_slurm_problems(values))
+    problems.extend(kubernetes.value_problems(values))
+    problems.extend(slurm.value_problems(values))
     for key, value in sorted(values["config_map"].items()):
         if isinstance(value, float) and not math.isfinite(value):
             problems.append(f"config_map.{key}: {value} is not a finite number")
 
-    problems.extend(_label_problems(values["labels"], "labels", check_values=True))
-    problems.extend(_label_problems(values["node_selector"], "node_selector", check_values=True))
-    problems.extend(_label_problems(values["annotations"], "annotations", check_values=False))
-    for key in SELECTOR_LABELS:
-        if key in values["labels"]:
-            # the Service selects the pods by these: overriding one would detach the Service from the Job
-            problems.append(f"labels.{key}: set by gen-manifests to select the Job's pods; remove it")
-    label_key = gpu["accelerator_label"]
-    if _label_key_problem(label_key):
-        problems.append(f"resources.gpu.accelerator_label: invalid label key: {_label_key_problem(label_key)}")
-    if gpu["accelerator"] is not None and not _LABEL_NAME.match(gpu["accelerator"]):
-        problems.append(
-            f"resources.gpu.accelerator: {_describe(gpu['accelerator'])} is not a valid node label value: "
-            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-        )
-    if values["queue_name"] is not None and not _LABEL_NAME.match(values["queue_name"]):
-        problems.append(
-            f"queue_name: {_describe(values['queue_name'])} is not a valid label value: letters, digits, "
-            "'-', '_' and '.', starting and ending with a letter or digit"
-        )
-    for index, toleration in enumerate(values["tolerations"]):
-        if toleration.get("operator") == "Exists" and toleration.get("value"):
-            problems.append(f"tolerations[{index}].value: must be empty when operator is Exists")
-        if "tolerationSeconds" in toleration and toleration.get("effect") != "NoExecute":
-            problems.append(f"tolerations[{index}].tolerationSeconds: only applies with effect NoExecute")
-        if not toleration.get("key") and toleration.get("operator", "Equal") != "Exists":
-            problems.append(f"tolerations[{index}].key: an empty key requires operator Exists")
     return problems
 
 
@@ -258,17 +204,19 @@ def _reserved_problem(where: str, name: str) -> str:
 
 
 def _environment_problems(values: dict) -> Iterable[str]:
-    for key in sorted(values["config_map"]):
+    built_in = values["entrypoint"]["module"] == BUILT_IN_WORKER
+    for key, value in sorted(values["config_map"].items()):
+        if value is None:  # removes the variable: nothing to check
+            continue
         if reserved(key):
             yield _reserved_problem(f"config_map.{key}", key)
-        elif values["entrypoint"]["module"] == BUILT_IN_WORKER and key not in WORKER_VARIABLES \
-                and not key.startswith(RUNTIME_PREFIXES):
+        elif built_in and key not in WORKER_VARIABLES and not key.startswith(RUNTIME_PREFIXES):
             close = difflib.get_close_matches(key, sorted(WORKER_VARIABLES), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see `python -m worker --help`"
             yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
                    "variables are free-form")
-        elif values["entrypoint"]["module"] == BUILT_IN_WORKER and key in WORKER_CHOICES:
-            yield from _choice_problems(values, key)
+        elif built_in and key in WORKER_VARIABLES:
+            yield from _worker_value_problems(values, f"config_map.{key}", key, value)
     seen: set[str] = set()
     for index, variable in enumerate(values["env"]):
         name, where = variable["name"], f"env[{index}]"
@@ -279,17 +227,22 @@ def _environment_problems(values: dict) -> Iterable[str]:
         seen.add(name)
         if ("value" in variable) == ("valueFrom" in variable):
             yield f"{where}: needs exactly one of value and valueFrom"
+        elif built_in and name in WORKER_VARIABLES and "value" in variable:
+            yield from _worker_value_problems(values, f"{where}.value", name, variable["value"])
 
 
-def _choice_problems(values: dict, key: str) -> Iterable[str]:
-    value, allowed = str(values["config_map"][key]).strip().lower(), WORKER_CHOICES[key]
-    if value not in allowed:
-        close = difflib.get_close_matches(value, allowed, n=1)
+def _worker_value_problems(values: dict, where: str, name: str, value: object) -> Iterable[str]:
+    """What the built-in worker would refuse in its pod (exit 78), found at render time by its own check."""
+    reason = variable_problem(name, str(value))
+    if reason is not None:
+        allowed = WORKER_CHOICES.get(name, ())
+        close = difflib.get_close_matches(str(value).strip().lower(), allowed, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        yield f"config_map.{key}: {values['config_map'][key]!r} must be one of {', '.join(allowed)}{hint}"
-    elif key == "PRECISION" and value == "fp16" and not values["resources"]["gpu"]["accelerator_count"]:
-        yield (f"config_map.PRECISION: {FP16_NEEDS_CUDA} and resources.gpu.accelerator_count is 0: use bf16 or "
-               "fp32, or request GPUs")
+        yield f"{where}: {value!r} {reason}{hint}"
+    elif name == "PRECISION" and str(value).strip().lower() == "fp16" \
+            and not values["resources"]["gpu"]["accelerator_count"]:
+        yield (f"{where}: {FP16_NEEDS_CUDA} and resources.gpu.accelerator_count is 0: use bf16 or fp32, or "
+               "request GPUs")
 
 
 def _entrypoint_problems(values: dict) -> Iterable[str]:
@@ -299,46 +252,6 @@ def _entrypoint_problems(values: dict) -> Iterable[str]:
                "script, set entrypoint.module to null")
     if entry["module"] is None and entry["script"] is None:
         yield "entrypoint: set module (e.g. worker, the built-in trainer) or script (a path inside the image)"
-
-
-# sbatch options a site may add (slurm.extra_options); the others are set from the values, or would break the
-# script's contract (one task per node, the output files, the signal before the time limit, requeue).
-SLURM_EXTRA_OPTIONS = frozenset({
-    "--constraint", "--exclusive", "--reservation", "--nodelist", "--exclude", "--mail-type", "--mail-user",
-    "--comment", "--wckey", "--licenses", "--begin", "--dependency", "--hint", "--gpus-per-node",
-    "--gpu-bind", "--mem-bind", "--cpu-freq", "--switches", "--network", "--prefer", "--priority", "--nice",
-    "--core-spec", "--thread-spec", "--tmp", "--spread-job", "--use-min-nodes", "--oversubscribe",
-})
-_SBATCH_OPTION = re.compile(r"^(--[a-z][a-z-]*)(=[A-Za-z0-9._:,@%+/=-]+)?$")
-
-
-def _slurm_problems(values: dict) -> Iterable[str]:
-    for index, option in enumerate(values["slurm"]["extra_options"]):
-        match = _SBATCH_OPTION.match(option)
-        if not match:
-            yield (f"slurm.extra_options[{index}]: {_describe(option)} must be --name or --name=value (value: "
-                   "letters, digits and ._:,@%+/=-)")
-        elif match.group(1) not in SLURM_EXTRA_OPTIONS:
-            yield (f"slurm.extra_options[{index}]: {match.group(1)} is not an option gen-manifests lets you add "
-                   f"(allowed: {', '.join(sorted(SLURM_EXTRA_OPTIONS))})")
-
-
-def _volume_problems(values: dict) -> Iterable[str]:
-    names = dict(OWN_VOLUMES)
-    for index, volume in enumerate(values["extra_volumes"]):
-        where = f"extra_volumes[{index}]"
-        sources = [key for key in ("secret", "config_map", "claim", "empty_dir") if key in volume]
-        if len(sources) != 1:
-            yield f"{where}: needs exactly one of secret, config_map, claim and empty_dir (hostPath is not allowed)"
-        name, path = volume["name"], volume["mount_path"].rstrip("/") or "/"
-        if name in names:
-            yield f"{where}.name: {name} is already a volume of the pod; choose another name"
-        for other, other_path in names.items():
-            if path == other_path or path.startswith(other_path + "/") or other_path.startswith(path + "/") \
-                    or path == "/":
-                yield f"{where}.mount_path: {path} overlaps {other_path}, where volume {other} is mounted"
-                break
-        names[name] = path
 
 
 def validate_values(values: dict) -> dict:

@@ -236,3 +236,9 @@ def type_name(value: Any) -> str:
         list: "a list",
         dict: "a mapping",
     }.get(type(value), type(value).__name__)
+
+
+def describe_value(value: Any) -> str:
+    """A value as a message shows it: JSON, cut at 60 characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

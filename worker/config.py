@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -178,24 +179,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_value(item: dataclasses.Field, raw: str) -> Any:
+    """``raw`` as setting ``item``'s value; ValueError saying what the value must be."""
+    try:
+        return item.metadata["parse"](raw)
+    except ValueError as exc:
+        if str(exc).startswith(("invalid literal", "could not convert")):  # int() and float()'s own words
+            raise ValueError("must be a number" if item.type in ("float", float) else "must be a whole number") from None
+        raise
+
+
 def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> TrainConfig:
     """Read every setting from ``flags`` (if given there) else ``environ`` else its default."""
     flags = flags or {}
     values, problems = {}, []
     for item in config_fields():
         env_name = item.metadata["env"]
-        if flags.get(item.name) is not None:
-            raw, source = flags[item.name], f"{flag_name(item)}"
+        flag = flags.get(item.name)
+        if flag is not None:
+            raw, source = flag, f"{flag_name(item)}"
         elif env_name in environ:
             raw, source = environ[env_name], f"{env_name}"
         else:
             continue
         try:
-            values[item.name] = item.metadata["parse"](raw)
+            values[item.name] = parse_value(item, raw)
         except ValueError as exc:
-            reason = str(exc) if not str(exc).startswith(("invalid literal", "could not convert")) else (
-                "must be a number" if item.type in ("float", float) else "must be a whole number")
-            problems.append(f"{source}: {raw!r} {reason}")
+            problems.append(f"{source}: {raw!r} {exc}")
     if problems:
         raise ConfigError(problems)
     return TrainConfig(**values)

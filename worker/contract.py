@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 
 from worker import exit_codes
-from worker.config import config_fields, variable_choices
+from worker.config import config_fields, parse_value, variable_choices
 
 # The module every process of the built-in worker runs: python -m worker (torchrun ... -m worker).
 BUILT_IN_WORKER = "worker"
@@ -25,6 +25,9 @@ SHARED_MOUNT = "/pvc-home"
 # so that a typo fails gen-manifests, not a pod).
 WORKER_VARIABLES = frozenset(item.metadata["env"] for item in config_fields())
 WORKER_CHOICES = variable_choices()
+# The variables a rendered ConfigMap shows with their defaults, so that a user sees (and edits) the run's
+# hyper-parameters there; only for the built-in worker (another program's variables are its own).
+SHOWN_DEFAULTS = ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")
 # Why fp16 is refused without a GPU, worded once for the render-time check and the worker's own.
 FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"
 
@@ -40,6 +43,23 @@ RESERVED_VARIABLES = frozenset({
     "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
 })
 RESERVED_PREFIXES = ("PET_", "TORCHELASTIC_")
+
+
+def shown_defaults() -> dict[str, str]:
+    """SHOWN_DEFAULTS with the worker's own defaults, as ConfigMap strings."""
+    defaults = {item.metadata["env"]: item.default for item in config_fields()}
+    return {name: str(defaults[name]) for name in SHOWN_DEFAULTS}
+
+
+def variable_problem(name: str, text: str) -> str | None:
+    """Why ``text`` is not a value the worker accepts for its variable ``name`` (its own check, so that a render
+    refuses what the pod would: "must be at least 1"), or None."""
+    item = next(item for item in config_fields() if item.metadata["env"] == name)
+    try:
+        parse_value(item, text)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def reserved(name: str) -> bool:

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 import yaml
 
+from generator.kubernetes import render_manifests
 from generator.output import write_manifests
-from generator.render import render_manifests
 from generator.resources import default_values_path
 from generator.validation import validate_values
 from generator.values import resolve_values

@@ -46,7 +46,7 @@ def test_later_files_and_sets_win(tmp_path):
                       "--print-values")
     values = json.loads(result.stdout)
     assert values["replicas"] == 5
-    assert values["config_map"] == {"EPOCHS": "9", "BATCH_SIZE": 32, "LEARNING_RATE": "0.004"}
+    assert values["config_map"] == {"EPOCHS": "9", "BATCH_SIZE": 32}
 
 
 def test_output_dir_gets_one_file_per_object_and_drops_stale_ones(tmp_path):

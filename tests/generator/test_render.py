@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from generator.render import MIN_KUBERNETES, derive, render_manifests, to_stream
+from generator.kubernetes import MIN_KUBERNETES, derive, render_manifests, to_stream
 from generator.resources import default_values_path
 from generator.validation import validate_values
 from generator.values import apply_set, resolve_values

@@ -1,8 +1,38 @@
-"""The names torchrun and the Job set are reserved; none of them is a variable of the built-in worker."""
+"""The built-in worker's variables as the generator sees them: reserved names, the defaults a ConfigMap shows."""
 
-from worker.contract import WORKER_VARIABLES, reserved
+import pytest
+import yaml
+
+from tests.generator.helpers import run_main
+from worker.config import TrainConfig, config_fields, load_config
+from worker.contract import WORKER_VARIABLES, reserved, shown_defaults
 
 
 def test_no_worker_variable_is_reserved():
     assert not [name for name in WORKER_VARIABLES if reserved(name)]
     assert reserved("RANK") and reserved("PET_NNODES") and reserved("TORCHELASTIC_RUN_ID") and not reserved("RANKS")
+
+
+def configmap_data(*sets):
+    result = run_main(*[arg for item in sets for arg in ("--set", item)])
+    assert result.exit_code == 0, result.stderr
+    return next(doc for doc in yaml.safe_load_all(result.stdout) if doc["kind"] == "ConfigMap")["data"]
+
+
+@pytest.mark.parametrize("sets, expected", [
+    # the built-in worker: its hyper-parameters shown with the worker's own defaults (TrainConfig)
+    ((), {"EPOCHS": "5", "BATCH_SIZE": "64", "LEARNING_RATE": "0.004"}),
+    (("config_map.EPOCHS=2",), {"EPOCHS": "2", "BATCH_SIZE": "64", "LEARNING_RATE": "0.004"}),
+    (("config_map.BATCH_SIZE=null",), {"EPOCHS": "5", "LEARNING_RATE": "0.004"}),  # null removes a variable
+    # another program: none of the worker's variables
+    (("entrypoint.module=my_project.train", "config_map.STEPS=9"), {"STEPS": "9"}),
+])
+def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(sets, expected):
+    data = configmap_data(*sets)
+    assert {key: data[key] for key in data if key not in ("DATA_DIR", "OUTPUT_DIR")} == expected
+
+
+def test_the_defaults_shown_are_the_workers_own():
+    defaults = {item.metadata["env"]: item.default for item in config_fields()}
+    assert shown_defaults() == {name: str(defaults[name]) for name in ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")}
+    assert load_config(shown_defaults()) == TrainConfig()  # as strings, they parse back to the defaults

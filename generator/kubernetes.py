@@ -1,26 +1,24 @@
-"""Render validated values into Kubernetes manifests: a pure, deterministic function of the values.
+"""The Kubernetes target: validated values rendered as four manifests, a pure, deterministic function of them.
 
-Python derives the few numbers the templates need (process counts, retry limits, quantities); the
-templates in templates/ hold the manifests' shape, and every user value passes through ``to_yaml``.
+What both targets mean comes from the job's description (generator/job.py); this module adds Kubernetes' names,
+labels, quantities and policies, and templates/kubernetes/ hold the manifests' shape; every user value passes
+through ``to_yaml``. The Slurm target (slurm.py) stands beside it.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass
-from functools import lru_cache
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
-import jinja2
 import yaml
 
 from generator import __version__, names
 from generator.errors import TemplateError
 from generator.job import describe
 from generator.quantities import cpu_quantity, gib_quantity
-from generator.resources import templates_dir
-from generator.values import FastSafeLoader
-from generator.yamlsafe import to_yaml, to_yaml_mapping, to_yaml_string
+from generator.templating import Manifest, environment, render_template
+from generator.values import FastSafeLoader, describe_value
 from worker import contract
 
 # The labels the Service selects the Job's pods by (values may not override them).
@@ -28,15 +26,10 @@ SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.
 # Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
 MIN_KUBERNETES = "1.34"
 
-
-@dataclass(frozen=True)
-class Manifest:
-    """One rendered object: its kind, its file name under --output-dir (apply order first) and its YAML."""
-
-    kind: str
-    filename: str
-    text: str
-
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The pod's own volumes and where they are mounted: extra_volumes may not take their names or paths.
+OWN_VOLUMES = {"shared": contract.SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 
 # Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
 # pod 0's name must resolve.
@@ -48,43 +41,75 @@ _TEMPLATES = (
 )
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Jinja's own per-user cache of compiled templates (keyed by their source): compiling the templates is
-    a good part of gen-manifests' start-up. Without a safe temporary directory, templates just compile."""
-    try:
-        return jinja2.FileSystemBytecodeCache()
-    except (OSError, RuntimeError):
-        return None
+def _label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+    return None
 
 
-@lru_cache(maxsize=4)
-def _environment(directory: Path) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(directory)),
-        bytecode_cache=_bytecode_cache(),
-        undefined=jinja2.StrictUndefined,  # a misspelt name is an error, never an empty string
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["yaml"] = to_yaml
-    env.filters["yaml_string"] = to_yaml_string
-    env.filters["yaml_mapping"] = to_yaml_mapping
-    env.filters["sh"] = shlex.quote  # the Slurm script: a value as one shell word, whatever it holds
-    return env
+def _label_problems(mapping: dict, key_path: str, *, check_values: bool) -> Iterable[str]:
+    for key, value in sorted(mapping.items()):
+        where = f"{key_path}.{key}"
+        problem = _label_key_problem(key)
+        if problem:
+            yield f"{where}: invalid key: {problem}"
+        if check_values and value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            yield f"{where}: {describe_value(value)} is not a valid label value: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 
 
-def environment(directory: Path | None = None) -> jinja2.Environment:
-    """The strict Jinja environment of templates/ (every target renders through it)."""
-    return _environment(directory or templates_dir())
+def value_problems(values: dict) -> Iterable[str]:
+    """What Kubernetes would refuse in the values it alone uses (labels, selectors, tolerations, volumes), each
+    naming its key; validation reports them with the rest, whatever the target."""
+    gpu = values["resources"]["gpu"]
+    yield from _label_problems(values["labels"], "labels", check_values=True)
+    yield from _label_problems(values["node_selector"], "node_selector", check_values=True)
+    yield from _label_problems(values["annotations"], "annotations", check_values=False)
+    for key in SELECTOR_LABELS:
+        if key in values["labels"]:
+            # the Service selects the pods by these: overriding one would detach the Service from the Job
+            yield f"labels.{key}: set by gen-manifests to select the Job's pods; remove it"
+    label_key = gpu["accelerator_label"]
+    if _label_key_problem(label_key):
+        yield f"resources.gpu.accelerator_label: invalid label key: {_label_key_problem(label_key)}"
+    if gpu["accelerator"] is not None and not _LABEL_NAME.match(gpu["accelerator"]):
+        yield (
+            f"resources.gpu.accelerator: {describe_value(gpu['accelerator'])} is not a valid node label value: "
+            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+        )
+    if values["queue_name"] is not None and not _LABEL_NAME.match(values["queue_name"]):
+        yield (
+            f"queue_name: {describe_value(values['queue_name'])} is not a valid label value: letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit"
+        )
+    for index, toleration in enumerate(values["tolerations"]):
+        if toleration.get("operator") == "Exists" and toleration.get("value"):
+            yield f"tolerations[{index}].value: must be empty when operator is Exists"
+        if "tolerationSeconds" in toleration and toleration.get("effect") != "NoExecute":
+            yield f"tolerations[{index}].tolerationSeconds: only applies with effect NoExecute"
+        if not toleration.get("key") and toleration.get("operator", "Equal") != "Exists":
+            yield f"tolerations[{index}].key: an empty key requires operator Exists"
+    yield from _volume_problems(values)
 
 
-def render_template(env: jinja2.Environment, template_name: str, context: dict) -> str:
-    try:
-        return env.get_template(template_name).render(context)
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"templates/{template_name}: {exc}") from None
+def _volume_problems(values: dict) -> Iterable[str]:
+    names = dict(OWN_VOLUMES)
+    for index, volume in enumerate(values["extra_volumes"]):
+        where = f"extra_volumes[{index}]"
+        sources = [key for key in ("secret", "config_map", "claim", "empty_dir") if key in volume]
+        if len(sources) != 1:
+            yield f"{where}: needs exactly one of secret, config_map, claim and empty_dir (hostPath is not allowed)"
+        name, path = volume["name"], volume["mount_path"].rstrip("/") or "/"
+        if name in names:
+            yield f"{where}.name: {name} is already a volume of the pod; choose another name"
+        for other, other_path in names.items():
+            if path == other_path or path.startswith(other_path + "/") or other_path.startswith(path + "/") \
+                    or path == "/":
+                yield f"{where}.mount_path: {path} overlaps {other_path}, where volume {other} is mounted"
+                break
+        names[name] = path
 
 
 def derive(values: dict) -> dict:
