@@ -1,10 +1,7 @@
 """Configuration: environment and flags, validated in one place (no torch involved)."""
 
-import json
-
 import pytest
 
-from generator.resources import default_values_path
 from worker.__main__ import main
 from worker.config import ConfigError, TrainConfig, load_config
 from worker.distenv import read_dist_env
@@ -28,12 +25,6 @@ def test_every_problem_is_reported_with_its_source():
         "LEARNING_RATE: '-1' must be a positive number",
         "MNIST_MIRROR: 'ftp://x' must be an http(s):// or file:// base URL",
     ]
-
-
-def test_generator_defaults_match_the_worker_defaults():
-    """The ConfigMap the generator renders by default trains exactly as the worker's own defaults do."""
-    config_map = json.loads(default_values_path().read_text())["config_map"]
-    assert load_config(config_map) == TrainConfig()
 
 
 def test_bad_configuration_exits_78_naming_the_variable(capsys, monkeypatch):
