@@ -76,7 +76,14 @@ def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
 
-STRATEGIES = ("allreduce", "ddp", "fsdp")
+# STRATEGY's words and the class each names (worker/strategies/, imported only when chosen): a new strategy is
+# its module there and one line here.
+STRATEGY_CLASSES = {
+    "allreduce": "worker.strategies.allreduce:AllReduceStrategy",
+    "ddp": "worker.strategies.ddp:DDPStrategy",
+    "fsdp": "worker.strategies.fsdp:FSDPStrategy",
+}
+STRATEGIES = tuple(STRATEGY_CLASSES)
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 

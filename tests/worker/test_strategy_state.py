@@ -50,3 +50,10 @@ def test_the_full_state_is_keyed_by_parameter_name():
     parallel.step()
     model_state, optimizer_state = parallel.full_state()
     assert set(optimizer_state["state"]) == set(model_state) == {n for n, _ in parallel.module.named_parameters()}
+
+
+def test_every_strategy_word_names_its_class():
+    from worker.config import STRATEGIES
+
+    assert {name: strategies.strategy_class(name).name for name in STRATEGIES} == {name: name for name in STRATEGIES}
+    assert [name for name in STRATEGIES if strategies.shards_parameters(name)] == ["fsdp"]

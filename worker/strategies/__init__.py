@@ -14,24 +14,21 @@ rank must stop.
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import nn
 
+from worker.config import STRATEGY_CLASSES
 from worker.distenv import DistEnv
 from worker.precision import Precision
 from worker.strategies.base import Strategy
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The class of STRATEGY ``name``; its module is imported only when chosen."""
-    chosen: type[Strategy]
-    if name == "ddp":
-        from worker.strategies.ddp import DDPStrategy as chosen
-    elif name == "fsdp":
-        from worker.strategies.fsdp import FSDPStrategy as chosen
-    else:
-        from worker.strategies.allreduce import AllReduceStrategy as chosen
-    return chosen
+    """The class of STRATEGY ``name`` (worker.config.STRATEGY_CLASSES); its module is imported only when chosen."""
+    module, _, attribute = STRATEGY_CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def shards_parameters(name: str) -> bool:
