@@ -108,12 +108,13 @@ def test_non_ascii_values_survive_a_c_locale(gen):
     assert job["metadata"]["annotations"]["owner"] == "🙂 Zoë"
 
 
-def test_importing_and_running_the_cli_loads_no_torch():
-    """gen-manifests reads the worker's torch-free interface (worker.config, worker.exit_codes), never torch."""
+@pytest.mark.parametrize("target", ["kubernetes", "slurm"])
+def test_importing_and_running_the_cli_loads_no_torch(target):
+    """gen-manifests reads the worker's torch-free interface (worker.contract), never torch, for either target."""
     code = (
         "import sys\n"
         "from generator.cli import main\n"
-        "try:\n    main(['--check'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main(['--check', '--target', '{target}'])\nexcept SystemExit:\n    pass\n"
         "print(','.join(sorted(m for m in ('torch', 'torchvision', 'numpy', 'worker.train', 'worker.launch')\n"
         "                      if m in sys.modules)))\n"
     )
