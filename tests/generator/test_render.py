@@ -103,8 +103,10 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
         "--rdzv-conf=timeout=600", "--shutdown-timeout=55", "-m", "worker",
     ]
     env = {item["name"]: item for item in worker["env"]}
-    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+    # the server's defaulted form (apiVersion v1): without it, a server-side apply after a client-side one
+    # conflicted on this field
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"] == {
+        "apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
     assert env["OMP_NUM_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
     assert env["PYTHONUNBUFFERED"]["value"] == "1"
     config_map = next(doc for doc in render("replicas=3", "master_port=23456") if doc["kind"] == "ConfigMap")
@@ -124,7 +126,10 @@ def test_cpu_job_has_no_gpu_limit_and_gpu_job_has_one():
     assert cpu_limits == {"cpu": "2", "memory": "4Gi"}
     gpu_job = job_of(render("resources.gpu.accelerator_count=4", "resources.gpu.accelerator=A100"))
     pod = gpu_job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    # quantities as the server stores them (strings): an integer 4 made every re-apply report "configured"
+    resources = pod["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == "4"
+    assert all(isinstance(value, str) for part in resources.values() for value in part.values())
     assert "--nproc-per-node=4" in pod["containers"][0]["args"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100"}
 
