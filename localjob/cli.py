@@ -83,7 +83,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
                     f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
     complete, reason, message = controller.run()
-    status = controller.status(complete, reason, message)
+    status = controller.status()
     if status_file:
         controller.write_status(status_file, status)
     for pod_volume in (job_plan.pod_spec.get("volumes") or []):

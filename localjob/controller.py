@@ -5,11 +5,17 @@ Semantics follow the batch/v1 Job controller: at most ``parallelism`` pods run; 
 the DisruptionTarget an eviction gives it); counted failures beyond ``backoffLimit`` fail the Job
 (BackoffLimitExceeded), and with ``backoffLimitPerIndex`` an index beyond its own limit is failed (beyond
 ``maxFailedIndexes`` of them: MaxFailedIndexesExceeded). A replacement waits the controller's back-off, 10 s
-doubling to at most 6 min: by the number of this index's failures (ignored ones included) with
+doubling to at most 10 min: by the number of this index's failures (ignored ones included) with
 ``backoffLimitPerIndex``, else by the number of the Job's failed pods since its last success, ignored ones
 included. It starts only once the failed pod is fully gone (podReplacementPolicy: Failed). A ``successPolicy``
 completes the Job once its indexes have succeeded (SuccessCriteriaMet), terminating the pods still running.
 ``activeDeadlineSeconds`` fails the Job. Ending the Job terminates its pods with their grace period.
+
+The status is the controller's: a failure writes FailureTarget at once and Failed only after the remaining pods
+have ended (success: SuccessCriteriaMet, then Complete), each with the controller's reason and message; the pods
+the controller terminates because the Job failed count in ``failed`` (a pod an Ignore rule matches as it stands,
+such as one already being evicted, does not), and an index past its own limit is in ``failedIndexes`` even when
+the Job-wide limit ends the Job in the same step.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
 
-BACKOFF_CAP = 360.0  # seconds, as the Job controller caps it
+BACKOFF_CAP = 600.0  # seconds: the Job controller's MaxJobPodFailureBackOff (10 min)
 
 
 @dataclass
@@ -75,8 +81,10 @@ class LocalPod:
     def terminate(self, grace: float) -> None:
         self.current.terminate(grace)
         if self.record.phase == "Running":
+            code = self.current.poll()  # 143 for a process that stopped on SIGTERM, 137 once the grace ran out
             self.record.phase = "Failed"
-            self.record.exit_codes.setdefault(self.current.run.name, 137)
+            self.record.exit_codes.setdefault(self.current.run.name,
+                                              137 if code is None else ContainerProcess.exit_code(code))
             self.record.finished = time.time()
 
     def evict(self, grace: float, reason: str) -> None:
@@ -96,8 +104,19 @@ def parse_indexes(text: str) -> set[int]:
     return indexes
 
 
+def format_indexes(indexes: set[int]) -> str:
+    """Indexes as the Job's status writes them: "0,2-4,7" ("" for none)."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def backoff_delay(base: float, failures: int) -> float:
-    """The Job controller's delay before a replacement: base, doubled per further failure, capped at 6 min."""
+    """The Job controller's delay before a replacement: base, doubled per further failure, capped at 10 min."""
     return 0.0 if failures <= 0 else min(base * 2 ** (failures - 1), BACKOFF_CAP)
 
 
@@ -131,24 +150,38 @@ class JobController:
     # -- policy -------------------------------------------------------------------------------------
     def policy_action(self, record: PodRecord) -> str:
         """The first podFailurePolicy rule that matches the failed pod, as the Job controller evaluates it."""
-        for rule in (self.plan.spec.get("podFailurePolicy") or {}).get("rules", []):
-            if self._matches(rule, record):
-                return rule["action"]
-        return "Count"
+        return self.policy_match(record)[0]
+
+    def policy_match(self, record: PodRecord) -> tuple[str, str]:
+        """(action, what matched) of the first podFailurePolicy rule that matches the pod; ("Count", "") if none.
+        What matched is worded as the Job controller's FailJob message words it."""
+        pod = f"{self.plan.namespace}/{record.name}"
+        for number, rule in enumerate((self.plan.spec.get("podFailurePolicy") or {}).get("rules", [])):
+            matched = self._matches(rule, record)
+            if matched is not None:
+                kind, name, value = matched
+                what = (f"Container {name} for pod {pod} failed with exit code {value}" if kind == "code"
+                        else f"Pod {pod} has condition {value}")
+                return rule["action"], f"{what} matching {rule['action']} rule at index {number}"
+        return "Count", ""
 
     @staticmethod
-    def _matches(rule: dict, record: PodRecord) -> bool:
+    def _matches(rule: dict, record: PodRecord) -> tuple[str, str, object] | None:
         on_conditions = rule.get("onPodConditions")
         if on_conditions:
-            return any(condition["type"] == wanted["type"] and condition["status"] == wanted.get("status", "True")
-                       for wanted in on_conditions for condition in record.conditions)
+            for wanted in on_conditions:
+                for condition in record.conditions:
+                    if condition["type"] == wanted["type"] and condition["status"] == wanted.get("status", "True"):
+                        return "condition", "", condition["type"]
+            return None
         on_codes = rule.get("onExitCodes") or {}
-        codes = [code for name, code in record.exit_codes.items()
-                 if code != 0 and on_codes.get("containerName") in (None, name)]
         values = set(on_codes.get("values", []))
-        if on_codes.get("operator") == "In":
-            return any(code in values for code in codes)
-        return any(code not in values for code in codes)
+        for name, code in record.exit_codes.items():
+            if code == 0 or on_codes.get("containerName") not in (None, name):
+                continue
+            if (code in values) == (on_codes.get("operator") == "In"):
+                return "code", name, code
+        return None
 
     def success_met(self) -> str | None:
         """The message of the first successPolicy rule the succeeded indexes meet, or None."""
@@ -198,12 +231,11 @@ class JobController:
         if plan.spec.get("suspend"):
             self.note("the Job is suspended (spec.suspend: a queue such as Kueue would admit it); running it now")
         while True:
-            if self.interrupted is not None:
-                self._end(running, f"received signal {self.interrupted}")
-                return False, "Interrupted", f"local-job received signal {self.interrupted}"
+            if self.interrupted is not None:  # local-job's own: the Job was not failed by its controller
+                return self._fail(running, "Interrupted", f"local-job received signal {self.interrupted}",
+                                  count_running=False)
             if deadline is not None and time.monotonic() - started > float(deadline):
-                self._end(running, "the active deadline passed")
-                return False, "DeadlineExceeded", f"Job was active longer than specified deadline ({deadline} s)"
+                return self._fail(running, "DeadlineExceeded", "Job was active longer than specified deadline")
             self._serve_evictions(running)
             for index, pod in list(running.items()):
                 if not pod.step():
@@ -215,14 +247,13 @@ class JobController:
                     self.succeeded.add(index)
                     self.failures_since_success = 0
                     continue
-                action = self.policy_action(record)
+                action, matched = self.policy_match(record)
                 conditions = "".join(f", {c['type']}" for c in record.conditions)
                 self.note(f"pod {record.name} failed (exit codes {record.exit_codes}{conditions}); "
                           f"podFailurePolicy: {action}")
                 if action == "FailJob":
-                    self._end(running, "podFailurePolicy FailJob")
-                    return False, "PodFailurePolicy", (
-                        f"container exit codes {record.exit_codes} of pod {record.name} matched a FailJob rule")
+                    self.failed += 1
+                    return self._fail(running, "PodFailurePolicy", matched)
                 now = time.monotonic()
                 self.failures_since_success += 1
                 self.index_absolute[index] += 1
@@ -233,27 +264,28 @@ class JobController:
                     continue
                 self.failed += 1
                 self.index_failures[index] += 1
-                if self.failed > plan.backoff_limit:
-                    self._end(running, "the backoff limit was exceeded")
-                    return False, "BackoffLimitExceeded", (
-                        f"Job has reached the specified backoff limit ({plan.backoff_limit} counted failures "
-                        "allowed)")
-                if per_index_limit is not None and self.index_failures[index] > int(per_index_limit):
+                # the index fails past its own limit; it shows in failedIndexes even when the Job-wide limit
+                # ends the Job in the same step (as the controller computes both from the same pods)
+                index_failed = per_index_limit is not None and self.index_failures[index] > int(per_index_limit)
+                if index_failed:
                     self.failed_indexes.add(index)
+                if self.failed > plan.backoff_limit:
+                    return self._fail(running, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+                if index_failed:
                     if len(self.failed_indexes) > int(plan.spec.get("maxFailedIndexes", plan.completions)):
-                        self._end(running, "too many failed indexes")
-                        return False, "MaxFailedIndexesExceeded", f"failed indexes: {sorted(self.failed_indexes)}"
+                        return self._fail(running, "MaxFailedIndexesExceeded",
+                                          "Job has exceeded the specified maximal number of failed indexes")
+                    if len(self.failed_indexes) + len(self.succeeded) >= plan.completions:
+                        return self._fail(running, "FailedIndexes", "Job has failed indexes")
                     continue
                 pending.append(index)
             met = self.success_met() if "successPolicy" in plan.spec else None
             if met:
-                self.conditions.append({"type": "SuccessCriteriaMet", "reason": "SuccessPolicy", "message": met})
-                self._end(running, f"SuccessCriteriaMet ({met})")
-                return True, "SuccessPolicy", met
+                return self._succeed(running, "SuccessPolicy", met)
             if len(self.succeeded) == plan.completions:
-                return True, "Completed", f"all {plan.completions} indexes succeeded"
-            if self.failed_indexes and not running and not pending:
-                return False, "FailedIndexes", f"failed indexes: {sorted(self.failed_indexes)}"
+                return self._succeed(running, "CompletionsReached", "Reached expected number of succeeded pods")
+            if self.failed_indexes and len(self.failed_indexes) + len(self.succeeded) >= plan.completions:
+                return self._fail(running, "FailedIndexes", "Job has failed indexes")
             now = time.monotonic()
             for index in sorted(pending):
                 if len(running) >= plan.parallelism or now < self.ready_at(index):
@@ -283,6 +315,35 @@ class JobController:
     def _interrupt(self, signum, frame) -> None:
         self.interrupted = signal.Signals(signum).name
 
+    # -- the end ------------------------------------------------------------------------------------
+    def condition(self, kind: str, reason: str, message: str) -> dict:
+        """A Job condition as the API writes it, appended to the status's list."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": kind, "status": "True", "reason": reason, "message": message,
+                     "lastProbeTime": stamp, "lastTransitionTime": stamp}
+        self.conditions.append(condition)
+        return condition
+
+    def _fail(self, running: dict[int, LocalPod], reason: str, message: str,
+              count_running: bool = True) -> tuple[bool, str, str]:
+        """FailureTarget at once; every pod still running counts as failed (unless a podFailurePolicy rule
+        ignores it as it stands, e.g. an eviction in progress), is terminated with its grace period, and only
+        then the Job is Failed: the controller's order (kube-controller-manager, job_controller.go)."""
+        self.condition("FailureTarget", reason, message)
+        if count_running:
+            self.failed += sum(1 for pod in running.values() if self.policy_action(pod.record) != "Ignore")
+        self._end(running, f"{reason}: {message}")
+        self.condition("Failed", reason, message)
+        return False, reason, message
+
+    def _succeed(self, running: dict[int, LocalPod], reason: str, message: str) -> tuple[bool, str, str]:
+        """SuccessCriteriaMet at once; the pods still running are terminated (not counted as failed), then the
+        Job is Complete."""
+        self.condition("SuccessCriteriaMet", reason, message)
+        self._end(running, f"SuccessCriteriaMet ({message})")
+        self.condition("Complete", reason, message)
+        return True, reason, message
+
     def _end(self, running: dict[int, LocalPod], why: str) -> None:
         if running:
             self.note(f"{why}: terminating {len(running)} running pod(s) "
@@ -296,16 +357,20 @@ class JobController:
             self.factory.release(pod.run)
         running.clear()
 
-    def status(self, complete: bool, reason: str, message: str) -> dict:
-        final = {"type": "Complete" if complete else "Failed", "reason": reason, "message": message}
+    def status(self) -> dict:
+        """The Job's final status: ``conditions``, ``succeeded``, ``failed``, ``completedIndexes`` and
+        ``failedIndexes`` as the Job controller writes them (its counting, its words, its index notation); then
+        local-job's own: the final ``condition``, ``ignored`` (failed pods a podFailurePolicy Ignore rule
+        matched), ``restarts`` per index and every pod with its exit codes."""
         return {
             "name": self.plan.name,
-            "condition": final,
-            "conditions": self.conditions + [final],
+            "conditions": self.conditions,
             "succeeded": len(self.succeeded),
             "failed": self.failed,
+            "completedIndexes": format_indexes(self.succeeded),
+            "failedIndexes": format_indexes(self.failed_indexes),
+            "condition": {key: self.conditions[-1][key] for key in ("type", "reason", "message")},
             "ignored": self.ignored,
-            "failedIndexes": sorted(self.failed_indexes),
             "restarts": {str(index): count for index, count in self.restarts.items()},
             "pods": [vars(record) for record in self.records],
         }

@@ -46,8 +46,9 @@ def test_success_policy_lets_the_leader_decide():
 
 def test_indexes_and_back_off_follow_the_controller():
     assert parse_indexes("0") == {0} and parse_indexes("0,2-4, 7") == {0, 2, 3, 4, 7}
-    assert [backoff_delay(10, n) for n in range(6)] == [0, 10, 20, 40, 80, 160]
-    assert backoff_delay(10, 12) == BACKOFF_CAP
+    # a real v1.36 controller waited 10, 22, 40, 80, 160, 321, 600 s before successive replacements
+    assert [backoff_delay(10, n) for n in range(9)] == [0, 10, 20, 40, 80, 160, 320, 600, 600]
+    assert BACKOFF_CAP == 600  # the controller's MaxJobPodFailureBackOff: 10 minutes
 
 
 def test_the_back_off_is_per_index_with_backoff_limit_per_index_else_job_wide():
@@ -55,7 +56,7 @@ def test_the_back_off_is_per_index_with_backoff_limit_per_index_else_job_wide():
     per_index.last_failure_of = {None: 100.0, 0: 100.0, 1: 100.0}
     per_index.index_absolute.update({0: 1, 1: 1})  # one gang restart: every index failed once
     per_index.failures_since_success = 8
-    assert per_index.ready_at(0) == 110.0  # 10 s, not the 6 min that 8 failed pods cost job-wide
+    assert per_index.ready_at(0) == 110.0  # 10 s, not the 10 min that 8 failed pods cost job-wide
     job_wide = controller("replicas=8")
     del job_wide.plan.spec["backoffLimitPerIndex"]
     job_wide.last_failure_of = per_index.last_failure_of

@@ -82,6 +82,28 @@ def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(t
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
     # 3 gang attempts, not 2 x 3: each counted once (rank 1's crash), its victim ignored each time
     assert log.count("started pod mnist-train-1-") == 3
-    assert status["failed"] == 3 and status["ignored"] == 2
+    # rank 1's 3 crashes count; 2 victims are ignored; the last attempt's victim, if it is still running when
+    # the Job fails, is terminated and counted as the controller counts it (else it was ignored)
+    assert status["failed"] + status["ignored"] == 6 and status["failed"] in (3, 4)
+    # index 1 passed its own limit in the same step: the controller lists it although BackoffLimitExceeded ended
+    # the Job
+    assert status["failedIndexes"] == "1" and status["completedIndexes"] == ""
+    assert [c["type"] for c in status["conditions"]] == ["FailureTarget", "Failed"]
+    assert status["conditions"][1]["message"] == "Job has reached the specified backoff limit"
     assert status["restarts"] == {"0": 2, "1": 2}
     assert "launcher: worker rank 1 failed first with exit code 3" in log
+
+
+def test_a_gang_whose_every_pod_fails_as_a_victim_ends(tmp_path):
+    """Every rank exits 75 ("a peer failed first") in every attempt: without a counted cause the Job would restart
+    forever; index 0 counts each such attempt once (76), so max_restarts=1 ends it after 2 attempts."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400, env=fault_env("exit=75@batch=1.2"))
+    assert result.returncode == 1, log[-5000:]
+    assert status["condition"]["reason"] == "BackoffLimitExceeded"
+    assert log.count("started pod mnist-train-0-") == 2
+    codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
+    assert codes[0] == [76, 76]  # once per attempt, by index 0
+    assert codes[1][0] == 75  # the others stay victims (ignored)
+    assert status["failed"] in (2, 3) and log.count("none failed first: this attempt counts once") == 2

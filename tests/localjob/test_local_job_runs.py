@@ -118,9 +118,17 @@ def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
 
 def test_bad_configuration_fails_the_job_at_once(tmp_path):
     claim = volume(tmp_path, SMALL)
-    result, log, status = run_local_job(tmp_path, render("config_map.EPOCHS=abc"), claim)
+    # gen-manifests refuses EPOCHS=abc; a hand-edited ConfigMap reaches the pod, whose check refuses it (78)
+    manifests = render("config_map.EPOCHS=2").replace(b'"EPOCHS": "2"', b'"EPOCHS": "abc"')
+    assert b'"EPOCHS": "abc"' in manifests
+    result, log, status = run_local_job(tmp_path, manifests, claim)
     assert result.returncode == 1
     assert status["condition"]["reason"] == "PodFailurePolicy"
+    # the controller's words, and its count: the pod that matched FailJob and the one it terminated
+    assert re.fullmatch(r"Container check-config for pod default/mnist-train-[01]-\w{5} failed with exit code 78 "
+                        r"matching FailJob rule at index 0", status["condition"]["message"])
+    assert [c["type"] for c in status["conditions"]] == ["FailureTarget", "Failed"]
+    assert status["failed"] == 2 and status["failedIndexes"] == ""
     assert status["restarts"] == {"0": 0, "1": 0}
     assert "configuration error: EPOCHS: 'abc' must be a whole number" in log
     assert "Job mnist-train failed: PodFailurePolicy" in log
@@ -134,8 +142,10 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     assert result.returncode == 1
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
     # each gang attempt: rank 0 exits 69 (counted), rank 1 is its victim (75, ignored); 2 attempts for 1 restart
-    # (the second attempt's victim may still be running when the Job fails: it is terminated, not counted)
-    assert status["failed"] == 2 and status["ignored"] in (1, 2)
+    # (the second attempt's victim, if still running when the Job fails, is terminated and counted, as the
+    # controller counts it)
+    assert status["failed"] + status["ignored"] == 4 and status["failed"] in (2, 3)
+    assert status["failedIndexes"] == "0"  # index 0 passed its own limit (1) in the same step
     codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
     assert codes[0] == [69, 69] and codes[1][0] == 75
     assert "DOWNLOAD is false" in log
@@ -149,6 +159,13 @@ def test_active_deadline_ends_the_job(tmp_path):
     assert result.returncode == 1
     assert status["condition"]["reason"] == "DeadlineExceeded"
     assert time.monotonic() - started < 60
+    # FailureTarget at the deadline, Failed once both pods ended; both pods count as failed, as on a cluster
+    target, final = status["conditions"]
+    assert (target["type"], final["type"]) == ("FailureTarget", "Failed")
+    assert target["message"] == final["message"] == "Job was active longer than specified deadline"
+    assert target["lastTransitionTime"] <= final["lastTransitionTime"]
+    assert status["failed"] == 2 and status["succeeded"] == 0
+    assert all(pod["exit_codes"]["worker"] == 143 for pod in status["pods"])  # stopped on SIGTERM, not killed
     # the pods got SIGTERM and their grace period: the gang agreed to stop and rank 0 checkpointed
     assert "Rank 0: stop requested: checkpointing" in log and "Rank 1: stopped: SIGTERM received here" in log
     assert not pod_processes("mnist-train-")
