@@ -38,8 +38,8 @@ require_kubectl
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
 kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml"
 # The ConfigMaps of earlier renders too: they carry the job's instance label and the config component.
-name="$(job_field name)"
-namespace="$(job_field namespace)"
+name="$(job_field metadata name)"
+namespace="$(job_field metadata namespace)"
 kubectl delete configmap --ignore-not-found --wait=true -n "$namespace" \
   -l "app.kubernetes.io/instance=$name,app.kubernetes.io/component=config"
 if [[ "$remove_volume" == true && -f "$BUILD_DIR/1-persistentvolumeclaim.yaml" ]]; then

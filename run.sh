@@ -51,7 +51,7 @@ fi
 
 require_build
 if [[ "$local_run" == true ]]; then
-  name="$(job_field name)"
+  name="$(job_field metadata name)"
   bin_dir="$(dirname "$(find_generator)")"
   if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
     info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"
@@ -75,10 +75,35 @@ if [[ "$local_run" == true ]]; then
 fi
 
 require_kubectl
-name="$(job_field name)"
-namespace="$(job_field namespace)"
+name="$(job_field metadata name)"
+namespace="$(job_field metadata namespace)"
+# What the cluster must already have, or the Job is created and never gets a pod (only events say why):
+# checked before anything is applied, every problem on its own line.
+problems=()
 kubectl get namespace "$namespace" >/dev/null 2>&1 ||
-  die "namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values"
+  problems+=("namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values")
+account="$(job_field spec template spec serviceAccountName)"
+if [[ -n "$account" && ${#problems[@]} -eq 0 ]] && ! kubectl -n "$namespace" get serviceaccount "$account" >/dev/null 2>&1; then
+  problems+=("service_account_name '$account' is not a ServiceAccount of namespace $namespace; create it (kubectl -n $namespace create serviceaccount $account) or set service_account_name: null")
+fi
+priority="$(job_field spec template spec priorityClassName)"
+if [[ -n "$priority" ]] && ! kubectl get priorityclass "$priority" >/dev/null 2>&1; then
+  problems+=("priority_class_name '$priority' is not a PriorityClass of this cluster (kubectl get priorityclasses lists them); create it or set priority_class_name: null")
+fi
+queue="$(job_field metadata labels kueue.x-k8s.io/queue-name)"
+if [[ -n "$queue" ]]; then
+  if ! kubectl get crd localqueues.kueue.x-k8s.io >/dev/null 2>&1; then
+    problems+=("queue_name '$queue' needs Kueue, which this cluster does not have (no CRD localqueues.kueue.x-k8s.io): the Job would stay suspended; install Kueue or set queue_name: null")
+  elif [[ ${#problems[@]} -eq 0 ]] && ! kubectl -n "$namespace" get localqueues.kueue.x-k8s.io "$queue" >/dev/null 2>&1; then
+    problems+=("queue_name '$queue' is not a LocalQueue of namespace $namespace (kubectl -n $namespace get localqueues lists them); create it or set queue_name to one that exists")
+  fi
+fi
+if ((${#problems[@]})); then
+  for problem in "${problems[@]}"; do
+    echo "run.sh: error: $problem" >&2
+  done
+  die "nothing was applied; fix the above and run ./run.sh again"
+fi
 # The files are numbered in apply order: claim, ConfigMap, Service, then the Job.
 if ! kubectl apply -f "$BUILD_DIR"; then
   if kubectl -n "$namespace" get job "$name" >/dev/null 2>&1; then

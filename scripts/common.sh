@@ -56,8 +56,14 @@ sbatch_option() {
 
 # Read one field of the rendered Job (name or namespace) without kubectl or a cluster.
 job_field() {
-  local field="$1" python="python3"
+  # A field of the rendered Job by its path, one argument per key (metadata name; spec template spec
+  # serviceAccountName; metadata labels kueue.x-k8s.io/queue-name); empty when the Job does not set it.
+  local python="python3"
   [[ -x "$ROOT/.venv/bin/python" ]] && python="$ROOT/.venv/bin/python"
-  "$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"][sys.argv[2]])' \
-    "$BUILD_DIR/4-job.yaml" "$field"
+  "$python" -c '
+import sys, yaml
+node = yaml.safe_load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    node = node.get(key) if isinstance(node, dict) else None
+print("" if node is None else node)' "$BUILD_DIR/4-job.yaml" "$@"
 }

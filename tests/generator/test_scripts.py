@@ -93,6 +93,57 @@ def test_run_applies_the_build_directory_and_explains_how_to_follow(tmp_path, fa
     assert "kubectl -n ml logs -f -l app.kubernetes.io/instance=digits" in result.stderr
 
 
+def cluster_without(tmp_path, *missing: str) -> tuple[Path, Path]:
+    """A kubectl whose cluster lacks the objects named (`get KIND NAME` fails for them), recording its calls."""
+    bin_dir, log = tmp_path / "fakebin", tmp_path / "kubectl.log"
+    bin_dir.mkdir()
+    cases = "".join(f'  *"get {what}"*) exit 1;;\n' for what in missing)
+    (bin_dir / "kubectl").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\ncase "$*" in\n{cases}esac\nexit 0\n')
+    (bin_dir / "kubectl").chmod(0o755)
+    return bin_dir, log
+
+
+@pytest.mark.parametrize("sets, missing, expected", [
+    (["service_account_name=trainer"], ["serviceaccount trainer"],
+     ["service_account_name 'trainer' is not a ServiceAccount of namespace default; create it "
+      "(kubectl -n default create serviceaccount trainer) or set service_account_name: null"]),
+    (["priority_class_name=urgent"], ["priorityclass urgent"],
+     ["priority_class_name 'urgent' is not a PriorityClass of this cluster"]),
+    (["queue_name=team-a"], ["crd localqueues.kueue.x-k8s.io"],
+     ["queue_name 'team-a' needs Kueue, which this cluster does not have"]),
+    (["queue_name=team-a"], ["localqueues.kueue.x-k8s.io team-a"],
+     ["queue_name 'team-a' is not a LocalQueue of namespace default"]),
+    (["namespace=ml", "priority_class_name=urgent"], ["namespace ml", "priorityclass urgent"],
+     ["namespace 'ml' does not exist", "priority_class_name 'urgent' is not a PriorityClass"]),
+])
+def test_run_refuses_values_that_leave_the_job_without_pods(tmp_path, sets, missing, expected):
+    """A missing ServiceAccount, PriorityClass, namespace or Kueue queue: the Job would be created and never get
+    a pod. run.sh says so, one line each, and applies nothing."""
+    bin_dir, log = cluster_without(tmp_path, *missing)
+    build = tmp_path / "build"
+    script("prepare.sh", *[arg for item in sets for arg in ("--set", item)], build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("run.sh: error: ") and "nothing was applied" not in line]
+    assert len(errors) == len(expected) and all(want in line for want, line in zip(expected, errors, strict=True))
+    assert "nothing was applied" in result.stderr
+    assert not [call for call in log.read_text().splitlines() if call.startswith("apply")]
+
+
+def test_run_applies_when_the_cluster_has_what_the_job_names(tmp_path, fake_kubectl):
+    bin_dir, log = fake_kubectl
+    build = tmp_path / "build"
+    script("prepare.sh", "--set", "service_account_name=trainer", "--set", "priority_class_name=urgent",
+           "--set", "queue_name=team-a", build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    assert {"get namespace default", "-n default get serviceaccount trainer", "get priorityclass urgent",
+            "get crd localqueues.kueue.x-k8s.io", "-n default get localqueues.kueue.x-k8s.io team-a"} <= set(calls)
+    assert calls[-1] == f"apply -f {build}"
+
+
 def test_run_explains_a_job_that_exists_with_other_settings(tmp_path):
     """kubectl apply fails on the Job's immutable template: run.sh says what to do instead."""
     bin_dir = tmp_path / "fakebin"
