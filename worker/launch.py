@@ -37,6 +37,7 @@ from torch.distributed.run import run as torchrun
 from worker import exit_codes, settings
 from worker.config import ConfigError, build_parser, load_config
 from worker.contract import BUILT_IN_WORKER, signal_exit_code
+from worker.gang_ledger import WAIT_SECONDS, GangLedger
 
 
 def say(message: str) -> None:
@@ -114,11 +115,42 @@ def check_before_rendezvous(args) -> int | None:
     return exit_codes.OK
 
 
+def gang_ledger(args) -> GangLedger | None:
+    """The built-in worker's ledger of how the gang's pods ended (worker.gang_ledger); None for other programs."""
+    try:
+        config = worker_config(args)
+    except ConfigError:
+        return None
+    if config is None:
+        return None
+    nodes = int(str(args.nnodes).split(":")[-1])
+    return GangLedger(config.output_dir, int(args.node_rank), nodes)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     early = check_before_rendezvous(args)
     if early is not None:
         return early
+    ledger = gang_ledger(args)
+    if ledger is not None:
+        ledger.start()
+    code = run_torchrun(args)
+    if ledger is None or code == exit_codes.OK:
+        return code
+    ledger.note(code)
+    if code == exit_codes.PEER_LOST and ledger.node == 0:
+        say(f"this pod's worker lost its peers (exit {code}); waiting up to {WAIT_SECONDS:.0f} s for the other "
+            f"pods' notes in {ledger.directory} to tell whether one of them failed first")
+        if ledger.nobody_failed_first():
+            say(f"every pod of the gang ended as a victim (75) and none failed first: this attempt counts once, "
+                f"as index 0's failure; the pod exits {exit_codes.STALLED}")
+            return exit_codes.STALLED
+    return code
+
+
+def run_torchrun(args) -> int:
+    """torchrun, and the exit code the pod reports for how it ended."""
     try:
         torchrun(args)
         return exit_codes.OK

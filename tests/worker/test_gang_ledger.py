@@ -1,0 +1,46 @@
+"""The gang's ledger (worker/gang_ledger.py): index 0 counts an attempt in which every pod ended as a victim."""
+
+import threading
+import time
+
+from worker.gang_ledger import GangLedger
+
+
+def ledgers(tmp_path, nodes=3):
+    return [GangLedger(tmp_path, node, nodes) for node in range(nodes)]
+
+
+def test_every_pod_a_victim_means_nobody_failed_first(tmp_path):
+    pods = ledgers(tmp_path)
+    for pod in pods:
+        pod.start()
+        pod.note(75)
+    assert pods[0].nobody_failed_first(wait=5) is True
+
+
+def test_a_pod_that_ended_otherwise_explains_the_attempt_at_once(tmp_path):
+    pods = ledgers(tmp_path)
+    pods[0].note(75)
+    pods[1].note(75)
+    threading.Timer(0.3, pods[2].note, args=(3,)).start()  # the root cause's launcher notes its crash
+    started = time.monotonic()
+    assert pods[0].nobody_failed_first(wait=10) is False
+    assert time.monotonic() - started < 5  # not the whole wait
+
+
+def test_a_pod_that_left_no_note_is_the_jobs_to_count(tmp_path):
+    pods = ledgers(tmp_path)
+    pods[0].note(75)
+    pods[1].note(75)  # pod 2 vanished whole (killed with its launcher): Kubernetes counts or excuses it
+    assert pods[0].nobody_failed_first(wait=0.5) is False
+
+
+def test_a_new_attempt_starts_without_its_own_old_note(tmp_path):
+    first = ledgers(tmp_path, nodes=2)
+    for pod in first:
+        pod.note(75)
+    second = ledgers(tmp_path, nodes=2)
+    second[0].start()
+    second[0].note(75)  # index 1's replacement has started (its old note removed) and is still running
+    second[1].start()
+    assert second[0].nobody_failed_first(wait=0.5) is False
