@@ -34,6 +34,14 @@ from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
 
+# Where local-job's status cannot be the controller's, said in every status it writes (and docs/reliability.md).
+DIFFERENCES = (
+    "no active, ready or terminating counts and no uncountedTerminatedPods: every pod is listed under pods instead",
+    "times are this machine's clock at one-second resolution, taken when local-job sees a pod end (a kubelet "
+    "reports a little later)",
+    "Interrupted (local-job itself stopped by a signal) has no counterpart: a deleted Job keeps no status",
+    "suspend is not honoured: a suspended Job (a Kueue queue's) runs at once",
+)
 BACKOFF_CAP = 600.0  # seconds: the Job controller's MaxJobPodFailureBackOff (10 min)
 
 
@@ -373,6 +381,7 @@ class JobController:
             "ignored": self.ignored,
             "restarts": {str(index): count for index, count in self.restarts.items()},
             "pods": [vars(record) for record in self.records],
+            "differences": list(DIFFERENCES),
         }
 
     def write_status(self, path: Path, status: dict) -> None:

@@ -62,3 +62,18 @@ def test_the_back_off_is_per_index_with_backoff_limit_per_index_else_job_wide():
     job_wide.last_failure_of = per_index.last_failure_of
     job_wide.failures_since_success = 8
     assert job_wide.ready_at(0) == 100.0 + BACKOFF_CAP
+
+
+def test_every_difference_local_job_reports_is_in_the_docs():
+    from localjob.controller import DIFFERENCES
+    from tests.conftest import ROOT
+
+    docs = " ".join((ROOT / "docs" / "reliability.md").read_text().split())
+    assert [text for text in DIFFERENCES if text not in docs] == []
+
+
+def test_indexes_are_written_in_the_apis_notation():
+    from localjob.controller import format_indexes
+
+    assert [format_indexes(s) for s in (set(), {1}, {0, 1, 2}, {0, 2, 3, 4, 7})] == ["", "1", "0-2", "0,2-4,7"]
+    assert parse_indexes(format_indexes({0, 2, 3, 4, 7})) == {0, 2, 3, 4, 7}
