@@ -113,14 +113,14 @@ def parse_indexes(text: str) -> set[int]:
 
 
 def format_indexes(indexes: set[int]) -> str:
-    """Indexes as the Job's status writes them: "0,2-4,7" ("" for none)."""
+    """Indexes as the Job's status writes them: "0,2-4,7", two in a row as "0,1" ("" for none)."""
     runs: list[list[int]] = []
     for index in sorted(indexes):
         if runs and index == runs[-1][1] + 1:
             runs[-1][1] = index
         else:
             runs.append([index, index])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs)
 
 
 def backoff_delay(base: float, failures: int) -> float:

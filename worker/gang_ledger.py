@@ -37,8 +37,11 @@ class GangLedger:
             (self.directory / f"{self.node}.{kind}").unlink(missing_ok=True)
 
     def note(self, code: int) -> None:
-        """How this pod ends: as a victim (75), or otherwise (its own failure, a signal: the attempt's cause)."""
+        """How this pod ends: as a victim (75), or otherwise (its own failure, a signal: the attempt's cause).
+        Only into an OUTPUT_DIR that exists: a pod whose gang never assembled writes nothing."""
         kind = VICTIM if code == exit_codes.PEER_LOST else EXPLAINED
+        if not self.directory.parent.is_dir():
+            return
         try:
             atomic_write(self.directory / f"{self.node}.{kind}", f"{code}\n".encode())
         except OSError:  # the volume is unreachable: index 0 then finds no note from this pod, as if it vanished

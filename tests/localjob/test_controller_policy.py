@@ -75,5 +75,7 @@ def test_every_difference_local_job_reports_is_in_the_docs():
 def test_indexes_are_written_in_the_apis_notation():
     from localjob.controller import format_indexes
 
-    assert [format_indexes(s) for s in (set(), {1}, {0, 1, 2}, {0, 2, 3, 4, 7})] == ["", "1", "0-2", "0,2-4,7"]
+    # the controller's orderedIntervals.String(): a run of two is "a,b", not "a-b" (the control-plane tier saw it)
+    assert [format_indexes(s) for s in (set(), {1}, {0, 1}, {0, 1, 2}, {0, 2, 3, 4, 7, 8})] == [
+        "", "1", "0,1", "0-2", "0,2-4,7,8"]
     assert parse_indexes(format_indexes({0, 2, 3, 4, 7})) == {0, 2, 3, 4, 7}

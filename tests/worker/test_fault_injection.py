@@ -5,6 +5,7 @@ and no corrupt or partial file is ever loaded. The tests with several "pods" sta
 Job's own arguments.
 """
 
+import re
 import time
 
 import pytest
@@ -48,16 +49,19 @@ def test_a_save_slower_than_the_grace_period_leaves_the_previous_checkpoint_load
     first = run(command, env, timeout=300)
     assert first.returncode != 0 and time.monotonic() - started < 120, first.stdout[-3000:]
     assert "FAULT_INJECT: sleep=300 at checkpoint=2" in first.stdout
-    assert "stop requested: checkpointing epoch 2 at batch 3" in first.stdout
+    # the SIGTERM reaches rank 0 while batch 3 runs: the gang agrees on the stop in that step or, when it lands
+    # after rank 0's vote has left with the step's gradients (a loaded machine), in the next
+    stop = re.search(r"stop requested: checkpointing epoch 2 at batch (\d+)", first.stdout)
+    assert stop and int(stop.group(1)) in (3, 4), first.stdout[-3000:]
+    temporary = f".tmp-ckpt-e0001-s{int(stop.group(1)):06d}.pt"
     checkpoints = output / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".tmp-")) == [
         "ckpt-e0001-s000000.pt"]
-    assert [p for p in checkpoints.iterdir() if p.name.startswith(".tmp-ckpt-e0001-s000003.pt")], \
-        "the killed save left its temporary"
+    assert [p for p in checkpoints.iterdir() if p.name.startswith(temporary)], "the killed save left its temporary"
 
     second = run(command, env, timeout=300)  # the gang restarted: attempt 1, no faults
     assert second.returncode == 0, second.stdout[-3000:]
-    assert "removed .tmp-ckpt-e0001-s000003.pt" in second.stdout
+    assert f"removed {temporary}" in second.stdout
     assert "resuming from ckpt-e0001-s000000.pt" in second.stdout and "skipping checkpoint" not in second.stdout
     assert "epoch: 1/3" not in second.stdout  # epoch 1, completed and checkpointed, is not redone
     assert recorded_epochs(output) == [1, 2, 3]

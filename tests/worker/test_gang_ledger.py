@@ -44,3 +44,9 @@ def test_a_new_attempt_starts_without_its_own_old_note(tmp_path):
     second[0].note(75)  # index 1's replacement has started (its old note removed) and is still running
     second[1].start()
     assert second[0].nobody_failed_first(wait=0.5) is False
+
+
+def test_a_pod_whose_gang_never_assembled_writes_nothing(tmp_path):
+    output = tmp_path / "out"  # the worker never ran: OUTPUT_DIR was never made
+    GangLedger(output, 1, 2).note(76)
+    assert not output.exists()

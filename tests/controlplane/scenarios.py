@@ -1,0 +1,66 @@
+"""One table of Job controller scenarios, two executors: local-job (real processes) and a real control plane
+(the Job controller of kube-controller-manager, pods' status written as a kubelet would).
+
+A scenario is values for gen-manifests and a plan: for each completion index, what each of its pods does in
+turn (the last entry repeats): "run" (until terminated: it then exits 143, as the worker does on SIGTERM) or
+[code, seconds] (exit with code after that many seconds). The pods run tests/controlplane/plan.py through the
+indexed-trainer launcher, so their exit codes meet the rendered podFailurePolicy as the worker's do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    sets: tuple[str, ...]
+    plan: dict[int, list]
+    expected: dict = field(default_factory=dict)  # what both executors must report
+
+
+PLAN_VALUES = ("replicas=2", "entrypoint.module=null", "entrypoint.script=plan.py",
+               "entrypoint.launcher=indexed-trainer", "resources.cpu=1", "resources.memory=1", "shm_size=0.25",
+               "termination_grace_period_seconds=10")
+
+SCENARIOS = [
+    Scenario("a FailJob exit code", ("max_restarts=2",), {0: ["run"], 1: [[78, 2]]}, {
+        "conditions": [("FailureTarget", "PodFailurePolicy",
+                        "Container worker for pod <pod> failed with exit code 78 matching FailJob rule at index 0"),
+                       ("Failed", "PodFailurePolicy",
+                        "Container worker for pod <pod> failed with exit code 78 matching FailJob rule at index 0")],
+        "failed": 2, "succeeded": 0, "failedIndexes": "", "completedIndexes": ""}),
+    Scenario("one crash with max_restarts=0", ("max_restarts=0",), {0: ["run"], 1: [[1, 2]]}, {
+        "conditions": [("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+                       ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
+        "failed": 2, "succeeded": 0, "failedIndexes": "1", "completedIndexes": ""}),
+    Scenario("the active deadline", ("active_deadline_seconds=8",), {0: ["run"], 1: ["run"]}, {
+        "conditions": [("FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline"),
+                       ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")],
+        "failed": 2, "succeeded": 0, "failedIndexes": "", "completedIndexes": ""}),
+    Scenario("a victim is ignored and replaced after the back-off", ("max_restarts=0",),
+             {0: [[0, 30]], 1: [[75, 2], [0, 2]]}, {
+        "conditions": [("SuccessCriteriaMet", "SuccessPolicy", "Matched rules at index 0"),
+                       ("Complete", "SuccessPolicy", "Matched rules at index 0")],
+        "failed": 0, "succeeded": 2, "failedIndexes": "", "completedIndexes": "0,1"}),
+    Scenario("index 0's success ends the Job", (), {0: [[0, 3]], 1: ["run"]}, {
+        "conditions": [("SuccessCriteriaMet", "SuccessPolicy", "Matched rules at index 0"),
+                       ("Complete", "SuccessPolicy", "Matched rules at index 0")],
+        "failed": 0, "succeeded": 1, "failedIndexes": "", "completedIndexes": "0"}),
+]
+
+_POD = re.compile(r"\b(?:[a-z0-9-]+/)?[a-z][a-z0-9-]*-\d+-[a-z0-9]{5}\b")
+
+
+def comparable(status: dict) -> dict:
+    """The fields both executors report, pod names (random suffixes, namespaces) replaced by <pod>."""
+    return {
+        "conditions": [(c["type"], c.get("reason", ""), _POD.sub("<pod>", c.get("message", "")))
+                       for c in status.get("conditions") or [] if c.get("status", "True") == "True"],
+        "failed": status.get("failed", 0),
+        "succeeded": status.get("succeeded", 0),
+        "failedIndexes": status.get("failedIndexes") or "",
+        "completedIndexes": status.get("completedIndexes") or "",
+    }

@@ -1,0 +1,120 @@
+"""local-job against the real Job controller: each scenario of scenarios.py runs under both, and both report the
+same conditions (in order, with the controller's reasons and messages), failed, succeeded, failedIndexes and
+completedIndexes, and the scenario's expectation. Skipped without $KUBE_ASSETS (see cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, OUTSIDE
+from tests.controlplane.scenarios import PLAN_VALUES, SCENARIOS, Scenario, comparable
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+PLAN_SCRIPT = Path(__file__).resolve().parent / "plan.py"
+JOB_CONTROLLER_BACKOFF = 10.0  # the controller's first back-off; local-job runs with the same
+
+
+def render(scenario: Scenario, namespace: str = "default") -> str:
+    args = [str(BIN / "gen-manifests"), "--set", f"namespace={namespace}"]
+    for item in (*PLAN_VALUES, *scenario.sets, f"config_map.PLAN={json.dumps(json.dumps(scenario.plan))}"):
+        args += ["--set", item]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def run_on_local_job(scenario: Scenario, tmp_path: Path) -> tuple[dict, dict[int, list[float]]]:
+    """The scenario under local-job; (status, each index's pods' (start, end) times)."""
+    manifests = tmp_path / "job.yaml"
+    manifests.write_text(render(scenario))
+    image = tmp_path / "image"
+    image.mkdir()
+    shutil.copy(PLAN_SCRIPT, image / "plan.py")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    result = subprocess.run(
+        [str(BIN / "local-job"), str(manifests), "--image-dir", str(image), "--volume-root", str(tmp_path / "root"),
+         "--volume", f"mnist-train-data={volume}", "--status-file", str(tmp_path / "status.json"),
+         "--backoff-seconds", str(JOB_CONTROLLER_BACKOFF), "--env", f"PLAN_DIR={volume}"],
+        capture_output=True, text=True, cwd=OUTSIDE, timeout=300)
+    assert (tmp_path / "status.json").exists(), result.stdout[-3000:] + result.stderr[-2000:]
+    status = json.loads((tmp_path / "status.json").read_text())
+    times: dict[int, list] = {}
+    for pod in status["pods"]:
+        times.setdefault(pod["index"], []).append((pod["started"], pod["finished"]))
+    return status, times
+
+
+def container_status(state: dict) -> dict:
+    return {"name": "worker", "image": "indexed-trainer/worker", "imageID": "", "ready": "running" in state,
+            "restartCount": 0, "started": "running" in state, "state": state}
+
+
+def run_on_the_control_plane(scenario: Scenario, plane, namespace: str, timeout: float = 240) -> tuple[dict, dict]:
+    """The scenario on the real Job controller: this loop is every pod's kubelet."""
+    plane.kubectl("create", "namespace", namespace)
+    plane.kubectl("apply", "--server-side", "-f", "-", stdin=render(scenario, namespace))
+    job_name = "mnist-train"
+    pods: dict[str, dict] = {}  # uid -> {index, attempt, seen, ended}
+    attempts: dict[int, int] = {}
+    times: dict[int, list] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = plane.get("-n", namespace, "job", job_name)
+        if any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
+               for c in job.get("status", {}).get("conditions") or []):
+            return job["status"], times
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        for pod in plane.get("-n", namespace, "pods", "-l", f"job-name={job_name}")["items"]:
+            uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+            index = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+            if uid not in pods:
+                pods[uid] = {"index": index, "attempt": attempts.get(index, 0), "seen": now, "ended": False}
+                attempts[index] = attempts.get(index, 0) + 1
+                times.setdefault(index, []).append([now, None])
+            mine = pods[uid]
+            if mine["ended"]:  # (not scheduled: the claim has no provisioner here; the Job controller does not care)
+                continue
+            steps = scenario.plan[index]
+            step = steps[min(mine["attempt"], len(steps) - 1)]
+            ending = None
+            if pod["metadata"].get("deletionTimestamp"):
+                ending = 143  # SIGTERM from the kubelet: the plan (and the worker) exit 143
+            elif step != "run" and now - mine["seen"] >= step[1]:
+                ending = step[0]
+            if ending is None:
+                if pod["status"].get("phase") != "Running":
+                    plane.set_pod_status(namespace, name, {"phase": "Running", "containerStatuses": [
+                        container_status({"running": {"startedAt": stamp}})]})
+                continue
+            terminated = {"exitCode": ending, "reason": "Completed" if ending == 0 else "Error",
+                          "startedAt": stamp, "finishedAt": stamp}
+            plane.set_pod_status(namespace, name, {"phase": "Succeeded" if ending == 0 else "Failed",
+                                                   "containerStatuses": [container_status({"terminated": terminated})]})
+            mine["ended"] = True
+            times[index][mine["attempt"]][1] = now
+            if pod["metadata"].get("deletionTimestamp"):  # the kubelet's last word: the pod is gone
+                plane.kubectl("-n", namespace, "delete", "pod", name, "--grace-period=0", "--force", "--wait=false",
+                              check=False)
+        time.sleep(0.2)
+    raise AssertionError(f"{scenario.name}: the Job did not finish in {timeout} s: {plane.get('-n', namespace, 'job', job_name)}")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_local_job_reports_what_the_job_controller_reports(scenario, control_plane, tmp_path):
+    namespace = "parity-" + "".join(c if c.isalnum() else "-" for c in scenario.name.lower())[:40].strip("-")
+    real, real_times = run_on_the_control_plane(scenario, control_plane, namespace)
+    local, local_times = run_on_local_job(scenario, tmp_path)
+    assert comparable(real) == scenario.expected, yaml.safe_dump(real)
+    assert comparable(local) == comparable(real)
+    # a replacement waits the controller's back-off in both (10 s for an index's first failure)
+    for times in (real_times, local_times):
+        for pods in times.values():
+            for (_, ended), (started, _) in zip(pods, pods[1:]):
+                assert JOB_CONTROLLER_BACKOFF - 1 <= started - ended <= JOB_CONTROLLER_BACKOFF + 5, times
