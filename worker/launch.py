@@ -14,6 +14,8 @@ what it exits with and in two checks before the rendezvous:
 - SIGTERM is forwarded to the workers as torchrun does (they checkpoint); the exit code is then 128 + the
   signal, or 0 when the run is complete on the volume (it finished during the grace period).
 - A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
+- For the built-in worker, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
+  exits STALLED (76, counted once) when every pod of the attempt ended as a victim (worker.gang_ledger).
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
   the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
   if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
