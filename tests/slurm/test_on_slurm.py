@@ -140,7 +140,12 @@ def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, t
 
 def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='abc'")
+    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='2'")
+    # gen-manifests refuses EPOCHS=abc; a hand-edited script reaches the nodes, whose check refuses it (78)
+    script = tmp_path / "build" / "job.sbatch"
+    edited = script.read_text().replace("export EPOCHS=2\n", "export EPOCHS=abc\n")
+    assert "export EPOCHS=abc\n" in edited
+    script.write_text(edited)
     job_id = submit(cluster, tmp_path, shared)
     state = wait_for(cluster, job_id, timeout=300)
     log = job_log(shared)
