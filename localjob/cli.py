@@ -74,6 +74,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     provided = {name: read_secret(name, Path(path)) for name, path in _pairs("--secret", secrets).items()}
     job_plan = plan(read_source(source), provided)
     claim_dirs = {claim: Path(directory).resolve() for claim, directory in _pairs("--volume", volumes).items()}
+    _check_volumes(claim_dirs, job_plan)
     root = (volume_root or Path(tempfile.mkdtemp(prefix=f"local-job-{job_plan.name}-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     service = job_plan.headless_service or {}
@@ -95,6 +96,23 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
         return 0
     controller.note(f"Job {job_plan.name} failed: {reason}: {message}")
     return EXIT_INTERRUPTED if reason == "Interrupted" else EXIT_FAILED
+
+
+def _check_volumes(claim_dirs: dict[str, Path], job_plan) -> None:
+    """A --volume must name a claim of the Job and an existing directory: a typo would otherwise run the Job on
+    an empty new volume (a new directory, or the claim's default one), silently without the user's data."""
+    claims = sorted(volume["persistentVolumeClaim"]["claimName"] for volume in job_plan.pod_spec.get("volumes") or []
+                    if "persistentVolumeClaim" in volume)
+    problems = []
+    for claim, directory in sorted(claim_dirs.items()):
+        if claim not in claims:
+            problems.append(f"--volume {claim}={directory}: the Job has no claim {claim} "
+                            f"(its claims: {', '.join(claims) or 'none'})")
+        elif not directory.is_dir():
+            problems.append(f"--volume {claim}={directory}: no such directory; create it, or name the directory "
+                            "that holds the claim's data")
+    if problems:
+        raise ManifestError(*problems)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -192,3 +192,17 @@ def test_refuses_a_job_that_is_not_indexed(tmp_path):
     result = subprocess.run([str(BIN / "local-job")], input=manifests, capture_output=True)
     assert result.returncode == 2
     assert b"local-job: cannot run these manifests: Job mnist-train: only Indexed Jobs can be run" in result.stderr
+
+
+@pytest.mark.parametrize("volume, expected", [
+    ("wrong-claim={dir}", "--volume wrong-claim={dir}: the Job has no claim wrong-claim (its claims: mnist-train-data)"),
+    ("mnist-train-data={dir}/missing", "--volume mnist-train-data={dir}/missing: no such directory"),
+])
+def test_a_volume_that_names_no_claim_or_no_directory_is_refused(tmp_path, volume, expected):
+    """A typo would otherwise train on an empty new volume, without the user's data; nothing starts."""
+    volume = volume.format(dir=tmp_path)
+    result = subprocess.run([str(BIN / "local-job"), "--volume-root", str(tmp_path / "root"), "--volume", volume],
+                            input=render(), capture_output=True, cwd=OUTSIDE)
+    assert result.returncode == 2
+    assert f"local-job: cannot run these manifests: {expected.format(dir=tmp_path)}" in result.stderr.decode()
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "root" / "logs").exists()
