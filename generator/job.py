@@ -22,6 +22,11 @@ NCCL_DEFAULTS = {
 }
 
 
+def environment_text(value: str | int | float | bool) -> str:
+    """A values file's variable as the process reads it: YAML's true/false as true/false (not Python's True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @dataclass(frozen=True)
 class ExitCodes:
     """The worker's exit codes the targets' failure handling keys on (worker/exit_codes.py)."""
@@ -68,7 +73,8 @@ def describe(values: dict) -> JobDescription:
     # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
     shown = contract.shown_defaults() if built_in else {}
     environment = {**(NCCL_DEFAULTS if gpus else {}), **shown, **values["config_map"]}
-    environment = {key: value for key, value in environment.items() if value is not None}  # null removes one
+    environment = {key: environment_text(value) for key, value in environment.items()
+                   if value is not None}  # null removes one
     return JobDescription(
         name=values["name"],
         replicas=values["replicas"],

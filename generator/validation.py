@@ -1,10 +1,11 @@
-"""Validate resolved values: the JSON Schema first, then the rules a schema cannot express.
+"""Validate resolved values: the JSON Schema, and the rules a schema cannot express.
 
-Every problem is collected and reported at once, each as ``key.path: what is wrong``.
+Every problem of a file is reported at once (not one more per try), each as ``key.path: what is wrong``.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
@@ -16,8 +17,9 @@ from typing import Any
 
 from generator import kubernetes, slurm
 from generator.errors import ValuesError
+from generator.job import environment_text
 from generator.names import pod_hostname
-from generator.resources import schema
+from generator.resources import default_values, schema
 from generator.values import describe_value, type_name
 from worker.contract import (
     BUILT_IN_WORKER,
@@ -40,6 +42,20 @@ def load_schema(path: Path | None = None) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path else schema()
 
 
+def closest(word: str, options: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The option ``word`` most likely meant, also in another case (``epochs`` -> ``EPOCHS``), or None."""
+    options = list(options)
+    by_folded = {option.casefold(): option for option in options}
+    if word.casefold() in by_folded:
+        return by_folded[word.casefold()]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=cutoff)
+    if close:
+        return close[0]
+    # in another case only when very close: folding makes unrelated words look alike (hostPath, mount_path)
+    close = difflib.get_close_matches(word.casefold(), list(by_folded), n=1, cutoff=max(cutoff, 0.75))
+    return by_folded[close[0]] if close else None
+
+
 def format_path(parts: Iterable[Any]) -> str:
     text = ""
     for part in parts:
@@ -59,8 +75,8 @@ def _schema_messages(error) -> list[str]:
         allowed = sorted(schema.get("properties", {}))
         lines = []
         for key in sorted(set(value) - set(allowed)):
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
+            close = closest(key, allowed)
+            hint = f"did you mean {close!r}?" if close else "allowed: " + ", ".join(allowed)
             lines.append(f"{format_path(path + [key])}: unknown key ({hint})")
         return lines
     if "propertyNames" in error.absolute_schema_path:
@@ -70,9 +86,12 @@ def _schema_messages(error) -> list[str]:
     if validator == "type":
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
-        hint = ""
-        if isinstance(value, bool) and "string" in error.validator_value:
-            hint = "; quote it (or use --set-string) if you mean the text"
+        hint, unit = "", schema.get("x-unit")
+        if unit:
+            expected = f"{expected} (in {unit})"
+            amount = quantity_in(unit, value) if isinstance(value, str) else None
+            if amount is not None:
+                hint = f"; write {amount:g} for {value}"
         return [f"{where}: must be {expected}, not {type_name(value)} ({describe_value(value)}){hint}"]
     if validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
@@ -97,19 +116,31 @@ def _schema_messages(error) -> list[str]:
     return [f"{where}: {error.message}"]
 
 
+# Kubernetes quantity suffixes, in the unit a values file uses for each ("4Gi" -> 4 GiB, "500m" -> 0.5 cores)
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|m)?\s*$")
+_UNIT_FACTORS: dict[str, dict[str | None, float]] = {
+    "GiB": {"Ki": 2.0 ** -20, "Mi": 2.0 ** -10, "Gi": 1.0, "Ti": 2.0 ** 10, "Pi": 2.0 ** 20,
+            "k": 1e3 / 2 ** 30, "K": 1e3 / 2 ** 30, "M": 1e6 / 2 ** 30, "G": 1e9 / 2 ** 30, "T": 1e12 / 2 ** 30,
+            "P": 1e15 / 2 ** 30},
+    "cores": {"m": 1e-3, None: 1.0},
+}
+
+
+def quantity_in(unit: str, text: str) -> float | None:
+    """A Kubernetes quantity (``4Gi``, ``512Mi``, ``500m``) in ``unit``, rounded for a message; None if it is not one."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        return None
+    factor = _UNIT_FACTORS.get(unit, {}).get(match.group(2))
+    return None if factor is None else round(float(match.group(1)) * factor, 4)
+
+
 _BOUND_WORDS = {
     "minimum": "at least",
     "exclusiveMinimum": "greater than",
     "maximum": "at most",
     "exclusiveMaximum": "less than",
 }
-
-
-def schema_problems(values: dict) -> list[str]:
-    import jsonschema  # deferred: only validation needs it, and --help should not pay for it
-
-    validator = jsonschema.Draft202012Validator(load_schema())
-    return [line for error in validator.iter_errors(values) for line in _schema_messages(error)]
 
 
 def _bad_strings(value: Any, path: list) -> Iterable[str]:
@@ -211,8 +242,8 @@ def _environment_problems(values: dict) -> Iterable[str]:
         if reserved(key):
             yield _reserved_problem(f"config_map.{key}", key)
         elif built_in and key not in WORKER_VARIABLES and not key.startswith(RUNTIME_PREFIXES):
-            close = difflib.get_close_matches(key, sorted(WORKER_VARIABLES), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "see `python -m worker --help`"
+            close = closest(key, WORKER_VARIABLES)
+            hint = f"did you mean {close!r}?" if close else "see `python -m worker --help`"
             yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
                    "variables are free-form")
         elif built_in and key in WORKER_VARIABLES:
@@ -225,21 +256,25 @@ def _environment_problems(values: dict) -> Iterable[str]:
         if name in seen:
             yield f"{where}.name: {name} is set twice in env"
         seen.add(name)
+        close = closest(name, WORKER_VARIABLES, cutoff=0.8) if built_in and name not in WORKER_VARIABLES else None
+        if close is not None and not name.startswith(RUNTIME_PREFIXES):
+            yield (f"{where}.name: {name} is not a variable of the built-in worker (did you mean {close!r}?); "
+                   "the worker would never read it")
         if ("value" in variable) == ("valueFrom" in variable):
             yield f"{where}: needs exactly one of value and valueFrom"
         elif built_in and name in WORKER_VARIABLES and "value" in variable:
             yield from _worker_value_problems(values, f"{where}.value", name, variable["value"])
 
 
-def _worker_value_problems(values: dict, where: str, name: str, value: object) -> Iterable[str]:
+def _worker_value_problems(values: dict, where: str, name: str, value: str | int | float | bool) -> Iterable[str]:
     """What the built-in worker would refuse in its pod (exit 78), found at render time by its own check."""
-    reason = variable_problem(name, str(value))
+    text = environment_text(value)
+    reason = variable_problem(name, text)
     if reason is not None:
-        allowed = WORKER_CHOICES.get(name, ())
-        close = difflib.get_close_matches(str(value).strip().lower(), allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = closest(text.strip().lower(), WORKER_CHOICES.get(name, ()))  # the choices are lower case
+        hint = f" (did you mean {close!r}?)" if close else ""
         yield f"{where}: {value!r} {reason}{hint}"
-    elif name == "PRECISION" and str(value).strip().lower() == "fp16" \
+    elif name == "PRECISION" and text.strip().lower() == "fp16" \
             and not values["resources"]["gpu"]["accelerator_count"]:
         yield (f"{where}: {FP16_NEEDS_CUDA} and resources.gpu.accelerator_count is 0: use bf16 or fp32, or "
                "request GPUs")
@@ -255,12 +290,69 @@ def _entrypoint_problems(values: dict) -> Iterable[str]:
 
 
 def validate_values(values: dict) -> dict:
-    """Return ``values`` if valid; otherwise raise ValuesError listing every problem."""
+    """Return ``values`` if valid; otherwise raise ValuesError listing every problem of the file at once: the
+    schema's, and the rules across keys checked with each wrong value replaced by its default (a rule that
+    involves a replaced key is not reported: it would be about the default, not the user's value)."""
     problems = list(_bad_strings(values, []))
-    if not problems:
-        problems = schema_problems(values)
-    if not problems:
-        problems = semantic_problems(values)
+    if problems:
+        raise ValuesError(*problems)
+    import jsonschema  # deferred: only validation needs it, and --help should not pay for it
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = list(validator.iter_errors(values))
+    problems = [line for error in errors for line in _schema_messages(error)]
+    checked, replaced = _defaults_where_wrong(values, errors)
+    if not any(True for _ in validator.iter_errors(checked)):
+        problems += [problem for problem in semantic_problems(checked)
+                     if not any(_mentions(problem, path) for path in replaced)]
     if problems:
         raise ValuesError(*problems)
     return values
+
+
+def _defaults_where_wrong(values: Any, errors: list) -> tuple[Any, list[str]]:
+    """``values`` with each key the schema refused set to its default (an unknown key dropped), and the
+    paths replaced."""
+    if not errors:
+        return values, []
+    checked, defaults, replaced = copy.deepcopy(values), default_values(), []
+    for error in errors:
+        path = list(error.absolute_path)
+        if error.validator == "additionalProperties" or "propertyNames" in error.absolute_schema_path:
+            node = _at(checked, path)
+            if isinstance(node, dict):
+                extra = set(node) - set(error.schema.get("properties", {})) \
+                    if error.validator == "additionalProperties" else {error.instance}
+                for key in extra:
+                    node.pop(key, None)
+            continue
+        while path and _at(defaults, path) is _MISSING:  # inside a list or a free-form mapping: its container
+            path.pop()
+        replaced.append(format_path(path))
+        if not path:
+            return copy.deepcopy(defaults), replaced
+        parent = _at(checked, path[:-1])
+        if isinstance(parent, dict):  # else the parent is wrong too, and replaced by its own error
+            parent[path[-1]] = copy.deepcopy(_at(defaults, path))
+    return checked, replaced
+
+
+_MISSING = object()
+
+
+def _at(node: Any, path: list) -> Any:
+    for part in path:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return _MISSING
+    return node
+
+
+def _mentions(problem: str, path: str) -> bool:
+    """Whether ``problem`` is about the key at ``path``, a key inside it, or the mapping holding it."""
+    about = problem.partition(":")[0]
+    return (path == "(top level)" or path == about or path.startswith((about + ".", about + "["))
+            or re.search(rf"(?<![\w.]){re.escape(path)}(?![\w])", problem) is not None)

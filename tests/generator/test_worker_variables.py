@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from tests.generator.helpers import run_main
-from worker.config import TrainConfig, config_fields, load_config
+from worker.config import TrainConfig, load_config
 from worker.contract import WORKER_VARIABLES, reserved, shown_defaults
 
 
@@ -26,6 +26,9 @@ def configmap_data(*sets):
     (("config_map.BATCH_SIZE=null",), {"EPOCHS": "5", "LEARNING_RATE": "0.004"}),  # null removes a variable
     # another program: none of the worker's variables
     (("entrypoint.module=my_project.train", "config_map.STEPS=9"), {"STEPS": "9"}),
+    # a boolean as typed on the command line (a hint's "RESUME=false") is written as the worker reads it
+    (("config_map.RESUME=false", "config_map.TENSORBOARD=true", "config_map.EPOCHS=null",
+      "config_map.BATCH_SIZE=null", "config_map.LEARNING_RATE=null"), {"RESUME": "false", "TENSORBOARD": "true"}),
 ])
 def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(sets, expected):
     data = configmap_data(*sets)
@@ -33,6 +36,6 @@ def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(s
 
 
 def test_the_defaults_shown_are_the_workers_own():
-    defaults = {item.metadata["env"]: item.default for item in config_fields()}
-    assert shown_defaults() == {name: str(defaults[name]) for name in ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")}
-    assert load_config(shown_defaults()) == TrainConfig()  # as strings, they parse back to the defaults
+    # as strings, they parse back to the worker's own defaults, and they are the three a user edits first
+    assert load_config(shown_defaults()) == TrainConfig()
+    assert sorted(shown_defaults()) == ["BATCH_SIZE", "EPOCHS", "LEARNING_RATE"]
