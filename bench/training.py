@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.stats import BIN, ROOT, clean_env, launch_until
 
-_WORKER_ACCURACY = re.compile(r"test accuracy=(\d+\.\d+)%, (\d+) images/s")
+_WORKER_ACCURACY = re.compile(r"test accuracy=(\d\.\d+), (\d+) images/s")
 _STANDARD_ACCURACY = re.compile(r"test accuracy=(\d\.\d+) images/s=(\d+\.\d+)")
 
 
@@ -28,7 +28,7 @@ def worker_time_to_accuracy(data_dir: Path, world: int, target: float, quick: bo
 
     def reached(line: str) -> bool:
         match = _WORKER_ACCURACY.search(line)
-        return bool(match) and (quick or float(match.group(1)) / 100 >= target)
+        return bool(match) and (quick or float(match.group(1)) >= target)
 
     command = [sys.executable, "-m", "worker"] if world == 1 else _launcher(world, "worker")
     seconds, _ = launch_until(command, env, reached, timeout=1800)
@@ -50,7 +50,7 @@ def strategy_run(data_dir: Path, world: int, target: float, quick: bool, strateg
         if not match:
             return False
         rates.append(float(match.group(2)))
-        return (quick or float(match.group(1)) / 100 >= target) and (quick or len(rates) >= 2)
+        return (quick or float(match.group(1)) >= target) and (quick or len(rates) >= 2)
 
     command = [sys.executable, "-m", "worker"] if world == 1 else _launcher(world, "worker")
     seconds, _ = launch_until(command, env, reached, timeout=3600)

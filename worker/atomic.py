@@ -24,11 +24,26 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for a moment, for every thread)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def atomic_write(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one. The file gets the
+    mode a plain open() would give it (0644 under the usual umask): mkstemp's 0600 would hide a run's results
+    from the volume's group and from the host user of a `docker run`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()

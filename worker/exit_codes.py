@@ -17,3 +17,24 @@ PEER_LOST = 75
 STALLED = 76
 # This process received SIGTERM (preemption, kubectl delete) and stopped after the checkpoint (128 + 15).
 TERMINATED = 143
+
+# One line each, for the termination message, local-job's summary and `run.sh --status`.
+MEANINGS = {
+    OK: "completed",
+    BAD_CONFIG: "bad configuration: retrying cannot help, the Job fails",
+    DATA_UNAVAILABLE: "the dataset could not be obtained or failed verification",
+    PEER_LOST: "a victim: a peer failed or was stopped first; not counted, the gang restarts from the checkpoint",
+    STALLED: "the gang stalled (a peer stopped answering, or the rendezvous did not assemble); counted once",
+    TERMINATED: "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
+    1: "the program failed (an error of its own)",
+    137: "killed (SIGKILL: out of memory, or the grace period ran out)",
+}
+
+
+def meaning(code: int) -> str:
+    """What exit code ``code`` of a pod says, in words."""
+    if code in MEANINGS:
+        return MEANINGS[code]
+    if code > 128:
+        return f"killed by signal {code - 128}"
+    return "the program failed"

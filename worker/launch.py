@@ -41,9 +41,39 @@ from worker.config import ConfigError, build_parser, load_config
 from worker.contract import BUILT_IN_WORKER, signal_exit_code
 from worker.gang_ledger import WAIT_SECONDS, GangLedger
 
+# Where the kubelet reads a container's termination message (the container's terminationMessagePath, a file
+# it provides): `kubectl get pods` / `describe` then say why this pod ended, without its logs.
+TERMINATION_MESSAGE = Path("/dev/termination-log")
+_said: list[str] = []
+
 
 def say(message: str) -> None:
+    _said.append(message)
     print(f"launcher: {message}", file=sys.stderr, flush=True)
+
+
+def termination_message(code: int, args) -> str:
+    """One line: how the pod ended, in words, and the launcher's last word on why (or the run's result)."""
+    line = f"exit {code}: {exit_codes.meaning(code)}"
+    if code == exit_codes.OK:
+        try:
+            config = worker_config(args)
+        except ConfigError:
+            config = None
+        summary = settings.finished_run(config) if config is not None else None
+        if summary is not None:
+            return f"{line}: test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs"
+        return line
+    return f"{line}; {_said[-1]}" if _said else line
+
+
+def write_termination_message(message: str, path: Path = TERMINATION_MESSAGE) -> None:
+    """Only where the kubelet provides the file: never create one in /dev of a machine or a plain container."""
+    if path.is_file() and os.access(path, os.W_OK):
+        try:
+            path.write_text(message[:4096] + "\n")  # the kubelet keeps at most 4096 bytes
+        except OSError:
+            pass
 
 
 def container_code(exitcode: int) -> int:
@@ -113,7 +143,7 @@ def check_before_rendezvous(args) -> int | None:
         say(f"configuration error: {problem}")
     if problems:
         return exit_codes.BAD_CONFIG
-    say(settings.describe(summary, config.output_dir))
+    say(settings.describe(summary, config))
     return exit_codes.OK
 
 
@@ -131,6 +161,12 @@ def gang_ledger(args) -> GangLedger | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    code = _launch(args)
+    write_termination_message(termination_message(code, args))
+    return code
+
+
+def _launch(args) -> int:
     early = check_before_rendezvous(args)
     if early is not None:
         return early

@@ -13,11 +13,35 @@ from worker.tensorboard_log import Curves
 METRICS_FILE = "metrics.jsonl"
 
 
+def format_duration(seconds: float) -> str:
+    """A duration as a person reads it: 42 s, 3 min 05 s, 2 h 07 min."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 class Progress:
     def __init__(self, rank: int, output_dir: Path, epochs: int, log_interval: int):
         self.rank, self.output_dir, self.epochs, self.log_interval = rank, output_dir, epochs, log_interval
         self.is_rank0 = rank == 0
         self.curves = Curves(False, output_dir, None, self.log)  # opened once the start is decided
+        self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), 0, 1  # set by begin()
+
+    def begin(self, epoch: int, step: int, steps_per_epoch: int) -> None:
+        """Training starts (or resumes) at ``step`` of ``epoch`` (from 0): the clock of the elapsed time and ETA."""
+        self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), epoch * steps_per_epoch + step, \
+            steps_per_epoch
+
+    def timing(self, epochs_done: int) -> str:
+        """This start's elapsed time and the time left for the run, at the same pace."""
+        elapsed = time.monotonic() - self.began
+        done = epochs_done * self.steps_per_epoch - self.steps_before
+        left = (self.epochs - epochs_done) * self.steps_per_epoch
+        eta = format_duration(elapsed / done * left) if done > 0 else "unknown"
+        return f"{format_duration(elapsed)} elapsed, {'done' if not left else 'about ' + eta + ' left'}"
 
     def log(self, message: str) -> None:
         # one write per line: the gang's processes share torchrun's stdout, and a separate write of the
@@ -51,9 +75,10 @@ class Progress:
         figures, so the lines read as they always have."""
         epoch = record["epoch"]
         self.log(f"epoch {epoch}/{self.epochs}, average epoch loss={average_loss:.4f}")
-        self.log0(f"epoch {epoch}/{self.epochs}, test accuracy={100 * accuracy:.2f}%, "
+        self.log0(f"epoch {epoch}/{self.epochs}, test accuracy={accuracy:.4f}, "
                   f"{record['images_per_second']:.0f} images/s, gradient sync "
-                  f"{record['sync_ms_per_step']:.2f} ms/step (backward with sync {record['backward_ms_per_step']:.1f})")
+                  f"{record['sync_ms_per_step']:.2f} ms/step (backward with sync {record['backward_ms_per_step']:.1f}), "
+                  f"{self.timing(epoch)}")
 
     def record(self, record: dict[str, Any], images: int) -> None:
         """Rank 0 appends the epoch to metrics.jsonl and the curves."""

@@ -17,6 +17,7 @@ from worker.config import TrainConfig
 class Start:
     checkpoint: Checkpoint | None = None  # None: from the beginning
     clean_temporaries: bool = False  # RESUME=true: what an interrupted write left is removed
+    set_aside_previous: bool = False  # RESUME=false: a run already there is moved to previous-runs/
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ Verdict = Start | Complete | Refused
 def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
            log: Callable[[str], None]) -> Verdict:
     if not config.resume:
-        return Start()
+        return Start(set_aside_previous=True)
     summary = settings.finished_run(config)
     if summary is not None:
         problems = settings.changed_settings(summary["config"], config, f"the finished run in {config.output_dir}")

@@ -1,7 +1,7 @@
 """The settings that shape a run's math, and what to do when a resumed run asks for other ones.
 
-A checkpoint and the final ``model.json`` record the whole configuration (as strings, see
-``recorded_config``). Resuming or re-running with a different value of one of ``SHAPING`` would silently
+A checkpoint and the final ``model.json`` record the whole configuration (JSON values, see
+``recorded_config``; earlier versions recorded strings, compared here by their text). Resuming or re-running with a different value of one of ``SHAPING`` would silently
 continue into another schedule, other batches or other shards, so it is refused as bad configuration (exit
 78), naming each key with its old and new value. This module does not import torch: the launcher checks a
 finished run before any rendezvous.
@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 from worker.config import TrainConfig
 
 # TrainConfig fields whose value changes the result of resuming: the schedule (EPOCHS, LEARNING_RATE),
 # the batches (BATCH_SIZE, TRAIN_SAMPLES) and the shuffles and initialisation (SEED).
 SHAPING = ("epochs", "batch_size", "learning_rate", "seed", "train_samples")
+# Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:
+# "already complete" must not read as "done the way you asked".
+NOTED = ("strategy", "precision")
 MODEL_SUMMARY = "model.json"
 MODEL_WEIGHTS = "model.pt"
 
@@ -26,19 +30,28 @@ def env_name(field_name: str) -> str:
     return next(f.metadata["env"] for f in fields(TrainConfig) if f.name == field_name)
 
 
-def recorded_config(config: TrainConfig) -> dict[str, str]:
-    """The configuration as a checkpoint and model.json record it."""
-    return {key: str(value) for key, value in asdict(config).items()}
+def recorded_config(config: TrainConfig) -> dict[str, Any]:
+    """The configuration as a checkpoint and model.json record it: numbers, booleans, null, paths as text."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()}
 
 
-def changed_settings(recorded: dict[str, str], config: TrainConfig, what: str) -> list[str]:
+def _differs(recorded: Any, now: Any) -> bool:
+    return str(recorded) != str(now)  # by text: earlier versions recorded str(value)
+
+
+def _shown(value: Any) -> str:
+    """A recorded value as the variable is written (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) or value in ("True", "False") else str(value)
+
+
+def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -> list[str]:
     """One problem line per shaping setting that differs from ``recorded``, then the ways out; [] if none."""
     now = recorded_config(config)
-    problems = [f"{env_name(key)}: {what} was trained with {env_name(key)}={recorded[key]}, now {now[key]}"
-                for key in SHAPING if key in recorded and recorded[key] != now[key]]
+    problems = [f"{env_name(key)}: {what} was trained with {env_name(key)}={_shown(recorded[key])}, now "
+                f"{_shown(now[key])}" for key in SHAPING if key in recorded and _differs(recorded[key], now[key])]
     if problems:
         problems.append(f"either put the old value(s) back, or start a new run: another OUTPUT_DIR (now "
-                        f"{config.output_dir}) or RESUME=false")
+                        f"{config.output_dir}) or RESUME=false ({NEW_RUN_KEEPS})")
     return problems
 
 
@@ -58,8 +71,17 @@ def finished_run(config: TrainConfig) -> dict | None:
     return summary
 
 
-def describe(summary: dict, output_dir: Path) -> str:
+NEW_RUN_KEEPS = "the run there is kept in OUTPUT_DIR/previous-runs/"
+
+
+def describe(summary: dict, config: TrainConfig) -> str:
+    """The line of a rerun that finds its run complete, naming what it asked for differently."""
     accuracy = summary.get("accuracy")
-    result = f"test accuracy {100 * accuracy:.2f}%" if accuracy is not None else "no test accuracy recorded"
-    return (f"the run in {output_dir} is already complete ({summary.get('epochs')} epochs, {result}): nothing to "
-            "do, no file changed; for a new run use another OUTPUT_DIR or RESUME=false")
+    result = f"test accuracy {accuracy:.4f}" if accuracy is not None else "no test accuracy recorded"
+    recorded, now = summary.get("config") or {}, recorded_config(config)
+    differences = [f"{env_name(key)}={_shown(recorded[key])}" for key in NOTED
+                   if key in recorded and _differs(recorded[key], now[key])]
+    asked = (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone "
+             "for these)") if differences else ""
+    return (f"the run in {config.output_dir} is already complete ({summary.get('epochs')} epochs, {result}{asked}): "
+            f"nothing to do, no file changed; for a new run use another OUTPUT_DIR or RESUME=false ({NEW_RUN_KEEPS})")

@@ -9,13 +9,13 @@ import os
 import re
 import time
 import warnings
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import data, exit_codes, hooks, precision, process_group, resume, settings, strategies
+from worker import data, exit_codes, hooks, precision, previous_runs, process_group, resume, settings, strategies
 from worker.atomic import atomic_write
 from worker.checkpoints import CheckpointManager, Position, TrainingState
 from worker.config import ConfigError, TrainConfig
@@ -51,6 +51,7 @@ class Trainer:
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
         self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval)
+        self.started_at = time.time()  # the run's first start: a resumed run takes its checkpoint's
         self.log, self.log0 = self.progress.log, self.progress.log0
 
     # -- setup --------------------------------------------------------------------------------------
@@ -126,11 +127,18 @@ class Trainer:
         if isinstance(verdict, resume.Refused):
             raise ConfigError(verdict.problems)
         if isinstance(verdict, resume.Complete):
-            self.log0(settings.describe(verdict.summary, self.config.output_dir))
+            self.log0(settings.describe(verdict.summary, self.config))
             raise AlreadyComplete()
         assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
         if verdict.clean_temporaries and self.env.is_rank0:
             self.checkpoints.remove_stale_temporaries()
+        if verdict.set_aside_previous and self.env.is_rank0:
+            # before any rank can write: the others wait for rank 0 in the first collective of the data or
+            # the training
+            moved = previous_runs.set_aside(self.config.output_dir)
+            if moved is not None:
+                self.log(f"RESUME=false: the run that was in {self.config.output_dir} is kept, whole, in {moved}; "
+                         "this run starts from the beginning")
         return verdict
 
     def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
@@ -138,7 +146,8 @@ class Trainer:
         return TrainingState(
             position=position, steps_per_epoch=self.steps, world_size=self.env.world_size,
             epoch_loss_sum=loss_sum, epoch_samples=samples, config=settings.recorded_config(self.config),
-            result=result, strategy=self.config.strategy, scaler=self.parallel.precision.state_dict())
+            result=result, strategy=self.config.strategy, scaler=self.parallel.precision.state_dict(),
+            started_at=self.started_at)
 
     # -- the loop -----------------------------------------------------------------------------------
     def all_sum(self, values: list[float]) -> list[float]:
@@ -151,10 +160,12 @@ class Trainer:
         checkpoint = self.start.checkpoint
         if checkpoint is not None:
             self.checkpoints.restore(checkpoint, self.parallel)
+            self.started_at = checkpoint.state.started_at or self.started_at
         start = resume.resume_point(checkpoint, self.steps, self.env.is_rank0, self.log0)
         scheduler = self.make_scheduler(start.position.epoch * self.steps + start.position.step)
         self.progress.open_curves(self.config.tensorboard,
                                   self.images_seen(start.position) if checkpoint is not None else None)
+        self.progress.begin(start.position.epoch, start.position.step, self.steps)
         self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
         self.model.train()
         carried_loss, carried_samples, result = start.carried_loss, start.carried_samples, start.result
@@ -260,6 +271,7 @@ class Trainer:
         # plain tensors on rank 0, gathered from every rank under fsdp
         weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
         if self.env.is_rank0:
+            finished = time.time()
             buffer = io.BytesIO()
             torch.save(weights, buffer)
             atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
@@ -274,16 +286,24 @@ class Trainer:
                 "model": "worker.model.MnistCNN",
                 "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
                 "config": settings.recorded_config(self.config),
+                # wall-clock times of the whole run, restarts and their waits included (UTC, ISO 8601)
+                "started_at": _iso(self.started_at),
+                "finished_at": _iso(finished),
+                "duration_seconds": round(finished - self.started_at, 3),
             }
             atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
             self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
-                     f"{100 * (result.get('accuracy') or 0):.2f}%)")
+                     f"{result.get('accuracy') or 0:.4f})")
         if self.distributed:
             dist.barrier()
 
     def close(self) -> None:
         self.progress.close()
         process_group.destroy_process_group()
+
+
+def _iso(unix_time: float) -> str:
+    return datetime.fromtimestamp(unix_time, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _read_json(path) -> dict:

@@ -4,7 +4,9 @@ import json
 import os
 import shutil
 import signal
+import stat
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,49 @@ def test_a_run_resumed_at_its_end_keeps_its_result(finished, small_dir, tmp_path
     assert restored["accuracy"] == summary["accuracy"] and restored["loss"] == summary["loss"]
     assert set(summary) <= set(restored)  # no field lost
     assert time.monotonic() - started < 60
+
+
+def test_resume_false_keeps_the_earlier_run_whole_and_apart(finished, small_dir, tmp_path):
+    """RESUME=false in an OUTPUT_DIR holding a finished run: that run moves, byte for byte, to previous-runs/;
+    the new run's checkpoints, metrics and model are its own (none pruned for, or appended to, the old run's)."""
+    out = Path(shutil.copytree(finished, tmp_path / "out"))
+    before = snapshot(out)
+    fresh = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 1, "RESUME": "false"}))
+    assert fresh.returncode == 0, fresh.stdout[-3000:]
+    (kept,) = (out / "previous-runs").iterdir()
+    assert f"RESUME=false: the run that was in {out} is kept, whole, in {kept}" in fresh.stdout
+    moved = {name: content for name, content in before.items() if not name.startswith(".gang")}
+    assert {name: content[0] for name, content in snapshot(kept).items()} == \
+        {name: content[0] for name, content in moved.items()}
+    epochs = [json.loads(line)["epoch"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["ckpt-e0001-s000000.pt"]
+    assert json.loads((out / "model.json").read_text())["epochs"] == 1
+    # the new run is now the one a rerun finds
+    again = run(rank_command(), worker_env(small_dir, out, **{**SETTINGS, "EPOCHS": 1}))
+    assert again.returncode == 0 and "is already complete (1 epochs" in again.stdout
+
+
+def test_already_complete_names_what_the_rerun_asked_for_differently(finished, small_dir):
+    before = snapshot(finished)
+    again = run(rank_command(), worker_env(small_dir, finished, **{**SETTINGS, "STRATEGY": "ddp"}))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "it was trained with STRATEGY=allreduce, not as asked now" in again.stdout
+    assert "RESUME=false (the run there is kept in OUTPUT_DIR/previous-runs/)" in again.stdout
+    assert snapshot(finished) == before
+
+
+def test_model_json_has_typed_values_times_and_a_readable_mode(finished):
+    summary = json.loads((finished / "model.json").read_text())
+    config = summary["config"]
+    assert config["epochs"] == 2 and config["learning_rate"] == 0.004 and config["data_shared"] is True
+    assert config["mnist_mirror"] is None and config["output_dir"] == str(finished)
+    started = datetime.fromisoformat(summary["started_at"].replace("Z", "+00:00"))
+    ended = datetime.fromisoformat(summary["finished_at"].replace("Z", "+00:00"))
+    assert 0 < summary["duration_seconds"] < 600 and abs((ended - started).total_seconds()
+                                                           - summary["duration_seconds"]) <= 1.5
+    assert 0 <= summary["accuracy"] <= 1  # a fraction, as in every log line ("test accuracy=0.9812")
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.json", "model.pt", "metrics.jsonl"):
+        assert stat.S_IMODE((finished / name).stat().st_mode) == 0o666 & ~umask, name

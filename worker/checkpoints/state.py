@@ -22,10 +22,11 @@ class TrainingState:
     # resumed epoch reports the same average as an uninterrupted one; 0 at an epoch boundary
     epoch_loss_sum: float = 0.0
     epoch_samples: float = 0.0
-    config: dict[str, str] = field(default_factory=dict)  # worker.settings.recorded_config
+    config: dict[str, Any] = field(default_factory=dict)  # worker.settings.recorded_config
     result: dict[str, Any] | None = None  # the last finished epoch's metrics: a run resumed at its end reports them
     strategy: str = ""
     scaler: dict[str, Any] | None = None  # the gradient scaler's state under fp16
+    started_at: float | None = None  # when the run's first start began (Unix time): model.json's duration
 
     def to_record(self) -> dict[str, Any]:
         return {**asdict(self), "position": asdict(self.position)}
@@ -42,4 +43,5 @@ class TrainingState:
             result=record.get("result"),
             strategy=record.get("strategy", ""),
             scaler=record.get("scaler"),
+            started_at=record.get("started_at"),
         )

@@ -1,0 +1,53 @@
+"""What a person reads while a run goes and after a pod ends: durations, the ETA, the pod's termination message."""
+
+import pytest
+
+from worker import exit_codes, launch
+from worker.progress import Progress, format_duration
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0 s"), (42.4, "42 s"), (59.6, "1 min 00 s"), (185, "3 min 05 s"),
+                                           (7620, "2 h 07 min")])
+def test_durations_read_as_a_person_says_them(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_the_eta_counts_only_the_steps_this_start_trained(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("worker.progress.time.monotonic", lambda: clock[0])
+    progress = Progress(0, tmp_path, epochs=5, log_interval=10)
+    progress.begin(epoch=1, step=50, steps_per_epoch=100)  # resumed in the middle of epoch 2
+    clock[0] += 30.0  # 150 steps (the rest of epoch 2, epoch 3) in 30 s: 0.2 s a step
+    assert progress.timing(3) == "30 s elapsed, about 40 s left"  # 200 steps to go
+    clock[0] += 40.0
+    assert progress.timing(5) == "1 min 10 s elapsed, done"
+
+
+def test_every_exit_code_of_the_worker_has_a_meaning():
+    named = {value for name, value in vars(exit_codes).items() if name.isupper() and isinstance(value, int)}
+    assert named <= set(exit_codes.MEANINGS)
+    assert exit_codes.meaning(137).startswith("killed (SIGKILL") and exit_codes.meaning(134) == "killed by signal 6"
+
+
+def test_the_termination_message_is_written_only_where_the_kubelet_provides_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "_said", [])
+    launch.say("worker rank 1 failed first with exit code 78; the pod exits 78")
+    args = launch.parse_args(["--standalone", "--nproc-per-node=1", "-m", "worker"])
+    message = launch.termination_message(78, args)
+    assert message == ("exit 78: bad configuration: retrying cannot help, the Job fails; worker rank 1 failed first "
+                       "with exit code 78; the pod exits 78")
+    provided = tmp_path / "termination-log"
+    provided.write_text("")
+    launch.write_termination_message(message, provided)
+    assert provided.read_text() == message + "\n"
+    missing = tmp_path / "dev" / "termination-log"
+    launch.write_termination_message(message, missing)
+    assert not missing.exists()
+
+
+def test_a_completed_pods_message_is_the_runs_result(tmp_path, monkeypatch):
+    (tmp_path / "model.pt").write_bytes(b"weights")
+    (tmp_path / "model.json").write_text('{"accuracy": 0.98125, "epochs": 3, "config": {}}')
+    monkeypatch.setenv("OUTPUT_DIR", str(tmp_path))
+    args = launch.parse_args(["--standalone", "--nproc-per-node=1", "-m", "worker"])
+    assert launch.termination_message(0, args) == "exit 0: completed: test accuracy 0.9812 after 3 epochs"
