@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
-import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -40,7 +41,8 @@ def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("source", default="-", metavar="[MANIFESTS]")
 @click.option("--volume-root", type=click.Path(file_okay=False, path_type=Path),
-              help="Directory holding the volumes, pod directories and logs (default: a new temporary one, kept).")
+              help="Directory holding the volumes, pod directories and logs (default: one per Job, the same on "
+                   "every run: $XDG_STATE_HOME/local-job/NAMESPACE/NAME, ~/.local/state/... without it).")
 @click.option("--volume", "volumes", multiple=True, metavar="CLAIM=DIR",
               help="Use an existing directory as the PersistentVolumeClaim CLAIM (e.g. one holding MNIST).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
@@ -63,9 +65,11 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     run faithfully here.
     """
     from localjob.controller import JobController
+    from localjob.display import display_for
     from localjob.podspec import PodFactory
     from localjob.secrets import read_secret
     from worker.contract import reserved
+    from worker.progress import format_duration
 
     extra_env = _pairs("--env", env)
     for name in sorted(extra_env):
@@ -75,15 +79,23 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     job_plan = plan(read_source(source), provided)
     claim_dirs = {claim: Path(directory).resolve() for claim, directory in _pairs("--volume", volumes).items()}
     _check_volumes(claim_dirs, job_plan)
-    root = (volume_root or Path(tempfile.mkdtemp(prefix=f"local-job-{job_plan.name}-"))).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root = (volume_root or default_volume_root(job_plan.namespace, job_plan.name)).resolve()
     service = job_plan.headless_service or {}
     ports = {int(p.get("targetPort", p["port"])): free_port() for p in service.get("ports", [])}
     factory = PodFactory(job_plan, root, claim_dirs, extra_env, ports, image_dir)
-    controller = JobController(job_plan, factory, root, backoff_seconds)
+    missing = factory.missing_script()
+    if missing:
+        raise ManifestError(missing)
+    root.mkdir(parents=True, exist_ok=True)
+    display = display_for()
+    controller = JobController(job_plan, factory, root, backoff_seconds, display)
     controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
                     f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
-    complete, reason, message = controller.run()
+    began = time.monotonic()
+    try:
+        complete, reason, message = controller.run()
+    finally:
+        display.close()
     status = controller.status()
     if status_file:
         controller.write_status(status_file, status)
@@ -91,11 +103,21 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
         if "persistentVolumeClaim" in pod_volume:
             claim = pod_volume["persistentVolumeClaim"]["claimName"]
             controller.note(f"claim {claim}: {claim_dirs.get(claim, root / 'volumes' / claim)}")
+    for line in controller.summary():
+        controller.note(line)
+    took = format_duration(time.monotonic() - began)
     if complete:
-        controller.note(f"Job {job_plan.name} complete: {message}")
+        controller.note(f"Job {job_plan.name} complete after {took}: {message}")
         return 0
-    controller.note(f"Job {job_plan.name} failed: {reason}: {message}")
+    controller.note(f"Job {job_plan.name} failed after {took}: {reason}: {message}")
     return EXIT_INTERRUPTED if reason == "Interrupted" else EXIT_FAILED
+
+
+def default_volume_root(namespace: str, name: str) -> Path:
+    """One directory per Job, the same on every run, so that a rerun finds its volumes (and resumes), as a
+    claim on a cluster outlives its Job: $XDG_STATE_HOME/local-job/NAMESPACE/NAME (~/.local/state/...)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "local-job" / namespace / name
 
 
 def _check_volumes(claim_dirs: dict[str, Path], job_plan) -> None:

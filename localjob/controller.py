@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,9 +29,12 @@ from pathlib import Path
 
 from localjob import eviction
 from localjob.atomic import write_atomically
+from localjob.display import Display
 from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
+from worker.exit_codes import meaning
+from worker.progress import format_duration
 
 # Where local-job's status cannot be the controller's, said in every status it writes (and docs/reliability.md).
 DIFFERENCES = (
@@ -70,7 +72,8 @@ class LocalPod:
         container = self.queue.pop(0)
         label = self.run.name if not self.queue else f"{self.run.name}/{container.name}"
         log = self.controller.root / "logs" / f"{self.run.name}.log"
-        return ContainerProcess(container, self.run.uid, label, log, self.controller.emit, self.cpus)
+        return ContainerProcess(container, self.run.uid, self.run.name, label, log, self.controller.display.emit,
+                                self.cpus)
 
     def step(self) -> bool:
         """Advance; True once the pod has finished (every process gone)."""
@@ -130,10 +133,9 @@ def backoff_delay(base: float, failures: int) -> float:
 
 class JobController:
     def __init__(self, plan: JobPlan, factory: PodFactory, root: Path, backoff_seconds: float = 10.0,
-                 emit=None):
+                 display: Display | None = None):
         self.plan, self.factory, self.root, self.backoff_seconds = plan, factory, root, backoff_seconds
-        self.lock = threading.Lock()
-        self.emit = emit or self._print
+        self.display = display or Display()
         self.records: list[PodRecord] = []
         self.failed = 0  # failed pods counted against backoffLimit (what .status.failed counts)
         self.ignored = 0  # failed pods a podFailurePolicy Ignore rule matched
@@ -147,13 +149,8 @@ class JobController:
         self.conditions: list[dict] = []
         self.interrupted: str | None = None
 
-    def _print(self, line: str) -> None:
-        with self.lock:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-
     def note(self, message: str) -> None:
-        self.emit(f"local-job: {message}")
+        self.display.emit(f"local-job: {message}")
 
     # -- policy -------------------------------------------------------------------------------------
     def policy_action(self, record: PodRecord) -> str:
@@ -245,10 +242,12 @@ class JobController:
             if deadline is not None and time.monotonic() - started > float(deadline):
                 return self._fail(running, "DeadlineExceeded", "Job was active longer than specified deadline")
             self._serve_evictions(running)
+            self.display.tick()
             for index, pod in list(running.items()):
                 if not pod.step():
                     continue
                 del running[index]
+                self.display.pod_ended(pod.record.name)
                 self.factory.release(pod.run)
                 record = pod.record
                 if record.phase == "Succeeded":
@@ -269,6 +268,7 @@ class JobController:
                 if action == "Ignore":
                     self.ignored += 1
                     pending.append(index)
+                    self._note_backoff(index, now)
                     continue
                 self.failed += 1
                 self.index_failures[index] += 1
@@ -287,6 +287,7 @@ class JobController:
                         return self._fail(running, "FailedIndexes", "Job has failed indexes")
                     continue
                 pending.append(index)
+                self._note_backoff(index, now)
             met = self.success_met() if "successPolicy" in plan.spec else None
             if met:
                 return self._succeed(running, "SuccessPolicy", met)
@@ -305,9 +306,16 @@ class JobController:
                 pod = LocalPod(run, self, self.cpus_for(index, run.cpu_limit))
                 self.records.append(pod.record)
                 running[index] = pod
+                self.display.pod_started(run.name)
                 self.note(f"started pod {run.name} (index {index}"
                           + (f", attempt {self.index_absolute[index] + 1})" if self.index_absolute[index] else ")"))
             time.sleep(0.05)
+
+    def _note_backoff(self, index: int, now: float) -> None:
+        wait = self.ready_at(index) - now
+        if wait > 0:
+            self.note(f"index {index}: its next pod starts in {format_duration(wait)} (the Job controller's "
+                      f"back-off: {self.backoff_seconds:g} s, doubling per failure, at most 10 min)")
 
     def _serve_evictions(self, running: dict[int, LocalPod]) -> None:
         for index in self.control.eviction_requests():
@@ -362,8 +370,22 @@ class JobController:
         for thread in threads:
             thread.join()
         for pod in running.values():
+            self.display.pod_ended(pod.record.name)
             self.factory.release(pod.run)
         running.clear()
+
+    def summary(self) -> list[str]:
+        """The Job at its end, a line per index: each of its pods, how it ended and what that exit code means."""
+        lines = []
+        for index in range(self.plan.completions):
+            pods = []
+            for record in (r for r in self.records if r.index == index):
+                code = list(record.exit_codes.values())[-1] if record.exit_codes else None
+                ended = "" if code is None else f", exit {code}" + (f" ({meaning(code)})" if code else "")
+                took = format_duration(record.finished - record.started) if record.finished else "?"
+                pods.append(f"{record.name} {record.phase}{ended} after {took}")
+            lines.append(f"index {index}: " + ("; then ".join(pods) or "no pod started"))
+        return lines
 
     def status(self) -> dict:
         """The Job's final status: ``conditions``, ``succeeded``, ``failed``, ``completedIndexes`` and

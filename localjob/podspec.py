@@ -51,6 +51,24 @@ class PodRun:
     cpu_limit: int
 
 
+_LAUNCHERS = (["torchrun"], ["python", "-m", "worker.launch"], ["python3", "-m", "worker.launch"])
+
+
+def training_script(argv: list[str]) -> str | None:
+    """The script torchrun (or the indexed-trainer launcher) runs: the first argument after its --flag=value
+    options, if it names a .py file; None for a module (-m), another command, or a flag whose value is the
+    next argument (then which argument is the script is not certain)."""
+    launcher = next((prefix for prefix in _LAUNCHERS if argv[:len(prefix)] == prefix), None)
+    if launcher is None:
+        return None
+    for token in argv[len(launcher):]:
+        if token in ("-m", "--module", "--no-python", "--no_python") or (token.startswith("-") and "=" not in token):
+            return None
+        if not token.startswith("-"):
+            return token if token.endswith(".py") else None
+    return None
+
+
 def machine_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
@@ -179,6 +197,23 @@ class PodFactory:
                     secret.add(name)
             env[name] = value
         return {key: value if key in secret else self.rewrite(value, mounts) for key, value in env.items()}
+
+    def missing_script(self) -> str | None:
+        """Why the main container's training script cannot start here (it is not in the image directory), or
+        None: found before any pod starts, not after a gang's worth of start-up lines."""
+        container = self.plan.pod_spec["containers"][0]
+        script = training_script(list(container.get("command") or []) + list(container.get("args") or []))
+        if script is None or "$(" in script:
+            return None
+        working = (container.get("workingDir") or "").rstrip("/")
+        if script.startswith("/"):
+            if not working or not script.startswith(working + "/"):
+                return None  # elsewhere in the image: nothing here stands for it
+            script = script[len(working) + 1:]
+        if (self.image_dir / script).is_file():
+            return None
+        return (f"the container runs the script {script}, which is not in the image directory {self.image_dir}; "
+                "give the directory that holds it with --image-dir, or correct entrypoint.script")
 
     def release(self, run: PodRun) -> None:
         """The pod has ended: its secret volumes go (a kubelet keeps them in memory only while the pod runs)."""

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 from localjob.podspec import POD_MARKER, ContainerRun
@@ -46,8 +47,8 @@ def kill_pod(uid: str, sig: int = signal.SIGKILL) -> None:
 class ContainerProcess:
     """One running container: its process tree and a thread copying its output, line by line."""
 
-    def __init__(self, run: ContainerRun, uid: str, label: str, log_path: Path, emit: Callable[[str], None],
-                 cpus: set[int] | None):
+    def __init__(self, run: ContainerRun, uid: str, pod: str, label: str, log_path: Path,
+                 emit: Callable[[str, str], None], cpus: set[int] | None):
         self.run, self.uid = run, uid
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = log_path.open("ab")
@@ -60,16 +61,18 @@ class ContainerProcess:
             run.argv, env=run.env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=in_child,
         )
-        self.pump = threading.Thread(target=self._copy_output, args=(label, emit), daemon=True)
+        self.pump = threading.Thread(target=self._copy_output, args=(pod, label, emit), daemon=True)
         self.pump.start()
 
-    def _copy_output(self, label: str, emit: Callable[[str], None]) -> None:
+    def _copy_output(self, pod: str, label: str, emit: Callable[[str, str], None]) -> None:
+        """Each line to the pod's log file, stamped as `kubectl logs --timestamps` shows it, and to the display."""
         output = self.process.stdout
         assert output is not None  # stdout=PIPE
         for raw in iter(output.readline, b""):
-            self.log.write(raw)
+            stamp = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            self.log.write(stamp.encode() + b" " + raw)
             self.log.flush()
-            emit(f"[{label}] {raw.decode('utf-8', errors='replace').rstrip()}")
+            emit(f"[{label}] {raw.decode('utf-8', errors='replace').rstrip()}", pod)
         output.close()
 
     def poll(self) -> int | None:

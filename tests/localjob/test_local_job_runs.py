@@ -66,6 +66,15 @@ def test_two_pods_train_to_the_documented_accuracy(tmp_path):
     assert summary["accuracy"] >= (0.985 if real_digits_available() else 0.95)
     assert (output / "model.pt").exists() and (output / "checkpoints" / "ckpt-e0005-s000000.pt").exists()
     assert len(list((tmp_path / "root" / "logs").glob("mnist-train-*.log"))) == 2
+    # progress: the epoch's elapsed time and ETA; at the end a line per index, how its pod ended
+    assert re.search(r"^\[mnist-train-0-\w{5}\] Rank 0: epoch 1/5, test accuracy=0\.\d{4}, .*, \d+ s elapsed, "
+                     r"about \d+ (s|min \d\d s) left$", log, re.M)
+    assert re.search(r"^local-job: index 1: mnist-train-1-\w{5} Succeeded, exit 0 after \d+ s$", log, re.M)
+    assert re.search(r"^local-job: Job mnist-train complete after \d+ (s|min \d\d s): ", log, re.M)
+    assert "\x1b[" not in log  # piped: plain lines, no cursor movement
+    # pod log files carry the time of each line, as `kubectl logs --timestamps` shows it
+    pod_log = next((tmp_path / "root" / "logs").glob("mnist-train-0-*.log")).read_text().splitlines()
+    assert pod_log and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ", line) for line in pod_log)
 
 
 def pod_processes(prefix: str) -> list[int]:
@@ -206,3 +215,35 @@ def test_a_volume_that_names_no_claim_or_no_directory_is_refused(tmp_path, volum
     assert result.returncode == 2
     assert f"local-job: cannot run these manifests: {expected.format(dir=tmp_path)}" in result.stderr.decode()
     assert not (tmp_path / "missing").exists() and not (tmp_path / "root" / "logs").exists()
+
+
+def test_on_a_terminal_each_running_pod_has_a_live_line(tmp_path):
+    """Under a pseudo terminal: the lines scroll above one line per running pod, redrawn in place, erased at
+    the end, before the summary."""
+    import pty
+
+    claim = volume(tmp_path, SMALL)
+    manifests = tmp_path / "job.yaml"
+    manifests.write_bytes(render("replicas=2", "config_map.EPOCHS=1", "config_map.LOG_INTERVAL=2"))
+    args = local_job_args(tmp_path, claim, source=manifests)
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, cwd=OUTSIDE,
+                               env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: local-job exited
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=600) == 0
+    os.close(controller)
+    text = output.decode(errors="replace")
+    assert re.search(r"  mnist-train-0-\w{5}: running \d+ s \| ", text)  # the live line
+    assert re.search(r"  mnist-train-1-\w{5}: running \d+ s \| \[?.*Rank 1: ", text)
+    assert "\x1b[" in text and "F\x1b[J" in text  # moved up over the block and cleared it
+    tail = text[text.rindex("\x1b[J"):]  # after the last erase: only the summary, no live line
+    assert "local-job: index 0: mnist-train-0-" in tail and ": running " not in tail
