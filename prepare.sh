@@ -48,9 +48,18 @@ fi
 grep '^gen-manifests: warning' <<<"$errors" >&2 || true  # values ignored on Slurm
 
 # Swap the whole directory: readers see the old render or the new one, never a mix.
+# The other target's render stays: a Slurm render must not delete the Kubernetes one, nor the reverse.
+kept=""
+if [[ -d "$BUILD_DIR" ]]; then
+  if [[ "$target" == slurm ]]; then others=("$BUILD_DIR"/*.yaml); else others=("$BUILD_DIR"/job.sbatch); fi
+  for file in "${others[@]}"; do
+    if [[ -f "$file" ]]; then cp -p -- "$file" "$staging/"; kept="$kept ${file##*/}"; fi
+  done
+fi
 rm -rf -- "${BUILD_DIR%/}.old"
 [[ -d "$BUILD_DIR" ]] && mv -- "$BUILD_DIR" "${BUILD_DIR%/}.old"
 mv -- "$staging" "$BUILD_DIR"
+[[ -z "$kept" ]] || info "kept the other target's earlier render:$kept"
 if [[ "$target" == slurm ]]; then
   info "rendered $BUILD_DIR/job.sbatch"
   info "next: ./run.sh --slurm (submit it with sbatch and wait)"

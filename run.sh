@@ -59,7 +59,7 @@ if [[ "$local_run" == true ]]; then
       die "could not install the worker: scripts/install.sh $bin_dir/python '${ROOT}[worker]'"
   fi
   local_job="$bin_dir/local-job"
-  root="$ROOT/runs/$name"
+  root="$RUNS_DIR/$name"
   info "running Job $name on this machine; volumes and logs in $root"
   # A container sees its image, not the directory it was started from: the pods start in an empty folder
   # standing for the image's WORKDIR, so the installed worker runs and never a worker/ of the current

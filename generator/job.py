@@ -65,11 +65,19 @@ class JobDescription:
         return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}"}
 
 
+def entry_module(entry: dict) -> str | None:
+    """The module the processes run: entrypoint.module, else the built-in worker unless a script is set."""
+    if entry["module"] is not None:
+        return entry["module"]
+    return None if entry["script"] is not None else contract.BUILT_IN_WORKER
+
+
 def describe(values: dict) -> JobDescription:
     """The description of validated ``values``."""
     gpus = values["resources"]["gpu"]["accelerator_count"]
     entry = values["entrypoint"]
-    built_in = entry["module"] == contract.BUILT_IN_WORKER
+    module = entry_module(entry)
+    built_in = module == contract.BUILT_IN_WORKER
     # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
     shown = contract.shown_defaults() if built_in else {}
     environment = {**(NCCL_DEFAULTS if gpus else {}), **shown, **values["config_map"]}
@@ -88,7 +96,7 @@ def describe(values: dict) -> JobDescription:
         grace_seconds=values["termination_grace_period_seconds"],
         launcher=entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
         built_in_worker=built_in,
-        program=tuple((["-m", entry["module"]] if entry["module"] is not None else [entry["script"]])
+        program=tuple((["-m", module] if module is not None else [entry["script"]])
                       + entry["args"]),
         environment=dict(sorted(environment.items())),
     )

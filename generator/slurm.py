@@ -44,6 +44,13 @@ def value_problems(values: dict) -> Iterable[str]:
         elif match.group(1) not in SLURM_EXTRA_OPTIONS:
             yield (f"slurm.extra_options[{index}]: {match.group(1)} is not an option gen-manifests lets you add "
                    f"(allowed: {', '.join(sorted(SLURM_EXTRA_OPTIONS))})")
+        elif match.group(1) == "--constraint" and values["resources"]["gpu"]["accelerator"] is not None:
+            yield (f"slurm.extra_options[{index}]: --constraint and resources.gpu.accelerator (rendered as "
+                   "--constraint on Slurm) both constrain the nodes; keep one")
+    shared = values["slurm"]["shared_dir"]
+    if shared and "//" in shared:
+        yield (f"slurm.shared_dir: {describe_value(shared)} has an empty path component ('//'), as an unset "
+               "variable leaves it (/scratch/$USER/mnist with USER empty); write the whole path")
 
 
 def slurm_problems(values: dict) -> list[str]:
@@ -72,6 +79,11 @@ def slurm_context(values: dict, job: JobDescription) -> dict:
     environment = sorted({**placement, **quoted}.items())
     environment += [(variable["name"], shlex.quote(variable["value"])) for variable in values["env"]]
     options = [f"--{name}={slurm[name]}" for name in ("partition", "account", "qos") if slurm[name]]
+    # the GPU model: a node feature on Slurm, as a node label on Kubernetes (sbatch refuses a feature the
+    # cluster does not define, at once and by name)
+    accelerator = values["resources"]["gpu"]["accelerator"]
+    if accelerator is not None and job.gpus:
+        options.append(f"--constraint={accelerator}")
     return {
         "cpus": math.ceil(job.cpu_cores),
         "memory_mib": math.ceil(job.memory_gib * 1024),

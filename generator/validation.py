@@ -17,7 +17,7 @@ from typing import Any
 
 from generator import kubernetes, slurm
 from generator.errors import ValuesError
-from generator.job import environment_text
+from generator.job import entry_module, environment_text
 from generator.names import pod_hostname
 from generator.resources import default_values, schema
 from generator.values import describe_value, type_name
@@ -235,7 +235,7 @@ def _reserved_problem(where: str, name: str) -> str:
 
 
 def _environment_problems(values: dict) -> Iterable[str]:
-    built_in = values["entrypoint"]["module"] == BUILT_IN_WORKER
+    built_in = entry_module(values["entrypoint"]) == BUILT_IN_WORKER
     for key, value in sorted(values["config_map"].items()):
         if value is None:  # removes the variable: nothing to check
             continue
@@ -284,9 +284,7 @@ def _entrypoint_problems(values: dict) -> Iterable[str]:
     entry = values["entrypoint"]
     if entry["module"] is not None and entry["script"] is not None:
         yield (f"entrypoint: module ({entry['module']}) and script ({entry['script']}) are both set; to run the "
-               "script, set entrypoint.module to null")
-    if entry["module"] is None and entry["script"] is None:
-        yield "entrypoint: set module (e.g. worker, the built-in trainer) or script (a path inside the image)"
+               "script, remove entrypoint.module (or set it to null)")
 
 
 def validate_values(values: dict) -> dict:

@@ -3,6 +3,8 @@
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+# run.sh --local's volumes, logs and status, one directory per Job (clean.sh --local removes it)
+RUNS_DIR="${RUNS_DIR:-$ROOT/runs}"
 
 die() {
   printf '%s: error: %s\n' "$(basename "$0")" "$*" >&2

@@ -1,4 +1,4 @@
-"""A PyTorch Lightning script (seed 002's framework) that runs unchanged under the Job's torchrun line.
+"""A PyTorch Lightning script that runs unchanged under the Job's torchrun line.
 
 Lightning sees torchrun's environment (TorchElasticEnvironment): the processes, ranks and the rendezvous are
 torchrun's, so the Trainer is only told how many there are. Run alone or under torchrun:

@@ -1,4 +1,4 @@
-"""Seed 003's multinode DDP trainer, as a user brings it: random data, a linear model, DDP, and a snapshot on
+"""A multinode DDP trainer in the style of the PyTorch tutorial's multinode.py, as a user brings it: random data, a linear model, DDP, and a snapshot on
 the shared volume that a restarted gang resumes from. Nothing in it knows about indexed-trainer.
 
     torchrun --standalone --nproc-per-node=2 train.py 50 5 --batch_size 32 --snapshot_path snapshot.pt

@@ -28,7 +28,7 @@ def test_invalid_values_print_nothing_on_stdout_and_exit_2(gen, tmp_path):
     errors = result.stderr.decode().splitlines()
     assert "gen-manifests: error: nmae: unknown key (did you mean 'name'?)" in errors
     assert "gen-manifests: error: replicas: -1 must be at least 1" in errors
-    assert 'gen-manifests: error: resources.cpu: must be number, not a string ("lots")' in errors
+    assert 'gen-manifests: error: resources.cpu: must be number (in cores), not a string ("lots")' in errors
     assert b"Traceback" not in result.stderr
 
 

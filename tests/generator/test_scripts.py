@@ -10,8 +10,9 @@ import pytest
 from tests.conftest import BIN, ROOT
 
 
-def script(name, *args, build: Path, path_prefix: Path | None = None, timeout=120):
-    env = {**os.environ, "BUILD_DIR": str(build), "PATH": f"{BIN}:{os.environ['PATH']}"}
+def script(name, *args, build: Path, path_prefix: Path | None = None, timeout=120, runs: Path | None = None):
+    env = {**os.environ, "BUILD_DIR": str(build), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "RUNS_DIR": str(runs or build.parent / "runs")}
     if path_prefix:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run([str(ROOT / name), *args], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -42,6 +43,19 @@ def test_prepare_renders_into_build_and_keeps_it_on_failure(tmp_path):
     assert "replicas: 0 must be at least 1" in failed.stderr
     assert (build / "4-job.yaml").read_text() == before
     assert not list(tmp_path.glob("build.tmp.*")), "staging directories are cleaned up"
+
+
+def test_a_slurm_render_keeps_the_kubernetes_render_and_the_reverse(tmp_path):
+    build = tmp_path / "build"
+    assert script("prepare.sh", "--set", "replicas=3", build=build).returncode == 0
+    job = (build / "4-job.yaml").read_text()
+    slurm = script("prepare.sh", "--target", "slurm", build=build)
+    assert slurm.returncode == 0, slurm.stderr
+    assert (build / "4-job.yaml").read_text() == job and (build / "job.sbatch").is_file()
+    assert "kept the other target's earlier render: 1-persistentvolumeclaim.yaml 2-configmap.yaml" in slurm.stderr
+    batch = (build / "job.sbatch").read_text()
+    assert script("prepare.sh", "--set", "replicas=2", build=build).returncode == 0
+    assert (build / "job.sbatch").read_text() == batch and "completions: 2" in (build / "4-job.yaml").read_text()
 
 
 @pytest.mark.parametrize("name", ["prepare.sh", "run.sh", "clean.sh"])
@@ -171,6 +185,28 @@ def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     assert "1-persistentvolumeclaim.yaml" not in calls
     assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
     assert "1-persistentvolumeclaim.yaml" in log.read_text()
+
+
+def test_clean_local_removes_the_local_run_and_keeps_the_data_unless_all(tmp_path, fake_kubectl):
+    bin_dir, log = fake_kubectl
+    build, runs = tmp_path / "build", tmp_path / "runs"
+    script("prepare.sh", build=build)
+    root = runs / "mnist-train"
+    claim = root / "volumes" / "mnist-train-data"
+    for path in ("logs/mnist-train-0-abcde.log", "status.json", "image/.keep", "volumes/mnist-train-data/data/t10k",
+                 "volumes/mnist-train-data/runs/mnist-train/model.json"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("x")
+    result = script("clean.sh", "--local", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0, result.stderr
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == [
+        "volumes", "volumes/mnist-train-data", "volumes/mnist-train-data/data", "volumes/mnist-train-data/data/t10k"]
+    assert "kept the data in" in result.stderr and not log.exists()  # no cluster is touched
+    assert (claim / "data" / "t10k").read_text() == "x"
+    result = script("clean.sh", "--local", "--all", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0 and not root.exists()
+    again = script("clean.sh", "--local", build=build, path_prefix=bin_dir)
+    assert again.returncode == 0 and "nothing to remove" in again.stderr
 
 
 SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("tests/**/*.sh"),

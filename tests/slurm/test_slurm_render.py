@@ -60,6 +60,13 @@ def test_gpus_partition_time_and_extra_options():
     assert "\nmodule load cuda/12.4\nsource /opt/venv/bin/activate\n" in script
 
 
+def test_the_gpu_model_is_a_node_feature_on_slurm():
+    script = render("resources.gpu.accelerator_count=2", "resources.gpu.accelerator=NVIDIA-H100-80GB-HBM3").stdout
+    directives = sbatch_directives(script)
+    assert "#SBATCH --constraint=NVIDIA-H100-80GB-HBM3" in directives and "#SBATCH --gres=gpu:2" in directives
+    assert not any("--constraint" in line for line in sbatch_directives(render("resources.gpu.accelerator_count=2").stdout))
+
+
 def test_values_without_meaning_on_slurm_are_named_as_ignored():
     result = render("namespace=ml", "tolerations=[{key: spot, operator: Exists}]")
     assert "gen-manifests: warning: ignored on Slurm: namespace, tolerations" in result.stderr
@@ -75,6 +82,9 @@ def test_values_without_meaning_on_slurm_are_named_as_ignored():
     (["slurm.time_limit=forever"], "slurm.time_limit:"),
     (["slurm.shared_dir=relative/dir"], "slurm.shared_dir:"),
     (['slurm.setup=["ok", "two\\nlines"]'], "slurm.setup[1]:"),
+    (["slurm.shared_dir=/scratch//mnist"], "slurm.shared_dir: \"/scratch//mnist\" has an empty path component"),
+    (["resources.gpu.accelerator_count=1", "resources.gpu.accelerator=A100", "slurm.extra_options=['--constraint=x']"],
+     "slurm.extra_options[0]: --constraint and resources.gpu.accelerator (rendered as --constraint on Slurm) both"),
 ])
 def test_what_cannot_work_on_slurm_is_an_error_naming_the_key(sets, message):
     result = render(*sets, ok=False)
