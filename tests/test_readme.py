@@ -28,3 +28,25 @@ def test_quick_start_commands_exist():
     assert "bash .ci/run" in README
     ci = (ROOT / ".ci" / "run").read_text()
     assert ".venv/bin/pytest -q" in ci and ".venv/bin/pytest -q" in README
+
+
+def test_the_own_training_commands_work_as_written_in_a_new_shell(tmp_path):
+    """Render and the offline schema check, as the README writes them (local-job runs the same example in
+    tests/examples/; kubectl apply needs a cluster): in a new shell, after the quick start's .venv."""
+    import os
+    import subprocess
+
+    from tests.conftest import BIN
+
+    block = re.search(r"after the quick start[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    assert lines[0] == ". .venv/bin/activate"  # the tools are found by name only once it is active
+    runnable = [line for line in lines[1:] if not line.startswith(("local-job", "kubectl"))]
+    assert [line.split()[0] for line in runnable] == ["gen-manifests", "pip"]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}  # what activating .venv does, for this venv
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the checkout, seen from a directory of the test's own
+    for line in runnable:
+        result = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, f"{line}: {result.stderr[-2000:]}"
+    assert "kind: Job" in (tmp_path / "toy-ddp.yaml").read_text()
