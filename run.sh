@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm]
+Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm | --status]
 
 Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
 says how to follow the training.
@@ -15,6 +15,8 @@ says how to follow the training.
             --volume <job>-data=DIR   use DIR (holding data/MNIST/raw/...) as the shared volume
   --slurm   submit $BUILD_DIR/job.sbatch (./prepare.sh --target slurm) with sbatch from the current
             directory, say how to follow it, and wait for it (sbatch --wait): the exit code is the job's
+  --status  show the applied Job on the cluster: its conditions, each index's pods with their exit codes
+            (and what each means) and termination messages, and index 0's latest progress line
 USAGE
 }
 
@@ -26,6 +28,11 @@ while [[ $# -gt 0 ]]; do
     -h | --help) usage; exit 0 ;;
     --local) local_run=true; shift; local_args=("$@"); break ;;
     --slurm) slurm_run=true; shift ;;
+    --status)
+      require_build
+      require_kubectl
+      bin_dir="$(dirname "$(find_generator)")"
+      exec "$bin_dir/python" -m generator.status "$(job_field metadata namespace)" "$(job_field metadata name)" ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -118,5 +125,6 @@ run.sh: Job $namespace/$name submitted. Follow it with:
   kubectl -n $namespace get pods -l app.kubernetes.io/instance=$name -w
   kubectl -n $namespace logs -f -l app.kubernetes.io/instance=$name,batch.kubernetes.io/job-completion-index=0
   kubectl -n $namespace wait --for=condition=complete --timeout=1h job/$name
+  ./run.sh --status     # conditions, each index's pods and exit codes, index 0's latest progress
 Remove it with ./clean.sh (the data volume stays; ./clean.sh --all removes it too).
 NEXT
