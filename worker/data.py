@@ -84,7 +84,7 @@ def prepare(config: TrainConfig, env: DistEnv, store, log) -> str:
         store.set(key, json.dumps({"ok": True, "source": source}))
         return source
     who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
-    verdict = _wait_for(store, key, config.download_timeout, who)
+    verdict = _wait_for(store, key, config.download_timeout, who, log)
     if verdict.get("stopped"):
         raise PeerLost(f"{who} was stopped while preparing the data")
     if not verdict["ok"]:  # the preparing rank exits 69 and counts the failure; this rank is its victim
@@ -101,12 +101,20 @@ def prepare(config: TrainConfig, env: DistEnv, store, log) -> str:
     return FULL
 
 
-def _wait_for(store, key: str, timeout: float, who: str) -> dict:
+WAIT_REPORT_SECONDS = 15.0  # a line this often while a rank waits for the data, so a long wait is never silent
+
+
+def _wait_for(store, key: str, timeout: float, who: str, log) -> dict:
     """The verdict under ``key`` in the store, waited for at most ``timeout`` seconds in short polls: a blocking
     store.wait would hold off SIGTERM (Python runs signal handlers between its own instructions) for the whole
     wait."""
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline, report = began + timeout, began + WAIT_REPORT_SECONDS
     while True:
+        now = time.monotonic()
+        if now >= report:
+            log(f"waiting for {who} to prepare the data: {now - began:.0f} s of DOWNLOAD_TIMEOUT={timeout:g} s")
+            report += WAIT_REPORT_SECONDS
         try:
             if store.check([key]):
                 return json.loads(store.get(key))

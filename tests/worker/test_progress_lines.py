@@ -51,3 +51,22 @@ def test_a_completed_pods_message_is_the_runs_result(tmp_path, monkeypatch):
     monkeypatch.setenv("OUTPUT_DIR", str(tmp_path))
     args = launch.parse_args(["--standalone", "--nproc-per-node=1", "-m", "worker"])
     assert launch.termination_message(0, args) == "exit 0: completed: test accuracy 0.9812 after 3 epochs"
+
+
+def test_a_rank_waiting_for_the_data_says_so_while_it_waits(monkeypatch):
+    import json
+    import threading
+
+    import torch.distributed as dist
+
+    from worker import data
+
+    monkeypatch.setattr(data, "WAIT_REPORT_SECONDS", 0.2)
+    store = dist.HashStore()  # the store the process group's ranks share, in one process
+    timer = threading.Timer(0.9, store.set, args=("verdict", json.dumps({"ok": True, "source": "mnist"})))
+    timer.start()
+    lines = []
+    assert data._wait_for(store, "verdict", 60, "global rank 0", lines.append) == {"ok": True, "source": "mnist"}
+    timer.join()
+    assert 3 <= len(lines) <= 5, lines
+    assert lines[0] == "waiting for global rank 0 to prepare the data: 0 s of DOWNLOAD_TIMEOUT=60 s"
