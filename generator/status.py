@@ -31,7 +31,7 @@ def pod_line(pod: dict, now: datetime) -> str:
     """One pod: its name, phase, how long it has run or how it ended (exit code, meaning, message)."""
     name, status = pod["metadata"]["name"], pod.get("status") or {}
     phase = status.get("phase", "Unknown")
-    container = next(iter(status.get("containerStatuses") or []), {})
+    container: dict = next(iter(status.get("containerStatuses") or []), {})
     state = container.get("state") or {}
     if "terminated" in state:
         ended = state["terminated"]
@@ -76,7 +76,8 @@ def latest_progress(log: str) -> str | None:
     """The built-in worker's latest epoch or batch line of rank 0, else the log's last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     progress = [line for line in lines if line.startswith("Rank 0: epoch")]
-    return (progress or lines or [None])[-1]
+    chosen = progress or lines
+    return chosen[-1] if chosen else None
 
 
 def kubectl(*args: str) -> str:

@@ -145,6 +145,10 @@ class TrainConfig:
     log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
     checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1, "Checkpoint every N epochs; 0: never.")
     keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 3, "Checkpoints kept on the volume.")
+    checkpoint_async: bool = _setting(
+        "CHECKPOINT_ASYNC", _boolean, True,
+        "Write checkpoints beside the training: it waits only while the state is copied (a stop's checkpoint is "
+        "always written before the process exits).")
     resume: bool = _setting("RESUME", _boolean, True, "Resume from the newest valid checkpoint in OUTPUT_DIR.")
     collective_timeout: float = _setting(
         "COLLECTIVE_TIMEOUT", _positive_float, 300.0,

@@ -79,7 +79,8 @@ class Trainer:
             process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         self.checkpoints = CheckpointManager(
             cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
-            rank=env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log)
+            rank=env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
+            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout)
         self.start = self.decide_start()
         self.data_source = data.prepare(cfg, env, store, self.log)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
@@ -195,7 +196,7 @@ class Trainer:
                 total_loss, total_samples = self.all_sum([float(tally.loss_sum), tally.local_samples])
                 self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
                 self.checkpoints.save(self.training_state(Position(epoch, step + 1), total_loss + carried_loss,
-                                                          total_samples + carried_samples), self.parallel)
+                                                          total_samples + carried_samples), self.parallel, wait=True)
                 raise Stopped(self.stop.requested)
         return tally
 
@@ -252,7 +253,8 @@ class Trainer:
         if stop:
             self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
         if self.checkpoints.due(epoch + 1, stop):
-            self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel)
+            self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel,
+                                  wait=stop)  # a stop's checkpoint is on disk before the process exits
         self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))
         if stop and not last:
             raise Stopped(self.stop.requested)
@@ -268,6 +270,7 @@ class Trainer:
         """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
         pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
         while rank 0 could still fail)."""
+        self.checkpoints.wait()  # the last checkpoint is on disk before the model (the mark of a finished run)
         # plain tensors on rank 0, gathered from every rank under fsdp
         weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
         if self.env.is_rank0:
@@ -297,7 +300,9 @@ class Trainer:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
+    def close(self, failed: bool) -> None:
+        if hasattr(self, "checkpoints"):
+            self.checkpoints.close(failed)
         self.progress.close()
         process_group.destroy_process_group()
 
@@ -317,12 +322,14 @@ def _read_json(path) -> dict:
 def run(config: TrainConfig, env: DistEnv) -> int:
     """Train; return the process exit code (see worker.exit_codes)."""
     trainer = Trainer(config, env)
+    failed = True
     try:
         trainer.setup()
         result = trainer.train()
         trainer.save_model(result)
         trainer.log("training completed.")
         hooks.point("completed")
+        failed = False
         return exit_codes.OK
     except AlreadyComplete:
         return exit_codes.OK
@@ -335,6 +342,7 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         trainer.log(f"stopped: {terminated} before training started; nothing to save")
         return exit_codes.TERMINATED
     except Stopped as stopped:
+        failed = False  # its checkpoint is written (synchronously)
         trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
                                    else "a peer was asked to stop; the gang restarts from the checkpoint"))
         return stopped.exit_code
@@ -359,7 +367,7 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         return exit_codes.PEER_LOST
     finally:
         trainer.stop.defer()  # a second signal must not interrupt the clean-up
-        trainer.close()
+        trainer.close(failed)
 
 
 # Where gloo's transport raises from: torch wraps these in a plain RuntimeError whose first line names the

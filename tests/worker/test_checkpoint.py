@@ -1,6 +1,7 @@
 """Single-file checkpoints through the manager: atomic, verified before loading, rotated; damaged ones are skipped,
 never loaded; a save restores into a fresh strategy exactly."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -128,3 +129,63 @@ def test_only_rank_0_writes_a_single_file(tmp_path):
     CheckpointManager(tmp_path, keep=3, every=1, epochs=5, rank=1, sharded_format=False, log=print).save(
         state(1), strategy())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_asynchronous_save_lets_training_change_the_model_while_the_write_goes_on(tmp_path):
+    """The training waits only while the state is copied: the write runs beside it (held here by a slow hook
+    on the writer's side), a step taken meanwhile does not reach the checkpoint, and wait() completes it."""
+    import threading
+    import time
+
+    from worker import hooks
+
+    release = threading.Event()
+    writer_threads = []
+
+    def slow_write(name, **context):
+        if name == "checkpoint":
+            writer_threads.append(threading.current_thread().name)
+            release.wait(30)
+
+    parallel = trained(steps=1)
+    before = {name: tensor.clone() for name, tensor in parallel.module.state_dict().items()}
+    lines = []
+    async_manager = CheckpointManager(tmp_path, keep=5, every=1, epochs=9, rank=0, sharded_format=False,
+                                      log=lines.append, asynchronous=True)
+    hooks.install(slow_write)
+    try:
+        started = time.perf_counter()
+        async_manager.save(state(1), parallel)
+        assert time.perf_counter() - started < 5  # returned while the write is held
+        with torch.no_grad():  # the training goes on, changing the tensors in place
+            for parameter in parallel.module.parameters():
+                parameter.add_(1.0)
+        assert not list(tmp_path.glob("ckpt-*"))
+        release.set()
+        async_manager.wait()
+    finally:
+        hooks.install(None)
+    assert writer_threads == ["checkpoint-write"]
+    assert lines and lines[0].startswith("checkpoint ckpt-e0001-s000000.pt written (") and "training waited" in lines[0]
+    found = manager(tmp_path).load_newest()
+    for name, tensor in found.tensors["model"].items():
+        assert torch.equal(tensor, before[name]), name  # the state at save(), not after the step
+
+
+def test_a_failed_asynchronous_write_is_raised_to_the_training_at_the_next_save(tmp_path):
+    from worker import hooks
+
+    def failing(name, **context):
+        if name == "checkpoint":
+            raise OSError(28, "No space left on device")
+
+    async_manager = CheckpointManager(tmp_path, keep=5, every=1, epochs=9, rank=0, sharded_format=False,
+                                      log=print, asynchronous=True)
+    hooks.install(failing)
+    try:
+        async_manager.save(state(1), strategy())
+        with pytest.raises(OSError, match="No space left on device"):
+            async_manager.save(state(2), strategy())
+    finally:
+        hooks.install(None)
+    assert not list(tmp_path.glob("ckpt-*"))

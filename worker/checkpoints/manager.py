@@ -2,12 +2,20 @@
 
 The strategy decides the format (``shards_parameters``: each rank writes its shards, else rank 0 writes one
 file); reading takes whichever format a checkpoint was written in, so a run resumes across strategies.
+
+Asynchronous saving (CHECKPOINT_ASYNC=true): training waits only while the state is copied; the write (serialise,
+hash, fsync, rename, prune) runs in a thread beside it. The guarantees stay: each file is written atomically and
+verified on reading, so the newest valid checkpoint wins whatever moment a crash picks; one write at a time, in
+order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is written before save returns; the
+model is saved only after the last checkpoint is on disk (``wait``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -21,7 +29,7 @@ from worker.checkpoints.state import TrainingState
 if TYPE_CHECKING:
     from worker.strategies.base import Strategy
 
-FORMATS: tuple[ModuleType, ...] = (single_file, sharded)  # each: SUFFIX, EVERY_RANK_WRITES, write, read, restore
+FORMATS: tuple[ModuleType, ...] = (single_file, sharded)  # each: SUFFIX, EVERY_RANK_WRITES, begin, read, restore
 
 
 def format_of(path: Path) -> ModuleType:
@@ -38,28 +46,94 @@ def load_newest(directory: Path, log: Callable[[str], None] = print) -> Checkpoi
     return None
 
 
+class BackgroundWrite:
+    """One checkpoint write in a daemon thread (a process exiting on a failure does not wait for it); ``result``
+    re-raises what the write raised."""
+
+    def __init__(self, write: Callable[[], None]):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(write,), name="checkpoint-write", daemon=True)
+        self.thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # handed to the training thread by result()
+            self.error = exc
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class CheckpointManager:
     def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0):
         self.directory, self.keep, self.every, self.epochs, self.rank = directory, keep, every, epochs, rank
         self.format = sharded if sharded_format else single_file
         self.log = log
+        self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
+        self.pending: BackgroundWrite | None = None
+        self.group = None  # the process group of sharded writes beside the training, made on first use
+        self.blocked: list[float] = []  # seconds the training waited, per save (the benchmark reads them)
 
     def due(self, epochs_done: int, stopping: bool) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
         return stopping or epochs_done == self.epochs or bool(self.every and epochs_done % self.every == 0)
 
-    def save(self, state: TrainingState, strategy: Strategy) -> None:
-        """Every rank calls this; the ranks the format needs write (rank 0 publishes and prunes)."""
+    def save(self, state: TrainingState, strategy: Strategy, *, wait: bool = False) -> None:
+        """Every rank calls this; the ranks the format needs write (rank 0 publishes and prunes). Returns once the
+        state is taken (CHECKPOINT_ASYNC), or written (else, and with ``wait``)."""
         if not (self.rank == 0 or self.format.EVERY_RANK_WRITES):
             return
+        self.wait()  # one write at a time, in order; a failed one raises here
         started = time.perf_counter()
-        hooks.point("checkpoint")
         path = self.directory / state.position.filename(self.format.SUFFIX)
-        self.format.write(strategy, state, path, self.rank)
-        if self.rank == 0:
-            layout.prune(self.directory, self.keep)
-            self.log(f"checkpoint {path.name} written ({time.perf_counter() - started:.2f} s)")
+        beside = self.asynchronous and not wait
+        finish = self.format.begin(strategy, state, path, self.rank, copy=beside,
+                                   group=self._write_group() if beside else None)
+        blocked = time.perf_counter() - started
+
+        def write() -> None:
+            hooks.point("checkpoint")
+            finish()
+            if self.rank == 0:
+                layout.prune(self.directory, self.keep)
+                took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
+                self.log(f"checkpoint {path.name} written ({took})")
+
+        if beside:
+            self.pending = BackgroundWrite(write)
+        else:
+            write()
+        self.blocked.append(time.perf_counter() - started if not beside else blocked)
+
+    def wait(self) -> None:
+        """The write in flight is complete (or raises what it raised)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self, failed: bool) -> None:
+        """At the end of the process. After a failure a sharded write is not waited for: its collectives may wait
+        for a peer that is gone (it stays a temporary, removed at the next start)."""
+        if self.pending is not None and not (failed and self.format.EVERY_RANK_WRITES):
+            try:
+                self.wait()
+            except Exception as exc:  # the run's own outcome is what the process reports
+                self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
+
+    def _write_group(self):
+        """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""
+        if not self.format.EVERY_RANK_WRITES:
+            return None
+        if self.group is None:
+            import torch.distributed as dist
+
+            # every rank of the sharded format calls save at the same points: creating it here is collective
+            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.collective_timeout))
+        return self.group
 
     def load_newest(self) -> Checkpoint | None:
         return load_newest(self.directory, self.log)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_map
 
 from worker.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from worker.checkpoints.found import Checkpoint
@@ -37,6 +40,17 @@ MANIFEST = "manifest.json"
 def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int) -> None:
     """Every rank calls this (a collective): ``shards`` is this rank's part; ``record`` (JSON) goes to the
     manifest."""
+    begin_shards(shards, record, final, rank)()
+
+
+def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
+                 group: Any = None) -> Callable[[], None]:
+    """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
+    collective too) and, on rank 0, publishes them (manifest, rename). With ``group``, a process group of the
+    checkpoint writes' own (their collectives never interleave with the training's), the shards are copied now,
+    so that the function can run beside the training, which goes on changing its tensors in place (what
+    torch.distributed.checkpoint's async_save does, in a thread of the caller's: a daemon, which a process
+    that exits on a failure does not wait for)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
 
@@ -47,21 +61,37 @@ def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
         temp.mkdir(parents=True)
     if dist.is_initialized():
         dist.barrier()  # nobody writes into the directory before it is fresh
-    dcp.save(shards, storage_writer=FileSystemWriter(str(temp), sync_files=True))  # returns when all shards are in
-    if rank == 0:
-        files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
-        manifest = {"format": FORMAT, "files": files, "meta": record}
-        atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-        if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
-            old = directory / f"{TEMP_PREFIX}old-{final.name}"
-            os.replace(final, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(temp, final)
-        fsync_directory(directory)
+    writer = FileSystemWriter(str(temp), sync_files=True)
+    if group is not None:
+        shards = tree_map(lambda value: value.detach().clone() if isinstance(value, torch.Tensor) else value, shards)
+
+    def finish() -> None:
+        dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
+        if rank == 0:
+            _publish(temp, final, record)
+
+    return finish
 
 
-def write(strategy: Strategy, state: TrainingState, path: Path, rank: int) -> None:
-    write_shards(strategy.sharded_state(), state.to_record(), path, rank)
+def _publish(temp: Path, final: Path, record: dict[str, Any]) -> None:
+    """Rank 0, every shard written: the manifest (SHA-256 of each file), then the directory renamed into place."""
+    directory = final.parent
+    files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
+    manifest = {"format": FORMAT, "files": files, "meta": record}
+    atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
+        old = directory / f"{TEMP_PREFIX}old-{final.name}"
+        os.replace(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(temp, final)
+    fsync_directory(directory)
+
+
+def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int, copy: bool,
+          group: Any = None) -> Callable[[], None]:
+    """``copy``: write beside the training, through ``group`` (see begin_shards)."""
+    return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, group if copy else None)
+
 
 
 def verify(path: Path) -> dict[str, Any]:
