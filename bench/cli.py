@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import generator_cost, gradsync_cost, machine, training
+from bench import distributed_cost, generator_cost, gradsync_cost, machine, training
 from bench.stats import alternate
 from worker.config import STRATEGIES
 
@@ -77,6 +77,7 @@ def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
     results["render_scale"] = generator_cost.render_scale(3 if quick else 30)
     log("peak memory per rank...")
     results["memory_mib"] = {str(world): training.peak_memory_per_rank(data_dir, world, quick) for world in (1, 2, 4)}
+    results["distributed_cost"] = distributed_cost.measure(data_dir, quick, repeats, log)
     return results
 
 
@@ -158,10 +159,51 @@ def table(r: dict) -> str:
                  f"{max(times) / min(times):.2f} max/min", "flat"))
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
+    rows.extend(distributed_cost_rows(r["distributed_cost"]))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
+    """What indexed-trainer adds around the training (bench.distributed_cost), against its floor."""
+    rows = []
+    for world in (1, 2):
+        s = d[f"start_ws{world}"]
+        ratio = s["torchrun_s"] / s["floor_s"]
+        rows.append((f"launch to first step, torchrun --standalone, world size {world} (s)", f"{s['torchrun_s']:.2f}",
+                     f"{s['floor_s']:.2f} (import torch + gloo group)", f"{ratio:.2f}", verdict(ratio, 1.5, True)))
+    local, floor = d["start_local_job"], d["start_ws2"]["floor_s"]
+    ratio = local["first_step_s"] / floor
+    rows.append(("launch to first step, local-job, 2 pods (s)", f"{local['first_step_s']:.2f} (first pod at "
+                 f"{local['pod_started_s']:.2f})", f"{floor:.2f} (import torch + gloo group, ws 2)", f"{ratio:.2f}",
+                 verdict(ratio, 1.5, True)))
+    pods_own = local["first_step_s"] - local["pod_started_s"]
+    ratio = d["run_sh_before_pods_s"] / pods_own
+    rows.append(("./run.sh --local before the first pod vs the pods' own start (s)", f"{d['run_sh_before_pods_s']:.2f}",
+                 f"{pods_own:.2f} (pod start to first step)", f"{ratio:.2f}", verdict(ratio, 1.0, True)))
+    rec = d["recovery"]
+    budget = local["first_step_s"] + 2
+    rows.append(("recovery from a SIGKILLed pod minus the controller's back-off, local-job (s)",
+                 f"{rec['total_without_backoff_s']:.2f}", f"{budget:.2f} (launch to first step + 2 s)",
+                 f"{rec['total_without_backoff_s'] / budget:.2f}", verdict(rec["total_without_backoff_s"] / budget, 1.0, True)))
+    rows.append(("recovery phases: detection / survivors' exit / back-off / start-up / restore / first step (s)",
+                 " / ".join(f"{rec[key]:.2f}" for key in ("detection_s", "survivors_exit_s", "backoff_s", "startup_s",
+                                                          "restore_s", "first_step_s")),
+                 "back-off: the controller's (here --backoff-seconds 1)", "", ""))
+    for key, stall in d["checkpoint_stall"].items():
+        ratio = stall["async_blocked_s"] / stall["sync_blocked_s"]
+        model = "MNIST CNN" if key.endswith("cnn") else "67 M-param MLP"
+        rows.append((f"checkpoint stall per save, {key.split('/')[0]}, {model}, ws 2 (s)",
+                     f"{stall['async_blocked_s']:.3f} (async; on disk after {stall['async_write_s']:.2f})",
+                     f"{stall['sync_blocked_s']:.3f} (synchronous)", f"{ratio:.2f}", verdict(ratio, 0.10, True)))
+    m = d["memory_floor"]
+    budget = 1.2 * m["floor_mib"] + m["data_mib"] + m["model_mib"]
+    rows.append(("peak resident memory per rank, every option off, ws 2 (MiB)", f"{m['off_mib']:.0f} (on: "
+                 f"{m['on_mib']:.0f})", f"{budget:.0f} (1.2 x floor {m['floor_mib']:.0f} + data {m['data_mib']:.0f} + "
+                 f"model {m['model_mib']:.0f})", f"{m['off_mib'] / budget:.2f}", verdict(m["off_mib"] / budget, 1.0, True)))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

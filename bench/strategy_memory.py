@@ -34,6 +34,31 @@ def resident_mib() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def build_mlp(strategy: str, env) -> tuple[strategies.Strategy, float]:
+    """The MLP under ``strategy`` with its Adam optimizer, each rank allocating only what it holds; and the MiB of
+    fp32 state of the whole model (weights, gradients, two moments)."""
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
+    state_mib = 4 * sum(p.numel() for p in model.parameters()) * 4 / 2**20
+    parallel = strategies.build(strategy, model, env, torch.device("cpu"), "fp32")
+    model.to_empty(device="cpu")
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()  # under fsdp: initialises this rank's shards only
+    parallel.attach(torch.optim.Adam(parallel.module.parameters(), lr=1e-4))
+    return parallel, state_mib
+
+
+def train_steps(parallel, env, steps: int) -> None:
+    inputs = torch.randn(BATCH, WIDTH)
+    for _ in range(steps):
+        parallel.zero_grad()
+        loss = parallel.model(inputs).square().sum()
+        parallel.backward(loss, BATCH, BATCH * env.world_size, False)
+        parallel.step()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", choices=("allreduce", "fsdp"), required=True)
@@ -43,23 +68,8 @@ def main() -> None:
     process_group.init_process_group("gloo")
     env = read_dist_env()
     before = max(resident_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
-    state_mib = 4 * sum(p.numel() for p in model.parameters()) * 4 / 2**20  # weights, gradients, 2 moments
-    parallel = strategies.build(args.strategy, model, env, torch.device("cpu"), "fp32")
-    model.to_empty(device="cpu")
-    for layer in model.modules():
-        if isinstance(layer, nn.Linear):
-            layer.reset_parameters()  # under fsdp: initialises this rank's shards only
-    optimizer = torch.optim.Adam(parallel.module.parameters(), lr=1e-4)
-    parallel.attach(optimizer)
-    inputs = torch.randn(BATCH, WIDTH)
-    for _ in range(args.steps):
-        parallel.zero_grad()
-        loss = parallel.model(inputs).square().sum()
-        parallel.backward(loss, BATCH, BATCH * env.world_size, False)
-        parallel.step()
+    parallel, state_mib = build_mlp(args.strategy, env)
+    train_steps(parallel, env, args.steps)
     growth = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before,
                            resident_mib() - before])
     dist.all_reduce(growth, op=dist.ReduceOp.MAX)

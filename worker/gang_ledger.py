@@ -8,11 +8,19 @@ OUTPUT_DIR/.gang/ (the volume the gang shares), and index 0's launcher, itself a
 the others: if one ended otherwise, that one explains the attempt and index 0 exits 75; if every pod ended as a
 victim, index 0 exits STALLED (76), counted: the attempt costs one restart, once.
 
-Each launcher removes its own note when it starts, so index 0 reads the notes of the attempt it is in. Torch-free.
+Each launcher removes its own note when it starts, so index 0 reads the notes of the attempt it is in. While
+it runs it also counts a heartbeat in ``<node>.alive`` (its token, then the count) every second, and its workers
+learn its token; rank 0 of the assembled gang records every pod's token in ``attempt``. A pod that vanished
+whole (SIGKILLed with its launcher, its node lost) either stops counting or, once the Job replaced it, counts
+under another token: either way index 0 knows at once that it will never note anything, instead of waiting out
+WAIT_SECONDS (a counter, not a time: the pods' clocks need not agree). Torch-free.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,39 +32,94 @@ DIRECTORY = ".gang"
 # each other, and a root cause's launcher notes its failure as soon as torchrun reports it. Only a pod that
 # vanished whole (its launcher with it) leaves no note: then index 0 waits this long before exiting 75.
 WAIT_SECONDS = 10.0
-VICTIM, EXPLAINED = "victim", "explained"
+HEARTBEAT_SECONDS = 1.0
+# A pod whose heartbeat has not moved for this long, and that left no note, vanished (3 beats missed).
+STALE_SECONDS = 3.0
+VICTIM, EXPLAINED, ALIVE = "victim", "explained", "alive"
+ATTEMPT = "attempt"  # {node: token} of the gang that assembled, written by its rank 0
+TOKEN_VARIABLE = "INDEXED_TRAINER_GANG_TOKEN"  # the launcher's token, for its workers
+
+
+def record_attempt(output_dir: Path, tokens: dict[int, str]) -> None:
+    """Rank 0, once the gang has assembled: which launcher (token) is each node of this attempt."""
+    directory = Path(output_dir) / DIRECTORY
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(directory / ATTEMPT, json.dumps({str(node): token for node, token in tokens.items()}).encode())
 
 
 class GangLedger:
     def __init__(self, output_dir: Path, node: int, nodes: int):
         self.directory, self.node, self.nodes = Path(output_dir) / DIRECTORY, node, nodes
+        self.stopped = threading.Event()
+        self.token = f"{node}-{os.getpid()}-{time.time_ns()}"
 
     def start(self) -> None:
-        """Remove this pod's note of an earlier attempt."""
-        for kind in (VICTIM, EXPLAINED):
+        """Remove this pod's notes of an earlier attempt, start counting its heartbeat, and hand its token to the
+        workers torchrun will start (their environment is this process's)."""
+        for kind in (VICTIM, EXPLAINED, ALIVE):
             (self.directory / f"{self.node}.{kind}").unlink(missing_ok=True)
+        os.environ[TOKEN_VARIABLE] = self.token
+        threading.Thread(target=self._beat, name="gang-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        beat = 0
+        while not self.stopped.wait(0 if beat == 0 else HEARTBEAT_SECONDS):
+            beat += 1
+            self._write(ALIVE, f"{self.token} {beat}\n")
+
+    def stop(self) -> None:
+        self.stopped.set()
 
     def note(self, code: int) -> None:
         """How this pod ends: as a victim (75), or otherwise (its own failure, a signal: the attempt's cause).
         Only into an OUTPUT_DIR that exists: a pod whose gang never assembled writes nothing."""
-        kind = VICTIM if code == exit_codes.PEER_LOST else EXPLAINED
+        self.stop()
+        self._write(VICTIM if code == exit_codes.PEER_LOST else EXPLAINED, f"{code}\n")
+
+    def _write(self, kind: str, text: str) -> None:
         if not self.directory.parent.is_dir():
             return
         try:
-            atomic_write(self.directory / f"{self.node}.{kind}", f"{code}\n".encode())
+            atomic_write(self.directory / f"{self.node}.{kind}", text.encode())
         except OSError:  # the volume is unreachable: index 0 then finds no note from this pod, as if it vanished
             pass
 
-    def nobody_failed_first(self, wait: float = WAIT_SECONDS, poll: float = 0.2) -> bool:
-        """True once every pod has noted it ended as a victim; False as soon as one ended otherwise, or when
-        ``wait`` seconds pass without every note (a pod that vanished whole is counted, or excused, by the Job)."""
-        deadline = time.monotonic() + wait
+    def _heartbeat(self, node: int) -> str | None:
+        try:
+            return (self.directory / f"{node}.{ALIVE}").read_text()
+        except OSError:
+            return None
+
+    def _attempt(self) -> dict[int, str]:
+        try:
+            return {int(node): token for node, token in json.loads((self.directory / ATTEMPT).read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def nobody_failed_first(self, wait: float = WAIT_SECONDS, poll: float = 0.2, stale: float = STALE_SECONDS) -> bool:
+        """True once every pod has noted it ended as a victim; False as soon as one ended otherwise, or vanished
+        (no note, its heartbeat still for ``stale`` seconds), or when ``wait`` seconds pass without every note
+        (a pod that vanished whole is counted, or excused, by the Job)."""
+        now = time.monotonic()
+        deadline = now + wait
+        beats: dict[int, tuple[str | None, float]] = {}  # per node: the heartbeat last read, and since when
+        attempt = self._attempt()
         while True:
             notes = {path.name for path in self.directory.glob("*.*")} if self.directory.is_dir() else set()
             if any(name.endswith(f".{EXPLAINED}") for name in notes):
                 return False
-            if all(f"{node}.{VICTIM}" in notes for node in range(self.nodes)):
+            waiting = [node for node in range(self.nodes) if f"{node}.{VICTIM}" not in notes]
+            if not waiting:
                 return True
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            for node in waiting:
+                beat = self._heartbeat(node)
+                if node in attempt and beat is not None and beat.split()[0] != attempt[node]:
+                    return False  # the Job replaced it already: this attempt's pod is gone, without a note
+                if node not in beats or beats[node][0] != beat:
+                    beats[node] = (beat, now)
+                elif beat is not None and now - beats[node][1] >= stale:
+                    return False  # its launcher stopped counting without a note: gone with its pod
+            if now >= deadline:
                 return False
             time.sleep(poll)

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
+import time
 from pathlib import Path
 
 from torch.distributed import DistError
@@ -173,7 +175,9 @@ def _launch(args) -> int:
     ledger = gang_ledger(args)
     if ledger is not None:
         ledger.start()
-    code = run_torchrun(args)
+    code = wait_for_leader(args)
+    if code is None:
+        code = run_torchrun(args)
     if ledger is None or code == exit_codes.OK:
         return code
     ledger.note(code)
@@ -185,6 +189,58 @@ def _launch(args) -> int:
                 f"as index 0's failure; the pod exits {exit_codes.STALLED}")
             return exit_codes.STALLED
     return code
+
+
+LEADER_POLL_SECONDS = 0.25
+WAIT_REPORT_SECONDS = 15.0
+
+
+def join_timeout(args) -> float:
+    """torchrun's --rdzv-conf timeout (its default: 900 s)."""
+    for item in str(args.rdzv_conf or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "timeout":
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return 900.0
+
+
+def wait_for_leader(args) -> int | None:
+    """A pod other than index 0 waits, in short polls, until index 0's rendezvous port answers, saying what it
+    waits for; None then (torchrun joins at once), STALLED if it never does within the join timeout.
+
+    torchrun's own store client retries a refused connection with a growing back-off: a pod that started well
+    before index 0 (restarted after its own failure, while index 0 waited for the gang's notes) joined seconds
+    after index 0 was up. An unresolvable name (DNS: the headless Service has no record of index 0 yet) reads
+    as what it is."""
+    if args.standalone or int(args.node_rank) == 0 or args.rdzv_backend != "static" or not args.master_addr:
+        return None
+    host, port, limit = args.master_addr, int(args.master_port), join_timeout(args)
+    began = time.monotonic()
+    report = began + WAIT_REPORT_SECONDS
+    first = True
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=LEADER_POLL_SECONDS * 4).close()
+            if not first:
+                say(f"index 0's rendezvous at {host}:{port} answers after {time.monotonic() - began:.1f} s")
+            return None
+        except OSError as exc:
+            reason = "its name does not resolve yet" if isinstance(exc, socket.gaierror) else "not listening yet"
+        waited = time.monotonic() - began
+        if first:
+            say(f"waiting for index 0's rendezvous at {host}:{port} ({reason}); the join timeout is {limit:g} s")
+            first = False
+        elif time.monotonic() >= report:
+            say(f"still waiting for index 0's rendezvous at {host}:{port}: {waited:.0f} s of {limit:g} s ({reason})")
+            report += WAIT_REPORT_SECONDS
+        if waited >= limit:
+            say(f"the gang did not assemble: index 0's rendezvous at {host}:{port} did not answer within the join "
+                f"timeout ({limit:g} s; {reason}); exiting {exit_codes.STALLED}")
+            return exit_codes.STALLED
+        time.sleep(LEADER_POLL_SECONDS)
 
 
 def run_torchrun(args) -> int:

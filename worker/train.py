@@ -15,7 +15,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker import data, exit_codes, hooks, precision, previous_runs, process_group, resume, settings, strategies
+from worker import (
+    data,
+    exit_codes,
+    gang_ledger,
+    hooks,
+    precision,
+    previous_runs,
+    process_group,
+    resume,
+    settings,
+    strategies,
+)
 from worker.atomic import atomic_write
 from worker.checkpoints import CheckpointManager, Position, TrainingState
 from worker.config import ConfigError, TrainConfig
@@ -26,7 +37,7 @@ from worker.progress import Progress
 from worker.stop import StopRequest, Terminated
 from worker.threads import threads_per_process
 
-EVAL_CHUNK = 1000  # test images per forward pass
+EVAL_CHUNK = 128  # test images per forward pass: 1000 held 230 MiB of conv activations at every rank's peak
 
 
 class Stopped(Exception):
@@ -82,6 +93,7 @@ class Trainer:
             rank=env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
             asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout)
         self.start = self.decide_start()
+        self.record_gang()
         self.data_source = data.prepare(cfg, env, store, self.log)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
@@ -142,6 +154,20 @@ class Trainer:
                          "this run starts from the beginning")
         return verdict
 
+    def record_gang(self) -> None:
+        """Under the indexed-trainer launcher: rank 0 records which launcher is each node of this attempt
+        (worker.gang_ledger), so that the launcher of index 0 knows a pod that vanished without waiting."""
+        token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
+        if token is None or not self.env.under_launcher:
+            return
+        tokens: list = [None] * self.env.world_size
+        if self.distributed:
+            dist.all_gather_object(tokens, (self.env.group_rank, token))
+        else:
+            tokens = [(self.env.group_rank, token)]
+        if self.env.is_rank0:
+            gang_ledger.record_attempt(self.config.output_dir, dict(tokens))
+
     def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
                        result: dict | None = None) -> TrainingState:
         return TrainingState(
@@ -160,8 +186,10 @@ class Trainer:
     def train(self) -> dict:
         checkpoint = self.start.checkpoint
         if checkpoint is not None:
+            restoring = time.perf_counter()
             self.checkpoints.restore(checkpoint, self.parallel)
             self.started_at = checkpoint.state.started_at or self.started_at
+            self.log0(f"restored {checkpoint.path.name} ({time.perf_counter() - restoring:.2f} s)")
         start = resume.resume_point(checkpoint, self.steps, self.env.is_rank0, self.log0)
         scheduler = self.make_scheduler(start.position.epoch * self.steps + start.position.step)
         self.progress.open_curves(self.config.tensorboard,

@@ -189,3 +189,18 @@ def test_a_failed_asynchronous_write_is_raised_to_the_training_at_the_next_save(
     finally:
         hooks.install(None)
     assert not list(tmp_path.glob("ckpt-*"))
+
+
+def test_the_staging_copy_reuses_its_buffers_and_remakes_them_when_the_state_changes_shape():
+    from worker.checkpoints.staging import StagingBuffers
+
+    staging = StagingBuffers()
+    weights = torch.ones(3)
+    first = staging.copy({"w": weights, "step": 1, "name": "a"})
+    weights.add_(1)  # the training changes the tensor in place: the copy keeps the value it took
+    assert torch.equal(first["w"], torch.ones(3)) and first["step"] == 1
+    second = staging.copy({"w": weights, "step": 2, "name": "b"})
+    assert second["w"].data_ptr() == first["w"].data_ptr()  # copied into, not allocated again
+    assert torch.equal(second["w"], torch.full((3,), 2.0)) and second["step"] == 2 and second["name"] == "b"
+    third = staging.copy({"w": torch.zeros(4), "step": 3, "name": "c"})
+    assert third["w"].shape == (4,) and third["w"].data_ptr() != second["w"].data_ptr()

@@ -24,6 +24,7 @@ from worker import hooks
 from worker.checkpoints import layout, sharded, single_file
 from worker.checkpoints.found import Checkpoint
 from worker.checkpoints.layout import CorruptCheckpoint
+from worker.checkpoints.staging import StagingBuffers
 from worker.checkpoints.state import TrainingState
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class CheckpointManager:
         self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
         self.pending: BackgroundWrite | None = None
         self.group = None  # the process group of sharded writes beside the training, made on first use
+        self.staging = StagingBuffers()
         self.blocked: list[float] = []  # seconds the training waited, per save (the benchmark reads them)
 
     def due(self, epochs_done: int, stopping: bool) -> bool:
@@ -91,7 +93,7 @@ class CheckpointManager:
         started = time.perf_counter()
         path = self.directory / state.position.filename(self.format.SUFFIX)
         beside = self.asynchronous and not wait
-        finish = self.format.begin(strategy, state, path, self.rank, copy=beside,
+        finish = self.format.begin(strategy, state, path, self.rank, stage=self.staging.copy if beside else None,
                                    group=self._write_group() if beside else None)
         blocked = time.perf_counter() - started
 

@@ -18,9 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.distributed as dist
-from torch.utils._pytree import tree_map
 
 from worker.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from worker.checkpoints.found import Checkpoint
@@ -44,11 +42,11 @@ def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
 
 
 def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
-                 group: Any = None) -> Callable[[], None]:
+                 stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
     """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
-    collective too) and, on rank 0, publishes them (manifest, rename). With ``group``, a process group of the
-    checkpoint writes' own (their collectives never interleave with the training's), the shards are copied now,
-    so that the function can run beside the training, which goes on changing its tensors in place (what
+    collective too) and, on rank 0, publishes them (manifest, rename). With ``stage`` (a copy) and ``group`` (a
+    process group of the checkpoint writes' own: their collectives never interleave with the training's), the
+    function can run beside the training, which goes on changing its tensors in place (what
     torch.distributed.checkpoint's async_save does, in a thread of the caller's: a daemon, which a process
     that exits on a failure does not wait for)."""
     import torch.distributed.checkpoint as dcp
@@ -62,8 +60,8 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
     if dist.is_initialized():
         dist.barrier()  # nobody writes into the directory before it is fresh
     writer = FileSystemWriter(str(temp), sync_files=True)
-    if group is not None:
-        shards = tree_map(lambda value: value.detach().clone() if isinstance(value, torch.Tensor) else value, shards)
+    if stage is not None:
+        shards = stage(shards)
 
     def finish() -> None:
         dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
@@ -87,10 +85,9 @@ def _publish(temp: Path, final: Path, record: dict[str, Any]) -> None:
     fsync_directory(directory)
 
 
-def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int, copy: bool,
-          group: Any = None) -> Callable[[], None]:
-    """``copy``: write beside the training, through ``group`` (see begin_shards)."""
-    return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, group if copy else None)
+def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
+          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
+    return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, stage, group)
 
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 from worker.atomic import atomic_write
 from worker.checkpoints.found import Checkpoint
@@ -46,15 +45,15 @@ def decode(data: bytes) -> dict[str, Any]:
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
-def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int, copy: bool,
-          group: Any = None) -> Callable[[], None]:
+def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
+          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
     """Rank 0 only (the others hold the same replica). What must happen while training waits: take the state
-    (copied when the write runs beside the training, which goes on changing the tensors in place); returns the
-    write itself: serialise, hash, write atomically."""
+    (through ``stage``, a copy, when the write runs beside the training, which goes on changing the tensors in
+    place); returns the write itself: serialise, hash, write atomically."""
     model_state, optimizer_state = strategy.full_state()
     payload = {**state.to_record(), "model": model_state, "optimizer": optimizer_state}
-    if copy:
-        payload = tree_map(lambda value: value.detach().clone() if isinstance(value, torch.Tensor) else value, payload)
+    if stage is not None:
+        payload = stage(payload)
     return lambda: atomic_write(path, encode(payload))
 
 

@@ -1,6 +1,8 @@
-"""What a strategy does for the trainer, and the parts they share: state dicts by parameter name (the
-torch.distributed.checkpoint.state_dict API), so that a checkpoint written under one strategy resumes under
-another and at another world size."""
+"""What a strategy does for the trainer, and the parts they share: state dicts by parameter name, so that a
+checkpoint written under one strategy resumes under another and at another world size. A strategy whose ranks
+hold the whole model reads and loads them with the module's and optimizer's own state dicts; one that shards it
+(fsdp) through torch.distributed.checkpoint's state_dict API, imported only then (it costs every process about
+half a second and 50 MiB)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
 
 from worker.distenv import DistEnv
 from worker.precision import Precision
@@ -76,15 +72,25 @@ class Strategy:
     # -- state ---------------------------------------------------------------------------------------
     def full_model_state(self) -> dict[str, Any]:
         """The whole model's weights as plain CPU tensors on rank 0 (a collective under fsdp)."""
+        if not self.shards_parameters:
+            return {name: tensor.detach().cpu() for name, tensor in self.module.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def full_state(self) -> tuple[dict, dict]:
         """(model, optimizer) state by parameter name, whole tensors, on rank 0: a checkpoint file's content."""
+        if not self.shards_parameters:
+            return self.full_model_state(), by_name(self.optimizer.state_dict(), self.module)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
         return get_state_dict(self.module, self.optimizer,
                               options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def sharded_state(self) -> dict:
         """This rank's part of the model and optimizer state (whole tensors where nothing is sharded)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         with self.optimizer_state_initializable():
             model, optimizer = get_state_dict(self.module, self.optimizer)
         return {"model": model, "optimizer": optimizer}
@@ -97,15 +103,20 @@ class Strategy:
         known = set(self.optimizer.param_groups[0]) | {"params"}
         optimizer_state = {**optimizer_state, "param_groups": [
             {key: value for key, value in group.items() if key in known} for group in optimizer_state["param_groups"]]}
-        with self.optimizer_state_initializable():
-            # whole tensors are this rank's part where nothing is sharded; under fsdp each rank takes its shard
+        if not self.shards_parameters:
+            self.module.load_state_dict(model_state)
+            self.optimizer.load_state_dict(by_position(optimizer_state, self.module))
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        with self.optimizer_state_initializable():  # each rank takes its shard of the whole tensors
             set_state_dict(self.module, self.optimizer, model_state_dict=model_state,
-                           optim_state_dict=optimizer_state,
-                           options=StateDictOptions(full_state_dict=self.shards_parameters))
+                           optim_state_dict=optimizer_state, options=StateDictOptions(full_state_dict=True))
 
     def load_sharded(self, directory: Path) -> None:
         """Load a sharded checkpoint, resharded to this world size by torch.distributed.checkpoint."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = self.sharded_state()
         dcp.load(state, checkpoint_id=str(directory))
@@ -117,6 +128,16 @@ class Strategy:
         """get_state_dict creates a fresh optimizer's state (a zero-learning-rate step) only while no parameter
         holds a gradient; a strategy that keeps gradients bound lifts them for that moment."""
         yield
+
+
+def by_position(optimizer_state: dict, module: nn.Module) -> dict:
+    """The inverse of by_name: torch.optim's own form, keyed by the parameter's position in module.parameters()."""
+    position = {name: index for index, (name, _) in enumerate(module.named_parameters())}
+    return {
+        "state": {position[name]: value for name, value in optimizer_state["state"].items()},
+        "param_groups": [{**group, "params": [position[name] for name in group["params"]]}
+                         for group in optimizer_state["param_groups"]],
+    }
 
 
 def by_name(optimizer_state: dict, module: nn.Module) -> dict:

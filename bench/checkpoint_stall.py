@@ -1,0 +1,88 @@
+"""Checkpoint stall: how long one save blocks the training loop, synchronous against asynchronous (the same
+process alternates the two), for the MNIST CNN and the 67 M-parameter MLP of bench.strategy_memory.
+
+    torchrun --standalone --nproc-per-node 2 -m bench.checkpoint_stall --strategy fsdp --model mlp --repeats 3
+
+Under allreduce rank 0 writes one file (the other ranks would wait for it in the next collective), under fsdp
+every rank writes its shard: the stall is the longest any rank is blocked in CheckpointManager.save, the write
+the time until the checkpoint is on disk. Written to --directory (default: a new directory under the
+current one's filesystem, not a tmpfs). Rank 0 prints medians as ``sync_blocked_s=A async_blocked_s=B
+sync_write_s=C async_write_s=D``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bench.strategy_memory import build_mlp, train_steps
+from worker import process_group, strategies
+from worker.checkpoints import CheckpointManager, Position, TrainingState
+from worker.distenv import read_dist_env
+from worker.model import MnistCNN
+
+
+def build_cnn(strategy: str, env) -> strategies.Strategy:
+    torch.manual_seed(0)
+    parallel = strategies.build(strategy, MnistCNN(), env, torch.device("cpu"), "fp32")
+    parallel.attach(torch.optim.Adam(parallel.module.parameters(), lr=1e-3))
+    parallel.zero_grad()
+    loss = F.cross_entropy(parallel.model(torch.randn(8, 1, 28, 28)), torch.arange(8), reduction="sum")
+    parallel.backward(loss, 8, 8 * env.world_size, False)
+    parallel.step()  # the optimizer's state exists, as in any checkpoint after the first epoch
+    return parallel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", choices=("allreduce", "fsdp"), required=True)
+    parser.add_argument("--model", choices=("cnn", "mlp"), required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--directory", type=Path, default=Path.cwd())
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    process_group.init_process_group("gloo")
+    env = read_dist_env()
+    if args.model == "mlp":
+        parallel, _ = build_mlp(args.strategy, env)
+        train_steps(parallel, env, 1)
+    else:
+        parallel = build_cnn(args.strategy, env)
+    box = [tempfile.mkdtemp(prefix="bench-checkpoints-", dir=args.directory) if env.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    root = Path(box[0])
+    samples: dict[str, list[float]] = {"sync_blocked_s": [], "async_blocked_s": [], "sync_write_s": [],
+                                       "async_write_s": []}
+    for repeat in range(args.repeats):
+        for mode in (("sync", "async") if repeat % 2 == 0 else ("async", "sync")):
+            manager = CheckpointManager(root / mode, keep=1, every=1, epochs=args.repeats, rank=env.rank,
+                                        sharded_format=parallel.shards_parameters, log=lambda line: None,
+                                        asynchronous=mode == "async")
+            state = TrainingState(Position(repeat + 1, 0), steps_per_epoch=1, world_size=env.world_size)
+            dist.barrier()
+            started = time.perf_counter()
+            manager.save(state, parallel)
+            blocked = time.perf_counter() - started
+            manager.wait()
+            written = time.perf_counter() - started
+            dist.barrier()
+            worst = torch.tensor([blocked, written], dtype=torch.float64)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            samples[f"{mode}_blocked_s"].append(worst[0].item())
+            samples[f"{mode}_write_s"].append(worst[1].item())
+    if env.rank == 0:
+        print(" ".join(f"{key}={statistics.median(values):.4f}" for key, values in samples.items()), flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+    process_group.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
