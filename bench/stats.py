@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,3 +61,23 @@ def launch_until(command: list[str], env: dict, done: Callable[[str], bool], tim
     finally:
         kill_pod(marker)
         process.wait()
+
+
+def peak_rss_per_rank(command: list[str], env: dict, world: int) -> float:
+    """Largest peak resident memory (MiB) of ``world`` ranks of ``command``, each started by hand (env://)
+    and measured by wait4."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0"}
+    processes = [subprocess.Popen(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(world)]
+    peaks = []
+    for process in processes:
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} at world size {world} failed ({process.returncode})")
+        peaks.append(usage.ru_maxrss / 1024)
+    return max(peaks)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.stats import BIN, ROOT, clean_env, launch_until
+from bench.stats import BIN, clean_env, launch_until, peak_rss_per_rank
 
 _WORKER_ACCURACY = re.compile(r"test accuracy=(\d\.\d+), (\d+) images/s")
 _STANDARD_ACCURACY = re.compile(r"test accuracy=(\d\.\d+) images/s=(\d+\.\d+)")
@@ -106,29 +103,11 @@ def _second_epoch_rate(command: list[str], env: dict, pattern: re.Pattern) -> fl
 
 
 def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
-    """Largest peak resident memory (MiB) of one rank, each rank started by hand and measured by wait4."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    out = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-    base = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", EPOCHS=1,
-                     OMP_NUM_THREADS=1, CHECKPOINT_EVERY=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                     WORLD_SIZE=world, LOCAL_WORLD_SIZE=world, GROUP_RANK=0)
-    if quick:
-        base["TRAIN_SAMPLES"] = "256"
-    processes = [subprocess.Popen([sys.executable, "-m", "worker"], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-                                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for r in range(world)]
-    peaks = []
-    for process in processes:
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode != 0:
-            raise RuntimeError(f"memory run at world size {world} failed ({process.returncode})")
-        peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
-    return max(peaks)
-
-
+    """Largest peak resident memory (MiB) of one rank of the worker, each rank started by hand."""
+    env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=tempfile.mkdtemp(prefix="bench-memory-"), LOG_INTERVAL=100000,
+                    DOWNLOAD="false", EPOCHS=1, OMP_NUM_THREADS=1, CHECKPOINT_EVERY=0,
+                    **({"TRAIN_SAMPLES": 256} if quick else {}))
+    return peak_rss_per_rank([sys.executable, "-m", "worker"], env, world)
 
 
 _MEMORY = re.compile(r"peak_growth_mib=(\d+\.\d+) resident_growth_mib=(-?\d+\.\d+) state_mib=(\d+\.\d+)")

@@ -21,7 +21,10 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     for row in ("time to 98.0% test accuracy, world size 2", "training images/s per process, world size 2",
                 "gradient sync ms/step, 2 ranks", "gen-manifests start-up", "render time, replicas",
                 "peak resident memory per rank", "vs the standard loop with the worker's recipe",
-                "STRATEGY/PRECISION fsdp/bf16", "memory growth per rank, resident after the steps, 67 M-param MLP, ws 4"):
+                "STRATEGY/PRECISION fsdp/bf16", "memory growth per rank, resident after the steps, 67 M-param MLP, ws 4",
+                "launch to first step, local-job, 2 pods", "./run.sh --local before the first pod",
+                "recovery phases: detection", "checkpoint stall per save, fsdp, MNIST CNN",
+                "peak resident memory per rank, every option off"):
         assert row in result.stdout
     results = json.loads(out.read_text())
     assert [row["replicas"] for row in results["render_scale"]] == [1, 10, 100, 1000, 10000]
@@ -33,5 +36,7 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
                                           "ddp_step_ms", "bytes", "parameter_tensors"))
     assert math.isfinite(sync["ddp_ms"]) and math.isfinite(sync["ddp_fraction"])
     assert set(results["strategies"]) == {f"{s}/{p}" for s in ("allreduce", "ddp", "fsdp") for p in ("fp32", "bf16")}
+    recovery = results["distributed_cost"]["recovery"]
+    assert 0 <= recovery["detection_s"] < recovery["total_s"] and recovery["backoff_s"] >= 0.9  # --backoff-seconds 1
     memory = results["strategy_memory"]["2"]
     assert memory["fsdp"]["peak_growth_mib"] < memory["allreduce"]["peak_growth_mib"]  # sharding saves memory

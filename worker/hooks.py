@@ -7,6 +7,8 @@ check of one variable, and the worker neither reads nor parses any test setting.
     batch              before each batch; context: epoch, batch (both counted from 1)
     checkpoint         a checkpoint write begins on this rank
     before-rename      a file is written and fsynced under its temporary name, not yet renamed into place
+    checkpoint-written a checkpoint is on disk (this rank's part; on rank 0 published and pruned); in the
+                       writer's thread when saves are asynchronous
     completed          the run completed (model saved, every rank released), before the exit
 """
 

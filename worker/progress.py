@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from worker.atomic import atomic_write
 from worker.tensorboard_log import Curves
 
 METRICS_FILE = "metrics.jsonl"
@@ -80,6 +81,20 @@ class Progress:
                   f"{record['sync_ms_per_step']:.2f} ms/step (backward with sync {record['backward_ms_per_step']:.1f}), "
                   f"{self.timing(epoch)}")
 
+    def keep_records_up_to(self, epochs: int) -> None:
+        """Rank 0, as training starts or resumes after ``epochs`` epochs: metrics.jsonl keeps only the epochs the
+        checkpoint holds. An epoch recorded before its checkpoint was on disk (an asynchronous save cut short,
+        CHECKPOINT_EVERY > 1) is trained again and recorded once, as TensorBoard's purge_step does for the curves."""
+        path = self.output_dir / METRICS_FILE
+        if not self.is_rank0 or not path.is_file():
+            return
+        lines = path.read_text().splitlines()
+        kept = [line for line in lines if _epoch_of(line) <= epochs]
+        if len(kept) != len(lines):
+            atomic_write(path, "".join(line + "\n" for line in kept).encode())
+            self.log(f"metrics.jsonl: dropped {len(lines) - len(kept)} record(s) of epochs after {epochs}, "
+                     "which this start trains again")
+
     def record(self, record: dict[str, Any], images: int) -> None:
         """Rank 0 appends the epoch to metrics.jsonl and the curves."""
         if not self.is_rank0:
@@ -93,3 +108,10 @@ class Progress:
 
     def close(self) -> None:
         self.curves.close()
+
+
+def _epoch_of(line: str) -> float:
+    try:
+        return float(json.loads(line)["epoch"])
+    except (ValueError, KeyError, TypeError):
+        return float("inf")  # a torn last line (a kill mid-append): dropped with what follows the checkpoint

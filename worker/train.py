@@ -195,6 +195,7 @@ class Trainer:
         self.progress.open_curves(self.config.tensorboard,
                                   self.images_seen(start.position) if checkpoint is not None else None)
         self.progress.begin(start.position.epoch, start.position.step, self.steps)
+        self.progress.keep_records_up_to(start.position.epoch)
         self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
         self.model.train()
         carried_loss, carried_samples, result = start.carried_loss, start.carried_samples, start.result

@@ -14,6 +14,8 @@ Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` 
              download     on the rank that prepares the data, before it tells the others the outcome
              checkpoint   inside every checkpoint write: its file written, not yet renamed into place
              checkpoint=N inside the N-th checkpoint write of this start only
+             written=N    once the N-th checkpoint of this start is on disk (asynchronous saves: while the
+                          training has gone on), so a kill there is a kill after that checkpoint
              completed    after the run completed (model saved, every rank released), before the exit
     actions  sigkill      this process dies (SIGKILL)
              sigkill-pod  the pod dies: torchrun (the container's main process) and this process, SIGKILL
@@ -43,7 +45,7 @@ from worker.config import ConfigError
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
-                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?|completed)"
+                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?|written=\d+|completed)"
                     r"(?P<filters>(,(rank|attempt)=\d+)*)$")
 
 
@@ -93,6 +95,7 @@ class FaultInjector:
         # the "pod" actions signal torchrun; without it (plain `python -m worker`) they act on this process
         self.pod = os.getppid() if parent_is_launcher else os.getpid()
         self.checkpoints = 0
+        self.written = 0
         self.in_checkpoint = False
 
     def at(self, point: str) -> None:
@@ -107,6 +110,9 @@ class FaultInjector:
         elif name == "checkpoint":
             self.checkpoints += 1
             self.in_checkpoint = True
+        elif name == "checkpoint-written":
+            self.written += 1
+            self.at(f"written={self.written}")
         elif name == "before-rename":
             if self.in_checkpoint:  # the first file of this checkpoint is written, not yet in place
                 self.in_checkpoint = False

@@ -143,7 +143,7 @@ def test_bad_configuration_fails_the_job_at_once(tmp_path):
     assert status["failed"] == 2 and status["failedIndexes"] == ""
     assert status["restarts"] == {"0": 0, "1": 0}
     assert "configuration error: EPOCHS: 'abc' must be a whole number" in log
-    assert "Job mnist-train failed: PodFailurePolicy" in log
+    assert re.search(r"Job mnist-train failed after \d+ s: PodFailurePolicy", log), log[-2000:]
 
 
 def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):

@@ -49,3 +49,21 @@ def test_the_loop_goes_on_while_a_save_is_in_flight_and_the_save_completes_befor
     weights = [torch.load(out / "model.pt", weights_only=True) for out in outputs.values()]
     for name in weights[0]:
         assert torch.equal(weights[0][name], weights[1][name]), name
+
+
+def test_a_kill_while_a_save_is_in_flight_resumes_from_the_previous_one_and_records_each_epoch_once(tmp_path,
+                                                                                                   small_dir):
+    from tests.worker.launch import recorded_epochs
+
+    out = tmp_path / "out"
+    settings = dict(SETTINGS, EPOCHS=3)
+    # epoch 2's save is held in the writer; the pod dies as epoch 3 trains, epoch 2 already in metrics.jsonl
+    killed = run(torchrun_command(2), worker_env(small_dir, out, **settings,
+                                                 FAULT_INJECT="sleep=30@checkpoint=2,rank=0; sigkill-pod@batch=3.2,rank=0"))
+    assert killed.returncode != 0 and "checkpoint ckpt-e0002" not in killed.stdout, killed.stdout[-3000:]
+    assert [p.name for p in (out / "checkpoints").iterdir() if not p.name.startswith(".")] == ["ckpt-e0001-s000000.pt"]
+    resumed = run(torchrun_command(2), worker_env(small_dir, out, **settings))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resuming from ckpt-e0001-s000000.pt" in resumed.stdout
+    assert "metrics.jsonl: dropped 1 record(s) of epochs after 1" in resumed.stdout
+    assert recorded_epochs(out) == [1, 2, 3]

@@ -92,7 +92,11 @@ def test_rank_0_name_not_resolvable_fails_clearly_after_the_join_timeout(tmp_pat
     elapsed = time.monotonic() - started
     assert result.returncode == 76  # STALLED: counted against the Job, so this cannot restart forever
     assert 10 <= elapsed < 60
-    assert "timed out after 10000ms while trying to connect to (mnist-train-0.mnist-train.invalid" in result.stderr
+    # said while it waits, and at the end: the address, why (the name does not resolve), the limit
+    assert ("launcher: waiting for index 0's rendezvous at mnist-train-0.mnist-train.invalid:" in result.stderr
+            and "(its name does not resolve yet); the join timeout is 10 s" in result.stderr)
+    assert ("did not answer within the join timeout (10 s; its name does not resolve yet); exiting 76"
+            in result.stderr)
     assert not (tmp_path / "out").exists()  # no worker started, nothing written
 
 

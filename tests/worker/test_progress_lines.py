@@ -70,3 +70,20 @@ def test_a_rank_waiting_for_the_data_says_so_while_it_waits(monkeypatch):
     timer.join()
     assert 3 <= len(lines) <= 5, lines
     assert lines[0] == "waiting for global rank 0 to prepare the data: 0 s of DOWNLOAD_TIMEOUT=60 s"
+
+
+def test_a_start_keeps_only_the_epochs_its_checkpoint_holds(tmp_path):
+    """Epoch 3 was recorded while its asynchronous save was in flight and the pod died: resumed from epoch 2's
+    checkpoint, epoch 3 is trained again and must not be in metrics.jsonl twice (a torn last line goes too)."""
+    import json
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "loss": 1.0 / e}) + "\n"
+                                                    for e in (1, 2, 3)) + '{"epoch": 4, "lo')
+    lines = []
+    progress = Progress(0, tmp_path, epochs=5, log_interval=10)
+    progress.log = lines.append
+    progress.keep_records_up_to(2)
+    assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert lines == ["metrics.jsonl: dropped 2 record(s) of epochs after 2, which this start trains again"]
+    Progress(1, tmp_path, epochs=5, log_interval=10).keep_records_up_to(0)  # only rank 0 touches the file
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2

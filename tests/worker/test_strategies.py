@@ -125,8 +125,9 @@ def test_fsdp_killed_run_falls_back_past_a_damaged_shard_and_matches_the_uninter
                                                                                            uninterrupted):
     settings = dict(STRATEGY="fsdp", **RESUME_SETTINGS)
 
-    out = tmp_path / "interrupted"  # the pod dies (torchrun and both ranks, SIGKILL) as epoch 3 begins
-    killed = run(torchrun_command(2), worker_env(small_dir, out, FAULT_INJECT="sigkill-pod@batch=3.1,rank=0",
+    # the pod dies (torchrun and both ranks, SIGKILL) once epoch 2's checkpoint is on disk, as epoch 3 begins
+    out = tmp_path / "interrupted"
+    killed = run(torchrun_command(2), worker_env(small_dir, out, FAULT_INJECT="sigkill-pod@written=2,rank=0",
                                                  **settings))
     assert killed.returncode != 0 and "checkpoint ckpt-e0002-s000000.dcp written" in killed.stdout, killed.stdout
     checkpoints = out / "checkpoints"
@@ -170,7 +171,7 @@ def test_fsdp_resumes_at_an_epoch_boundary_with_another_world_size(tmp_path, sma
     settings = dict(STRATEGY="fsdp", **RESUME_SETTINGS)
     out = tmp_path / "out"
     command = torchrun_command(first) if first > 1 else rank_command()
-    killed = run(command, worker_env(small_dir, out, FAULT_INJECT="sigkill@batch=2.1,rank=0", **settings))
+    killed = run(command, worker_env(small_dir, out, FAULT_INJECT="sigkill@written=1,rank=0", **settings))
     assert killed.returncode != 0 and "checkpoint ckpt-e0001-s000000.dcp written" in killed.stdout, killed.stdout
     manifest = json.loads((out / "checkpoints" / "ckpt-e0001-s000000.dcp" / "manifest.json").read_text())
     assert manifest["meta"]["world_size"] == first
@@ -194,7 +195,7 @@ def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, uninte
     settings = RESUME_SETTINGS
     out = tmp_path / "out"
     killed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=first,
-                                                 FAULT_INJECT="sigkill-pod@batch=2.1,rank=0", **settings))
+                                                 FAULT_INJECT="sigkill-pod@written=1,rank=0", **settings))
     assert killed.returncode != 0, killed.stdout
     resumed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=second, **settings))
     assert resumed.returncode == 0, resumed.stdout[-3000:]

@@ -104,6 +104,7 @@ class CheckpointManager:
                 layout.prune(self.directory, self.keep)
                 took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
                 self.log(f"checkpoint {path.name} written ({took})")
+            hooks.point("checkpoint-written")
 
         if beside:
             self.pending = BackgroundWrite(write)
