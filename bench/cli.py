@@ -52,7 +52,7 @@ def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
             contenders["standard_recipe_s"] = lambda: training.standard_time_to_accuracy(
                 data_dir, world, target, quick, recipe="worker")
         results[f"time_to_accuracy_ws{world}"] = alternate(contenders, repeats)
-    log("strategies x precisions, world size 2 (bf16 once: this CPU has no bf16 arithmetic)...")
+    log("strategies x precisions, world size 2 (bf16 once: emulated, about 10x slower, on CPUs without bf16 units)...")
     results["strategies"] = strategy_matrix(data_dir, target, quick, repeats)
     log("peak memory per rank, fsdp vs allreduce, 67 M-parameter MLP...")
     results["strategy_memory"] = {

@@ -15,6 +15,7 @@ import yaml
 
 from tests.conftest import BIN, OUTSIDE
 from tests.controlplane.scenarios import PLAN_VALUES, SCENARIOS, Scenario, comparable
+from tests.rendering import gen_manifests
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 PLAN_SCRIPT = Path(__file__).resolve().parent / "plan.py"
@@ -22,10 +23,8 @@ JOB_CONTROLLER_BACKOFF = 10.0  # the controller's first back-off; local-job runs
 
 
 def render(scenario: Scenario, namespace: str = "default") -> str:
-    args = [str(BIN / "gen-manifests"), "--set", f"namespace={namespace}"]
-    for item in (*PLAN_VALUES, *scenario.sets, f"config_map.PLAN={json.dumps(json.dumps(scenario.plan))}"):
-        args += ["--set", item]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return gen_manifests(*PLAN_VALUES, *scenario.sets, f"config_map.PLAN={json.dumps(json.dumps(scenario.plan))}",
+                         namespace=namespace).decode()
 
 
 def run_on_local_job(scenario: Scenario, tmp_path: Path) -> tuple[dict, dict[int, list[float]]]:

@@ -2,21 +2,17 @@
 apply (client-side and server-side, in both orders), then unchanged on a second apply, with an empty kubectl diff:
 what the render writes is what the server stores. Skipped without $KUBE_ASSETS (see cluster.py)."""
 
-import subprocess
 
 import pytest
 
-from tests.conftest import BIN
 from tests.generator.test_render import MATRIX
+from tests.rendering import gen_manifests
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
 
 def render(namespace: str, sets: list[str]) -> str:
-    args = [str(BIN / "gen-manifests"), "--set", f"namespace={namespace}"]
-    for item in sets:
-        args += ["--set", item]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return gen_manifests(*sets, namespace=namespace).decode()
 
 
 @pytest.mark.parametrize("name", sorted(MATRIX))

@@ -7,13 +7,9 @@ import pytest
 
 from localjob.podspec import training_script
 from tests.conftest import BIN, OUTSIDE
+from tests.rendering import gen_manifests
 
-
-def render(*sets: str) -> bytes:
-    args = [str(BIN / "gen-manifests")]
-    for item in sets:
-        args += ["--set", item]
-    return subprocess.run(args, capture_output=True, check=True).stdout
+render = gen_manifests
 
 
 @pytest.mark.parametrize("argv, script", [

@@ -12,16 +12,13 @@ import pytest
 from localjob.podspec import POD_MARKER
 from tests.conftest import BIN, OUTSIDE
 from tests.mnist_data import dataset_files, raw_files, real_digits_available, synthetic_digits, write_raw
+from tests.rendering import gen_manifests
 from tests.worker.launch import read_until
 
 pytestmark = pytest.mark.slow
 
 
-def render(*sets: str) -> bytes:
-    args = [str(BIN / "gen-manifests")]
-    for item in sets:
-        args += ["--set", item]
-    return subprocess.run(args, capture_output=True, check=True).stdout
+render = gen_manifests
 
 
 def volume(tmp_path, files, name="volume"):

@@ -1,0 +1,14 @@
+"""The installed gen-manifests, run as users run it: its rendered stream for a list of --set assignments."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import BIN
+
+
+def gen_manifests(*sets: str, namespace: str | None = None) -> bytes:
+    args = [str(BIN / "gen-manifests")] + (["--set", f"namespace={namespace}"] if namespace else [])
+    for item in sets:
+        args += ["--set", item]
+    return subprocess.run(args, capture_output=True, check=True).stdout
