@@ -78,7 +78,6 @@ class CheckpointManager:
         self.pending: BackgroundWrite | None = None
         self.group = None  # the process group of sharded writes beside the training, made on first use
         self.staging = StagingBuffers()
-        self.blocked: list[float] = []  # seconds the training waited, per save (the benchmark reads them)
 
     def due(self, epochs_done: int, stopping: bool) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
@@ -110,7 +109,6 @@ class CheckpointManager:
             self.pending = BackgroundWrite(write)
         else:
             write()
-        self.blocked.append(time.perf_counter() - started if not beside else blocked)
 
     def wait(self) -> None:
         """The write in flight is complete (or raises what it raised)."""
