@@ -21,7 +21,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist-test-set"
 PRODUCT_PACKAGES = ("generator", "worker", "localjob")
 # An empty working directory for the programs the tests start: nothing in it shadows the installed package.
 OUTSIDE = Path(tempfile.mkdtemp(prefix="indexed-trainer-tests-"))

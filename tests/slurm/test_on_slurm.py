@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import BIN, ROOT, node_environment
-from tests.mnist_data import dataset_files, real_digits_available, write_raw
+from tests.mnist_data import dataset_files, write_raw
 from tests.slurm_cluster import SlurmCluster, install_slurm
 from tests.worker.launch import free_port, recorded_epochs
 
@@ -95,7 +95,7 @@ def test_the_rendered_script_trains_on_two_nodes(cluster, tmp_path, digits, node
     assert "Rank 0: process group: gloo, world size 2 (2 nodes x 1)" in log
     output = shared / "runs" / "mnist-train"
     summary = json.loads((output / "model.json").read_text())
-    assert summary["accuracy"] >= (0.985 if real_digits_available() else 0.95)  # as on the Kubernetes path
+    assert summary["accuracy"] >= 0.985  # as on the Kubernetes path
     assert summary["world_size"] == 2 and recorded_epochs(output) == [1, 2, 3, 4, 5]
 
 

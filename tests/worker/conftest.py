@@ -5,7 +5,7 @@ from tests.mnist_data import dataset_files, raw_files, synthetic_digits, write_r
 
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory):
-    """The real digits (first 8,000 train / last 2,000 test) when ../shared has them, else synthetic ones."""
+    """The real digits the worker ships (first 8,000 train / last 2,000 test)."""
     directory = tmp_path_factory.mktemp("digits")
     write_raw(directory, dataset_files())
     return directory

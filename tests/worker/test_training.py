@@ -6,7 +6,6 @@ import re
 import pytest
 import torch
 
-from tests.mnist_data import real_digits_available
 from tests.worker.launch import rank_command, run, worker_env
 from worker.data import load_split
 from worker.model import MnistCNN
@@ -38,7 +37,7 @@ def test_torchrun_two_processes_train_to_the_documented_accuracy(digits_dir, def
     with torch.inference_mode():
         accuracy = (model(images).argmax(1) == labels).float().mean().item()
     assert accuracy == pytest.approx(summary["accuracy"], abs=1e-6)
-    assert accuracy >= (0.985 if real_digits_available() else 0.95)
+    assert accuracy >= 0.985
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "ckpt-e0003-s000000.pt", "ckpt-e0004-s000000.pt", "ckpt-e0005-s000000.pt"]
 
