@@ -73,12 +73,8 @@ def _schema_messages(error) -> list[str]:
     where = format_path(path)
     if validator == "additionalProperties" and isinstance(value, dict):
         allowed = sorted(schema.get("properties", {}))
-        lines = []
-        for key in sorted(set(value) - set(allowed)):
-            close = closest(key, allowed)
-            hint = f"did you mean {close!r}?" if close else "allowed: " + ", ".join(allowed)
-            lines.append(f"{format_path(path + [key])}: unknown key ({hint})")
-        return lines
+        return [f"{format_path(path + [key])}: unknown key ({_unknown_key_hint(path, key, allowed)})"
+                for key in sorted(set(value) - set(allowed), key=str)]
     if "propertyNames" in error.absolute_schema_path:
         # the key itself is wrong: name it, not the mapping that holds it
         reason = schema.get("x-pattern-hint", error.message) if validator == "pattern" else error.message
@@ -114,6 +110,89 @@ def _schema_messages(error) -> list[str]:
     if validator == "uniqueItems":
         return [f"{where}: has duplicate entries"]
     return [f"{where}: {error.message}"]
+
+
+# An unknown key's mapping lists its keys in the message only when they are few; the top level's are many.
+_LISTED_KEYS = 8
+# Where an unknown key may have been meant elsewhere: at most this many places are named.
+_ELSEWHERE_SHOWN = 3
+
+
+def _unknown_key_hint(path: list, key: Any, allowed: list[str]) -> str:
+    """What an unknown ``key`` of the mapping at ``path`` was probably meant to be, worded for a file and --set
+    alike: a key of the same mapping written alike (``replica`` -> 'replicas'), else the same key at another
+    place, dotted (``RESUME`` -> config_map.RESUME, ``partition`` -> slurm.partition); a key written exactly
+    so elsewhere comes before a merely similar one here (``accelerator_count`` is not ``local_device_count``)."""
+    word = str(key)
+    same = closest(word, allowed)
+    if same is not None and same.casefold() == word.casefold():
+        return f"did you mean {same!r}?"
+    elsewhere = _elsewhere(path, word, exact=True)
+    if not elsewhere and same is not None:
+        return f"did you mean {same!r}?"
+    elsewhere = elsewhere or _elsewhere(path, word, exact=False)
+    if elsewhere:
+        return f"did you mean {' or '.join(elsewhere[:_ELSEWHERE_SHOWN])}?"
+    if len(allowed) <= _LISTED_KEYS:
+        return "allowed: " + ", ".join(allowed)
+    here = "at the top level" if not path else f"of {format_path(path)}"
+    return (f"none of the {len(allowed)} keys {here} is like it; see `gen-manifests --print-schema` or the values "
+            "table in README.md")
+
+
+def _elsewhere(path: list, word: str, *, exact: bool) -> list[str]:
+    """The dotted paths, outside the mapping at ``path``, of the keys named ``word`` (in any case) or, unless
+    ``exact``, named much like it: the schema's keys and the built-in worker's variables (config_map's).
+    The nearest to ``path`` first."""
+    level = tuple(None if isinstance(part, int) else part for part in path)
+    candidates = [
+        key_path for key_path in _key_paths()
+        if key_path[:-1] != level
+        # a key inside a list's item only within that same item, whose index the hint then names
+        and all(part is not None or key_path[:i + 1] == level[:i + 1] for i, part in enumerate(key_path))
+    ]
+    names = {str(key_path[-1]) for key_path in candidates}
+    if exact:
+        matches = {name for name in names if name.casefold() == word.casefold()}
+    else:
+        close = closest(word, names, cutoff=0.75)
+        matches = {close} if close is not None else set()
+
+    def shared(key_path: tuple) -> int:  # how many leading keys it has in common with path
+        pairs = zip(key_path, level, strict=False)
+        return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(key_path), len(level)))
+
+    chosen = sorted((key_path for key_path in candidates if key_path[-1] in matches),
+                    key=lambda key_path: (-shared(key_path), len(key_path), str(key_path)))
+    return [format_path(path[i] if part is None else part for i, part in enumerate(key_path))
+            + (" at the top level" if len(key_path) == 1 else "") for key_path in chosen]
+
+
+@lru_cache(maxsize=1)
+def _key_paths() -> tuple[tuple[str | None, ...], ...]:
+    """Every key the schema names, as its path (None for a list's item), and config_map's worker variables."""
+    root = load_schema()
+    paths: list[tuple[str | None, ...]] = []
+
+    def walk(node: Any, at: tuple[str | None, ...], refs: frozenset[str]) -> None:
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/") and ref not in refs:
+            target: Any = root
+            for part in ref[2:].split("/"):
+                target = target.get(part, {}) if isinstance(target, dict) else {}
+            walk(target, at, refs | {ref})
+        for branch in node.get("anyOf", []) + node.get("oneOf", []) + node.get("allOf", []):
+            walk(branch, at, refs)
+        walk(node.get("items"), at + (None,), refs)
+        for key, sub in node.get("properties", {}).items():
+            paths.append(at + (key,))
+            walk(sub, at + (key,), refs)
+
+    walk(root, (), frozenset())
+    paths.extend(("config_map", variable) for variable in sorted(WORKER_VARIABLES))
+    return tuple(dict.fromkeys(paths))
 
 
 # Kubernetes quantity suffixes, in the unit a values file uses for each ("4Gi" -> 4 GiB, "500m" -> 0.5 cores)
@@ -158,17 +237,37 @@ def _bad_strings(value: Any, path: list) -> Iterable[str]:
             yield from _bad_strings(item, path + [index])
 
 
+def longest_name(replicas: int) -> int:
+    """The most characters ``name`` may have for ``replicas`` pods: every pod's hostname, ``<name>-<index>``,
+    must fit in MAX_HOSTNAME (61 for up to 10 replicas, 60 for up to 100)."""
+    return MAX_HOSTNAME - len(pod_hostname("", replicas - 1))
+
+
+def name_length_problem(name: str, replicas: int | None) -> str | None:
+    """Why ``name`` is too long for ``replicas`` pods, its limit first; None if it fits. The one wording of
+    the rule, for the schema's maxLength and the rule across keys alike. ``replicas`` None: not known (it is
+    invalid itself), and only a name over MAX_HOSTNAME is certainly too long."""
+    if replicas is None:
+        if len(name) <= longest_name(1):
+            return None
+        return (f"name: {name!r} has {len(name)} characters; it may have at most {longest_name(10)} with up to "
+                f"10 replicas, fewer with more (pod hostnames <name>-<index> must fit in {MAX_HOSTNAME})")
+    limit = longest_name(replicas)
+    if len(name) <= limit:
+        return None
+    hosts = (f"the pod hostname {pod_hostname('<name>', 0)}" if replicas == 1
+             else f"pod hostnames {pod_hostname('<name>', 0)} .. {pod_hostname('<name>', replicas - 1)}")
+    return (f"name: {name!r} has {len(name)} characters; with {replicas} replica{'s' if replicas != 1 else ''} "
+            f"it may have at most {limit} ({hosts} must fit in {MAX_HOSTNAME})")
+
+
 def semantic_problems(values: dict) -> list[str]:
     """Rules across keys that JSON Schema cannot express. Assumes the schema already passed."""
     problems: list[str] = []
-    name, replicas = values["name"], values["replicas"]
-    last_host = pod_hostname(name, replicas - 1)
-    if len(last_host) > MAX_HOSTNAME:
-        problems.append(
-            f"name: {name!r} is too long for {replicas} replicas: the last pod's hostname {last_host!r} has "
-            f"{len(last_host)} characters, the limit is {MAX_HOSTNAME}; shorten the name to at most "
-            f"{MAX_HOSTNAME - len(str(replicas - 1)) - 1} characters"
-        )
+    replicas = values["replicas"]
+    name_problem = name_length_problem(values["name"], replicas)
+    if name_problem is not None:
+        problems.append(name_problem)
 
     gpu = values["resources"]["gpu"]
     gpus, procs = gpu["accelerator_count"], values["local_device_count"]
@@ -231,7 +330,7 @@ def semantic_problems(values: dict) -> list[str]:
 def _reserved_problem(where: str, name: str) -> str:
     return (f"{where}: {name} is set by torchrun or the Job for every process; a value here would be silently "
             "overridden or override torchrun's own flags. Remove it (use replicas, local_device_count, "
-            "master_port or resources.cpu instead)")
+            "master_port, resources.cpu or resources.gpu instead)")
 
 
 def _environment_problems(values: dict) -> Iterable[str]:
@@ -298,14 +397,30 @@ def validate_values(values: dict) -> dict:
 
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = list(validator.iter_errors(values))
-    problems = [line for error in errors for line in _schema_messages(error)]
+    problems = [line for error in errors for line in _messages(error, values, errors)]
     checked, replaced = _defaults_where_wrong(values, errors)
     if not any(True for _ in validator.iter_errors(checked)):
         problems += [problem for problem in semantic_problems(checked)
                      if not any(_mentions(problem, path) for path in replaced)]
+        if "replicas" in replaced and "name" not in replaced:  # too long for any replicas
+            problems += filter(None, [name_length_problem(checked["name"], None)])
     if problems:
         raise ValuesError(*problems)
     return values
+
+
+def _messages(error, values: Any, errors: list) -> list[str]:
+    """``_schema_messages``, but a name over the schema's maxLength is worded as the rule across keys words it:
+    with the limit for the file's replicas (unless replicas is wrong too)."""
+    if error.validator == "maxLength" and list(error.absolute_path) == ["name"] and isinstance(error.instance, str):
+        replicas = values.get("replicas") if isinstance(values, dict) else None
+        if not isinstance(replicas, int) or isinstance(replicas, bool) \
+                or any(list(other.absolute_path)[:1] == ["replicas"] for other in errors):
+            replicas = None
+        problem = name_length_problem(error.instance, replicas)
+        if problem is not None:
+            return [problem]
+    return _schema_messages(error)
 
 
 def _defaults_where_wrong(values: Any, errors: list) -> tuple[Any, list[str]]:

@@ -26,8 +26,9 @@ def test_worker_table_matches_the_configuration():
 def test_quick_start_commands_exist():
     assert "./prepare.sh && ./run.sh --local" in README
     assert "bash .ci/run" in README
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert ".venv/bin/pytest -q" in ci and ".venv/bin/pytest -q" in README
+    ci = (ROOT / ".ci" / "run").read_text() + (ROOT / ".ci" / "tiers.sh").read_text()
+    assert 'CI_PYTEST="${CI_PYTEST:-.venv/bin/pytest}"' in ci and '"$CI_PYTEST" -q' in ci
+    assert ".venv/bin/pytest -q" in README
 
 
 def test_the_own_training_commands_work_as_written_in_a_new_shell(tmp_path):
@@ -50,3 +51,32 @@ def test_the_own_training_commands_work_as_written_in_a_new_shell(tmp_path):
                                 timeout=300)
         assert result.returncode == 0, f"{line}: {result.stderr[-2000:]}"
     assert "kind: Job" in (tmp_path / "toy-ddp.yaml").read_text()
+
+
+def test_every_gen_manifests_command_shown_with_its_output_prints_that_output():
+    """A README code block's `$ gen-manifests ...` line followed by lines (up to the next `$ ` line or the block's
+    end) shows what the command writes on stderr: run as written, through the installed console script, from
+    the checkout's root, it must write exactly those lines (so the README's messages cannot go stale)."""
+    import shlex
+
+    from tests.conftest import run_tool
+
+    shown = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", README, re.S | re.M):
+        lines = block.splitlines()
+        for index, line in enumerate(lines):
+            if not line.startswith("$ gen-manifests"):
+                continue
+            output = []
+            for following in lines[index + 1:]:
+                if following.startswith("$ "):
+                    break
+                output.append(following)
+            if output:
+                shown.append((line[2:], output))
+    assert shown, "the README shows no gen-manifests command with its output"
+    for command, output in shown:
+        args = shlex.split(command)
+        assert not set(args) & {"|", ">", "<", "&&", ";"}, f"{command}: not a plain command; show its output alone"
+        result = run_tool(*args, cwd=ROOT)
+        assert result.stderr.decode("utf-8").splitlines() == output, command
