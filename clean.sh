@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./clean.sh [--all] [--local] | --slurm
+Usage: ./clean.sh [--all] | --local [--all] [MANIFESTS] | --slurm
 
 Deletes the Job (waiting for its pods to go), the Service rendered in $BUILD_DIR/ and every ConfigMap
 of the job (each render with other settings made a new, immutable one named by its content). The
@@ -15,14 +15,17 @@ PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained
 unless --all is given. With --slurm, cancels the Slurm jobs of $BUILD_DIR/job.sbatch (by its job
 name, yours only); the shared directory keeps the data, checkpoints and model.
 
-With --local, removes the local run of run.sh --local in $RUNS_DIR/<job>/: its logs, status and
-outputs (checkpoints, metrics, model: a new run then starts from the beginning), keeping the downloaded
-data; with --local --all, the whole directory.
+With --local, removes everything local-job keeps for the Job of $BUILD_DIR/ (or of MANIFESTS, as given
+to local-job): run.sh --local's $RUNS_DIR/<job>/ and local-job's own state directory for the Job
+(~/.local/state/local-job/<namespace>/<job>): volumes (checkpoints, snapshots, outputs: a new run then
+starts from the beginning), logs and status, keeping each volume's data/ (the downloaded MNIST); with
+--local --all, data/ too. Each thing removed is named. Refused while the Job runs locally.
 USAGE
 }
 
 remove_volume=false
 local_run=false
+manifests=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
@@ -35,32 +38,28 @@ while [[ $# -gt 0 ]]; do
       scancel --name="$name" --user="$(id -un)"
       info "cancelled the Slurm jobs named $name (the shared directory keeps data, checkpoints and model)"
       exit 0 ;;
-    *) die "unknown option '$1' (see --help)" ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *)
+      [[ "$local_run" == true && -z "$manifests" ]] || die "unexpected argument '$1' (see --help)"
+      manifests="$1"; shift ;;
   esac
 done
 
-require_build
 if [[ "$local_run" == true ]]; then
-  name="$(job_field metadata name)"
-  root="$RUNS_DIR/$name"
-  if [[ ! -d "$root" ]]; then
-    info "nothing to remove: Job $name has no local run in $root"
-    exit 0
+  keep=(--keep-data)
+  [[ "$remove_volume" == true ]] && keep=()
+  local_job="$(dirname "$(find_generator)")/local-job"
+  if [[ -n "$manifests" ]]; then
+    "$local_job" clean "$manifests" "${keep[@]}"
+    exit
   fi
-  if [[ "$remove_volume" == true ]]; then
-    rm -rf -- "$root"
-    info "removed the local run of Job $name: $root (volumes with the data, logs, status)"
-    exit 0
-  fi
-  # everything but each claim's downloaded data (DATA_DIR's default, data/ on the volume)
-  find "$root" -mindepth 1 -maxdepth 1 ! -name volumes -exec rm -rf -- {} +
-  if [[ -d "$root/volumes" ]]; then
-    find "$root/volumes" -mindepth 2 -maxdepth 2 ! -name data -exec rm -rf -- {} +
-  fi
-  info "removed the local run of Job $name (logs, status, checkpoints, metrics, model); kept the data in" \
-    "$root/volumes/*/data (./clean.sh --local --all removes it too)"
-  exit 0
+  require_build
+  # run.sh --local's volume root, then local-job's default one (a local-job build/ run by hand)
+  "$local_job" clean "$BUILD_DIR" --volume-root "$RUNS_DIR/$(job_field metadata name)" "${keep[@]}"
+  "$local_job" clean "$BUILD_DIR" "${keep[@]}"
+  exit
 fi
+require_build
 require_kubectl
 # Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"

@@ -17,6 +17,9 @@ says how to follow the training.
             directory, say how to follow it, and wait for it (sbatch --wait): the exit code is the job's
   --status  show the applied Job on the cluster: its conditions, each index's pods with their exit codes
             (and what each means) and termination messages, and index 0's latest progress line
+  --local --status
+            the same for the running (or last) local run: progress and ETA, each index's pods, warnings
+            and the last error
 USAGE
 }
 
@@ -29,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --local) local_run=true; shift; local_args=("$@"); break ;;
     --slurm) slurm_run=true; shift ;;
     --status)
+      if [[ "${2:-}" == --local ]]; then local_run=true; local_args=(--status); break; fi
       require_build
       require_kubectl
       bin_dir="$(dirname "$(find_generator)")"
@@ -60,13 +64,16 @@ require_build
 if [[ "$local_run" == true ]]; then
   name="$(job_field metadata name)"
   bin_dir="$(dirname "$(find_generator)")"
+  root="$RUNS_DIR/$name"
+  if [[ "${local_args[0]:-}" == --status ]]; then
+    exec "$bin_dir/local-job" status --volume-root "$root"
+  fi
   if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
     info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"
     "$ROOT/scripts/install.sh" "$bin_dir/python" "${ROOT}[worker]" >&2 ||
       die "could not install the worker: scripts/install.sh $bin_dir/python '${ROOT}[worker]'"
   fi
   local_job="$bin_dir/local-job"
-  root="$RUNS_DIR/$name"
   info "running Job $name on this machine; volumes and logs in $root"
   # A container sees its image, not the directory it was started from: the pods start in an empty folder
   # standing for the image's WORKDIR, so the installed worker runs and never a worker/ of the current
@@ -77,7 +84,10 @@ if [[ "$local_run" == true ]]; then
   # when the full set cannot be downloaded (no network); on a cluster it downloads the full set or fails.
   "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" --image-dir "$root/image" \
     --env MNIST_SAMPLE_FALLBACK=true "${local_args[@]}" || status=$?
-  info "pod logs: $root/logs/; Job status: $root/status.json"
+  # 2: local-job refused before any pod started (it said why); the logs and status there are an earlier run's
+  if [[ "$status" != 2 ]]; then
+    info "pod logs: $root/logs/; Job status: ./run.sh --local --status (or $root/status.json)"
+  fi
   exit "$status"
 fi
 

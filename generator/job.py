@@ -34,6 +34,12 @@ class ExitCodes:
     bad_config: int = exit_codes.BAD_CONFIG  # fails the whole job: retrying cannot help
     peer_lost: int = exit_codes.PEER_LOST  # a victim: not counted, the peer's own failure is
     terminated: int = exit_codes.TERMINATED  # SIGTERM after the checkpoint: a free restart
+    gpu_missing: int = exit_codes.GPU_MISSING  # fewer GPUs than asked for, without CPU fallback: fails the job
+
+    @property
+    def fail_job(self) -> tuple[int, ...]:
+        """The codes that end the whole job at once: retrying cannot help."""
+        return (self.bad_config, self.gpu_missing)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,8 @@ def describe(values: dict) -> JobDescription:
     built_in = module == contract.BUILT_IN_WORKER
     # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
     shown = contract.shown_defaults() if built_in else {}
-    environment = {**(NCCL_DEFAULTS if gpus else {}), **shown, **values["config_map"]}
+    request = contract.gpu_request(gpus, values["resources"]["gpu"]["cpu_fallback"])
+    environment = {**(NCCL_DEFAULTS if gpus else {}), **request, **shown, **values["config_map"]}
     environment = {key: environment_text(value) for key, value in environment.items()
                    if value is not None}  # null removes one
     return JobDescription(

@@ -160,7 +160,7 @@ def derive(values: dict) -> dict:
         # The worker's exit codes, which its launcher makes the pod's: bad configuration fails the whole Job
         # instead of retrying what cannot work; "a peer failed first" is not counted (the peer's pod counts the
         # cause); SIGTERM (preemption, a time limit) is a free restart.
-        "exit_bad_config": job.exit_codes.bad_config,
+        "exit_fail_job": list(job.exit_codes.fail_job),
         "exit_peer_lost": job.exit_codes.peer_lost,
         "shutdown_timeout": job.shutdown_timeout,
         "shared_mount": contract.SHARED_MOUNT,

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+from worker import exit_codes
+from worker.contract import LAUNCHER_WARNING
 from worker.exit_codes import meaning
 from worker.progress import format_duration
 
@@ -46,7 +48,29 @@ def pod_line(pod: dict, now: datetime) -> str:
     return f"{name} {phase}" + (f" ({waiting})" if waiting else "")
 
 
-def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | None = None) -> list[str]:
+def last_error(pods: list[dict]) -> str | None:
+    """The failure a person asks about first: the pod that ended last with a non-zero exit code, a root cause
+    before a victim (75: a peer failed first; 143: stopped once the Job ended), with the code's meaning and its
+    message (the launcher's termination message, or the log's tail)."""
+    failed = []
+    for pod in pods:
+        container: dict = next(iter((pod.get("status") or {}).get("containerStatuses") or []), {})
+        ended = (container.get("state") or {}).get("terminated")
+        if ended and ended.get("exitCode"):
+            cause = ended["exitCode"] not in (exit_codes.PEER_LOST, exit_codes.TERMINATED)
+            failed.append((cause, ended.get("finishedAt") or pod["metadata"].get("creationTimestamp") or "", pod,
+                           ended))
+    if not failed:
+        return None
+    _, _, pod, ended = max(failed, key=lambda item: item[:2])
+    message = (ended.get("message") or "").strip().splitlines()
+    return (f"{pod['metadata']['name']} exit {ended['exitCode']} ({meaning(ended['exitCode'])})"
+            + (f": {message[-1]}" if message else ""))
+
+
+def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | None = None,
+             warnings: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The Job, a line per index and pod, index 0's latest progress, the launcher's warnings and the last error."""
     now = now or datetime.now(timezone.utc)
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
@@ -69,6 +93,10 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
                          + pod_line(pod, now))
     if progress:
         lines.append(f"index 0's latest progress: {progress}")
+    lines += [f"warning: {warning}" for warning in warnings]
+    error = last_error(pods)
+    if error:
+        lines.append(f"last error: {error}")
     return lines
 
 
@@ -78,6 +106,16 @@ def latest_progress(log: str) -> str | None:
     progress = [line for line in lines if line.startswith("Rank 0: epoch")]
     chosen = progress or lines
     return chosen[-1] if chosen else None
+
+
+def launcher_warnings(log: str) -> list[str]:
+    """The launcher's warnings in a pod's log (a GPU job training on the CPU), each once, without the prefix."""
+    found = []
+    for line in log.splitlines():
+        _, marker, text = line.partition(LAUNCHER_WARNING)
+        if marker and text.strip() and text.strip() not in found:
+            found.append(text.strip())
+    return found
 
 
 def kubectl(*args: str) -> str:
@@ -97,14 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     leaders = sorted((p for p in pods if (p["metadata"].get("labels") or {}).get(INDEX_LABEL) == "0"),
                      key=lambda p: p["metadata"].get("creationTimestamp", ""))
-    progress = None
+    progress, warnings = None, []
     if leaders:
+        leader = leaders[-1]["metadata"]["name"]
         try:
-            progress = latest_progress(kubectl("-n", namespace, "logs", leaders[-1]["metadata"]["name"], "-c",
-                                               "worker", "--tail=200"))
+            progress = latest_progress(kubectl("-n", namespace, "logs", leader, "-c", "worker", "--tail=200"))
+            # the launcher warns before the rendezvous: at the head of the log
+            warnings = launcher_warnings(kubectl("-n", namespace, "logs", leader, "-c", "worker",
+                                                 "--limit-bytes=65536"))
         except KubectlError:
-            progress = None  # not started yet, or its logs are gone: the pod line says why
-    print("\n".join(describe(job, pods, progress)))
+            pass  # not started yet, or its logs are gone: the pod line says why
+    print("\n".join(describe(job, pods, progress, warnings=warnings)))
     return 0
 
 

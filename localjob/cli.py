@@ -4,6 +4,8 @@
     local-job build/ --volume-root runs/local-job
     local-job build/ --volume mnist-train-data=/data/mnist-volume      # use an existing directory as a claim
     local-job evict --volume-root runs/local-job 1                     # from another terminal: preempt pod 1
+    local-job status --volume-root runs/local-job                      # the running (or last) run, at a glance
+    local-job clean build/                                             # remove what local-job keeps for the Job
     local-job job.yaml --image-dir ./my-training --secret hf=./hf.env  # your own train.py, with a Secret
 """
 
@@ -160,11 +162,69 @@ def evict(volume_root, timeout, index):
     return 0
 
 
+def job_root(source: str | None, volume_root: Path | None) -> Path:
+    """The volume root of a Job: --volume-root, else the default one of the Job in MANIFESTS."""
+    if volume_root is not None:
+        return volume_root.resolve()
+    if source is None:
+        raise click.UsageError("name the Job's manifests (as given to local-job) or its --volume-root")
+    jobs = [doc for doc in read_source(source) if doc.get("kind") == "Job"]
+    if len(jobs) != 1:
+        raise ManifestError(f"expected exactly one Job in the manifests, found {len(jobs)}")
+    metadata = jobs[0].get("metadata") or {}
+    return default_volume_root(metadata.get("namespace", "default"), metadata["name"]).resolve()
+
+
+_ROOT_OPTION = click.option("--volume-root", type=click.Path(file_okay=False, path_type=Path),
+                            help="The --volume-root the Job ran with (default: the Job's own, from MANIFESTS).")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("source", required=False, metavar="[MANIFESTS]")
+@_ROOT_OPTION
+def status(source, volume_root):
+    """The running (or last) local run of the Job: its state, each index's pods with exit codes and what they
+    mean, index 0's latest progress line with its ETA, the launcher's warnings and the last error. Exit 0 when
+    a status was found, 1 when there is none."""
+    from localjob.status import NoStatus, status_lines
+
+    try:
+        click.echo("\n".join(status_lines(job_root(source, volume_root))))
+    except NoStatus as error:
+        click.echo(f"local-job status: {error}", err=True)
+        return EXIT_FAILED
+    return 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("source", required=False, metavar="[MANIFESTS]")
+@_ROOT_OPTION
+@click.option("--keep-data", is_flag=True,
+              help="Keep each claim's data/ directory (where the built-in worker downloads MNIST).")
+def clean(source, volume_root, keep_data):
+    """Remove what local-job keeps for the Job in its volume root: the claims' volumes (checkpoints, snapshots,
+    results), the pods' directories and logs, the status. A directory given with --volume CLAIM=DIR is the
+    user's and never touched. Refused while a local-job runs there."""
+    from localjob.cleaning import CleanError, clean_root
+
+    root = job_root(source, volume_root)
+    try:
+        for line in clean_root(root, keep_data):
+            click.echo(f"local-job clean: {line}")
+    except CleanError as error:
+        click.echo(f"local-job clean: {error}", err=True)
+        return EXIT_FAILED
+    return 0
+
+
+SUBCOMMANDS = {"evict": evict, "status": status, "clean": clean}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command, name = (evict, "local-job evict") if argv[:1] == ["evict"] else (local_job, "local-job")
-    if command is evict:
-        argv = argv[1:]
+    command, name = local_job, "local-job"
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        command, name, argv = SUBCOMMANDS[argv[0]], f"local-job {argv[0]}", argv[1:]
     try:
         code = command.main(args=argv, prog_name=name, standalone_mode=False)
     except ManifestError as error:

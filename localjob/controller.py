@@ -21,6 +21,7 @@ the Job-wide limit ends the Job in the same step.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -44,6 +45,8 @@ DIFFERENCES = (
     "Interrupted (local-job itself stopped by a signal) has no counterpart: a deleted Job keeps no status",
     "suspend is not honoured: a suspended Job (a Kueue queue's) runs at once",
 )
+# The status as it stands, in the volume root (`local-job status`, `./run.sh --local --status` read it).
+LIVE_STATUS = "status.json"
 BACKOFF_CAP = 600.0  # seconds: the Job controller's MaxJobPodFailureBackOff (10 min)
 
 
@@ -148,6 +151,8 @@ class JobController:
         self.failed_indexes: set[int] = set()
         self.conditions: list[dict] = []
         self.interrupted: str | None = None
+        self.started_at = time.time()
+        self.ended_at: float | None = None
 
     def note(self, message: str) -> None:
         self.display.emit(f"local-job: {message}")
@@ -216,13 +221,21 @@ class JobController:
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> tuple[bool, str, str]:
-        """Run the Job to its end; (complete, reason, message)."""
+        """Run the Job to its end; (complete, reason, message). The status is published in the volume root as
+        it changes (`local-job status` reads it), the last time once the Job has ended."""
         self.control = eviction.ControlDirectory(self.root)
         self.control.open()
+        self.publish()
         try:
             return self._run()
         finally:
+            self.ended_at = time.time()
+            self.publish()
             self.control.close()
+
+    def publish(self) -> None:
+        """The status as it stands, where `local-job status` finds it: VOLUME_ROOT/status.json."""
+        self.write_status(self.root / LIVE_STATUS, self.status())
 
     def _run(self) -> tuple[bool, str, str]:
         plan = self.plan
@@ -249,6 +262,7 @@ class JobController:
                 del running[index]
                 self.display.pod_ended(pod.record.name)
                 self.factory.release(pod.run)
+                self.publish()
                 record = pod.record
                 if record.phase == "Succeeded":
                     self.succeeded.add(index)
@@ -307,6 +321,7 @@ class JobController:
                 self.records.append(pod.record)
                 running[index] = pod
                 self.display.pod_started(run.name)
+                self.publish()
                 self.note(f"started pod {run.name} (index {index}"
                           + (f", attempt {self.index_absolute[index] + 1})" if self.index_absolute[index] else ")"))
             time.sleep(0.05)
@@ -394,15 +409,22 @@ class JobController:
         matched), ``restarts`` per index and every pod with its exit codes."""
         return {
             "name": self.plan.name,
+            "namespace": self.plan.namespace,
             "conditions": self.conditions,
             "succeeded": len(self.succeeded),
             "failed": self.failed,
             "completedIndexes": format_indexes(self.succeeded),
             "failedIndexes": format_indexes(self.failed_indexes),
-            "condition": {key: self.conditions[-1][key] for key in ("type", "reason", "message")},
+            # the final condition; null while the Job runs
+            "condition": {key: self.conditions[-1][key] for key in ("type", "reason", "message")}
+            if self.conditions else None,
             "ignored": self.ignored,
             "restarts": {str(index): count for index, count in self.restarts.items()},
             "pods": [vars(record) for record in self.records],
+            "completions": self.plan.completions,
+            "backoffLimit": self.plan.backoff_limit,
+            # who writes this status, and when: `local-job status` tells a running Job from an abandoned one
+            "localJob": {"pid": os.getpid(), "startedAt": self.started_at, "endedAt": self.ended_at},
             "differences": list(DIFFERENCES),
         }
 

@@ -65,6 +65,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def running_controller(root: Path) -> int | None:
+    """The PID of the local-job running with ``--volume-root root``, or None when none runs there."""
+    try:
+        pid = int((root / "control" / "controller.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
 def request_eviction(root: Path, index: int, timeout: float = 30.0) -> str:
     """Ask the local-job running with ``--volume-root root`` to evict index's pod; its answer, or EvictionError."""
     directory = root / "control"

@@ -31,6 +31,14 @@ SHOWN_DEFAULTS = ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")
 # Why fp16 is refused without a GPU, worded once for the render-time check and the worker's own.
 FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"
 
+# A GPU job's request, in every process's environment (rendered with the ConfigMap), so that the launcher can tell
+# a pod that sees fewer GPUs than it asked for before the rendezvous: resources.gpu.accelerator_count, and
+# resources.gpu.cpu_fallback (true: train on the CPU after one warning line; false: exit GPU_MISSING).
+GPUS_VARIABLE = "INDEXED_TRAINER_GPUS"
+CPU_FALLBACK_VARIABLE = "INDEXED_TRAINER_CPU_FALLBACK"
+# The launcher's warnings start so: the status views (local-job status, run.sh --status) show them.
+LAUNCHER_WARNING = "launcher: warning: "
+
 # Families of runtime settings any PyTorch process reads (NCCL_SOCKET_IFNAME, TORCH_NCCL_..., GLOO_...):
 # passed through for the built-in worker too.
 RUNTIME_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KMP_")
@@ -42,7 +50,7 @@ RESERVED_VARIABLES = frozenset({
     "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
     "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
 })
-RESERVED_PREFIXES = ("PET_", "TORCHELASTIC_")
+RESERVED_PREFIXES = ("PET_", "TORCHELASTIC_", "INDEXED_TRAINER_")
 
 
 def shown_defaults() -> dict[str, str]:
@@ -60,6 +68,11 @@ def variable_problem(name: str, text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def gpu_request(gpus: int, cpu_fallback: bool) -> dict[str, str]:
+    """The variables that carry a GPU job's request to the launcher (none for a CPU job)."""
+    return {GPUS_VARIABLE: str(gpus), CPU_FALLBACK_VARIABLE: str(cpu_fallback).lower()} if gpus else {}
 
 
 def reserved(name: str) -> bool:

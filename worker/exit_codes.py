@@ -15,6 +15,9 @@ PEER_LOST = 75
 # launcher's rendezvous did not assemble the gang within its join timeout. Nobody else exits with a root
 # cause here, so this one is counted (sysexits.h EX_PROTOCOL).
 STALLED = 76
+# The pod asked for GPUs (resources.gpu.accelerator_count) and sees fewer, with resources.gpu.cpu_fallback
+# false: a node without working GPUs; the Job fails at once rather than train on the CPU for days.
+GPU_MISSING = 79
 # This process received SIGTERM (preemption, kubectl delete) and stopped after the checkpoint (128 + 15).
 TERMINATED = 143
 
@@ -25,6 +28,7 @@ MEANINGS = {
     DATA_UNAVAILABLE: "the dataset could not be obtained or failed verification",
     PEER_LOST: "a victim: a peer failed or was stopped first; not counted, the gang restarts from the checkpoint",
     STALLED: "the gang stalled (a peer stopped answering, or the rendezvous did not assemble); counted once",
+    GPU_MISSING: "the pod asked for GPUs and sees fewer (resources.gpu.cpu_fallback: false): the Job fails",
     TERMINATED: "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
     1: "the program failed (an error of its own)",
     137: "killed (SIGKILL: out of memory, or the grace period ran out)",

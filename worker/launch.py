@@ -38,7 +38,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
-from worker import exit_codes, settings
+from worker import contract, exit_codes, settings
 from worker.config import ConfigError, build_parser, load_config
 from worker.contract import BUILT_IN_WORKER, signal_exit_code
 from worker.gang_ledger import WAIT_SECONDS, GangLedger
@@ -47,6 +47,7 @@ from worker.gang_ledger import WAIT_SECONDS, GangLedger
 # it provides): `kubectl get pods` / `describe` then say why this pod ended, without its logs.
 TERMINATION_MESSAGE = Path("/dev/termination-log")
 _said: list[str] = []
+_warned: list[str] = []  # warnings the termination message carries too, whatever the ending
 
 
 def say(message: str) -> None:
@@ -55,7 +56,9 @@ def say(message: str) -> None:
 
 
 def termination_message(code: int, args) -> str:
-    """One line: how the pod ended, in words, and the launcher's last word on why (or the run's result)."""
+    """One line: how the pod ended, in words, and the launcher's last word on why (or the run's result); then its
+    warnings (a GPU job trained on the CPU)."""
+    warnings = "".join(f"; warning: {text}" for text in _warned)
     line = f"exit {code}: {exit_codes.meaning(code)}"
     if code == exit_codes.OK:
         try:
@@ -64,9 +67,9 @@ def termination_message(code: int, args) -> str:
             config = None
         summary = settings.finished_run(config) if config is not None else None
         if summary is not None:
-            return f"{line}: test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs"
-        return line
-    return f"{line}; {_said[-1]}" if _said else line
+            return f"{line}: test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs{warnings}"
+        return line + warnings
+    return (f"{line}; {_said[-1]}" if _said else line) + warnings
 
 
 def write_termination_message(message: str, path: Path = TERMINATION_MESSAGE) -> None:
@@ -168,10 +171,39 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
+    """GPU_MISSING when this pod sees fewer GPUs than the Job asked for and may not fall back to the CPU; None
+    otherwise, after one warning line when it falls back. A CPU job (no request in the environment) is not checked."""
+    asked = int(environ.get(contract.GPUS_VARIABLE, "0") or 0)
+    if not asked:
+        return None
+    if seen is None:
+        import torch  # a CUDA build without a driver reports 0 devices
+
+        seen = torch.cuda.device_count()
+    if seen >= asked:
+        return None
+    sees = f"sees {seen}" if seen else "sees none"
+    gpus = f"{asked} GPU" + ("s" if asked != 1 else "")
+    if environ.get(contract.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
+        say(f"configuration error: this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}, and "
+            f"resources.gpu.cpu_fallback is false: not training on the CPU; exiting {exit_codes.GPU_MISSING}, not "
+            "retried (check the node's driver and device plugin, or allow the fallback)")
+        return exit_codes.GPU_MISSING
+    message = (f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
+               "(set resources.gpu.cpu_fallback: false to fail instead)")
+    _warned.append(message)
+    print(f"{contract.LAUNCHER_WARNING}{message}", file=sys.stderr, flush=True)
+    return None
+
+
 def _launch(args) -> int:
     early = check_before_rendezvous(args)
     if early is not None:
         return early
+    missing = gpu_shortfall()
+    if missing is not None:
+        return missing
     ledger = gang_ledger(args)
     if ledger is not None:
         ledger.start()

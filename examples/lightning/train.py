@@ -43,6 +43,12 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=3)
     parser.add_argument("--output-dir", default=os.environ.get("OUTPUT_DIR", "lightning-out"))
     args = parser.parse_args()
+    final = os.path.join(args.output_dir, "final.ckpt")
+    if os.path.exists(final):
+        # a rerun of a finished job (the checkpoint outlives it on the shared volume): nothing to redo
+        print(f"rank {os.environ.get('RANK', '0')}: already trained: {final} exists; nothing to do (delete it to "
+              "train anew)", flush=True)
+        return
     processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     trainer = L.Trainer(
         accelerator="gpu" if torch.cuda.is_available() else "cpu",
@@ -62,7 +68,7 @@ def main() -> None:
           flush=True)
     # every rank calls it (Lightning writes on rank 0 and holds the others in a barrier until it is written),
     # so no pod leaves before the checkpoint is on the volume
-    trainer.save_checkpoint(os.path.join(args.output_dir, "final.ckpt"))
+    trainer.save_checkpoint(final)
 
 
 if __name__ == "__main__":

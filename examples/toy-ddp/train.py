@@ -88,6 +88,11 @@ class Trainer:
         print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}", flush=True)
 
     def train(self, max_epochs):
+        if self.epochs_run >= max_epochs:
+            # a rerun of a finished job (the snapshot outlives it on the shared volume): nothing to redo
+            print(f"[RANK{self.global_rank}] already trained: the snapshot {self.snapshot_path} holds "
+                  f"{self.epochs_run} of {max_epochs} epochs; nothing to do (delete it to train anew)", flush=True)
+            return
         for epoch in range(self.epochs_run, max_epochs):
             loss = self._run_epoch(epoch)
             if self.global_rank == 0 and (epoch + 1) % self.save_every == 0:

@@ -86,7 +86,7 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     assert spec["podReplacementPolicy"] == "Failed"
     rules = spec["podFailurePolicy"]["rules"]
     # bad configuration from any container fails the Job; disruptions and a peer's victims are not counted
-    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78]}}
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78, 79]}}
     assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75]}}
     assert len(rules) == 3

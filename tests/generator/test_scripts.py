@@ -12,7 +12,9 @@ from tests.conftest import BIN, ROOT
 
 def script(name, *args, build: Path, path_prefix: Path | None = None, timeout=120, runs: Path | None = None):
     env = {**os.environ, "BUILD_DIR": str(build), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "RUNS_DIR": str(runs or build.parent / "runs")}
+           "RUNS_DIR": str(runs or build.parent / "runs"),
+           # local-job's default volume roots: never the home directory of whoever runs the tests
+           "XDG_STATE_HOME": str(build.parent / "state")}
     if path_prefix:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run([str(ROOT / name), *args], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -187,26 +189,44 @@ def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     assert "1-persistentvolumeclaim.yaml" in log.read_text()
 
 
-def test_clean_local_removes_the_local_run_and_keeps_the_data_unless_all(tmp_path, fake_kubectl):
+def test_clean_local_removes_every_local_state_of_the_job_and_keeps_the_data_unless_all(tmp_path, fake_kubectl):
     bin_dir, log = fake_kubectl
     build, runs = tmp_path / "build", tmp_path / "runs"
     script("prepare.sh", build=build)
-    root = runs / "mnist-train"
+    root = runs / "mnist-train"  # run.sh --local's
+    own = tmp_path / "state" / "local-job" / "default" / "mnist-train"  # a `local-job build/` run by hand
     claim = root / "volumes" / "mnist-train-data"
     for path in ("logs/mnist-train-0-abcde.log", "status.json", "image/.keep", "volumes/mnist-train-data/data/t10k",
                  "volumes/mnist-train-data/runs/mnist-train/model.json"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text("x")
+    (own / "volumes" / "mnist-train-data" / "runs").mkdir(parents=True)
+    (own / "volumes" / "mnist-train-data" / "runs" / "snapshot.pt").write_text("finished")
     result = script("clean.sh", "--local", build=build, path_prefix=bin_dir)
-    assert result.returncode == 0, result.stderr
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == [
         "volumes", "volumes/mnist-train-data", "volumes/mnist-train-data/data", "volumes/mnist-train-data/data/t10k"]
-    assert "kept the data in" in result.stderr and not log.exists()  # no cluster is touched
+    assert f"local-job clean: removed {root / 'logs'} (" in said and f"removed {root / 'status.json'} (" in said
+    assert f"removed {claim / 'runs'} (" in said and "kept the data in" in said
+    assert not own.exists() and f"removed {own / 'volumes' / 'mnist-train-data' / 'runs'} (8 bytes)" in said  # the snapshot a rerun would find
+    assert not log.exists()  # no cluster is touched
     assert (claim / "data" / "t10k").read_text() == "x"
     result = script("clean.sh", "--local", "--all", build=build, path_prefix=bin_dir)
     assert result.returncode == 0 and not root.exists()
     again = script("clean.sh", "--local", build=build, path_prefix=bin_dir)
-    assert again.returncode == 0 and "nothing to remove" in again.stderr
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+
+
+def test_clean_local_refuses_a_directory_that_is_not_a_volume_root(tmp_path):
+    build = tmp_path / "build"
+    script("prepare.sh", build=build)
+    precious = tmp_path / "runs" / "mnist-train"
+    precious.mkdir(parents=True)
+    (precious / "thesis.tex").write_text("years of work")
+    result = script("clean.sh", "--local", build=build)
+    assert result.returncode == 1 and "is not a local-job volume root" in result.stderr
+    assert (precious / "thesis.tex").read_text() == "years of work"
 
 
 SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("tests/**/*.sh"),

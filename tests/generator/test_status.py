@@ -41,6 +41,8 @@ def test_each_index_its_pods_exit_codes_meanings_and_progress():
         "78: bad configuration: retrying cannot help, the Job fails; worker rank 1 failed first with exit code 78",
         "         mnist-train-1-ccccc Pending (ContainerCreating)",
         "index 0's latest progress: Rank 0: epoch 2/5, test accuracy=0.9712, 2000 images/s, 20 s elapsed",
+        "last error: mnist-train-1-bbbbb exit 78 (bad configuration: retrying cannot help, the Job fails): exit 78: "
+        "bad configuration: retrying cannot help, the Job fails; worker rank 1 failed first with exit code 78",
     ]
 
 

@@ -1,0 +1,105 @@
+"""`local-job status`: a local run as `./run.sh --status` shows a Job on a cluster, in the same lines.
+
+The running local-job publishes its status in its volume root (VOLUME_ROOT/status.json) as it changes; this
+reads it, and each pod's log there, into the Job and pod objects kubectl would return, and prints them with the
+cluster view's own describe(): the Job's state, a line per index and pod (exit codes and what they mean), index
+0's latest progress line (with its ETA), the launcher's warnings and the last error. A status whose local-job is
+gone (killed, the machine restarted) says so instead of showing a Job that runs forever.
+
+    local-job status --volume-root runs/mnist-train
+    local-job status build/                # the Job's default volume root, as local-job build/ used it
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from generator.status import INDEX_LABEL, describe, latest_progress, launcher_warnings
+from localjob.controller import LIVE_STATUS
+from localjob.eviction import running_controller
+
+
+class NoStatus(Exception):
+    pass
+
+
+def _stamp(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_log(root: Path, pod: str) -> str:
+    """A pod's log as kubectl logs shows it (local-job stamps each line with its time, as --timestamps does)."""
+    try:
+        text = (root / "logs" / f"{pod}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line.split(" ", 1)[1] if line[:4].isdigit() and " " in line else line
+                     for line in text.splitlines())
+
+
+def last_line(log: str) -> str:
+    """A failed pod's message, as the kubelet's FallbackToLogsOnError gives it: the launcher's last word, else
+    the log's last line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("launcher: ")]
+    return (said or lines or [""])[-1]
+
+
+def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]:
+    """The Job and its pods as the API would return them."""
+    records = status.get("pods") or []
+    conditions = list(status.get("conditions") or [])
+    if not conditions and not alive:
+        conditions = [{"type": "Stopped", "status": "True", "reason": "LocalJobGone",
+                       "message": f"the local-job (pid {status['localJob']['pid']}) ended before the Job did; run "
+                                  "it again to go on (a killed pod's work resumes from its checkpoints)"}]
+    job = {"metadata": {"name": status["name"], "namespace": status.get("namespace", "default")},
+           "spec": {"completions": status["completions"], "backoffLimit": status["backoffLimit"]},
+           "status": {"conditions": conditions, "succeeded": status.get("succeeded", 0),
+                      "failed": status.get("failed", 0),
+                      "active": sum(1 for r in records if r["phase"] == "Running") if alive else 0}}
+    pods = []
+    for record in records:
+        codes = list(record.get("exit_codes", {}).values())
+        if record["phase"] == "Running" and alive:
+            state: dict = {"running": {"startedAt": _stamp(record["started"])}}
+        elif codes:
+            message = last_line(pod_log(root, record["name"])) if codes[-1] else ""
+            state = {"terminated": {"exitCode": codes[-1], "message": message,
+                                    "finishedAt": _stamp(record.get("finished"))}}
+        else:
+            state = {"waiting": {"reason": "LocalJobGone" if not alive else "ContainerCreating"}}
+        pods.append({"metadata": {"name": record["name"], "creationTimestamp": _stamp(record["started"]),
+                                  "labels": {INDEX_LABEL: str(record["index"])}},
+                     "status": {"phase": record["phase"], "containerStatuses": [{"name": "worker", "state": state}]}})
+    return job, pods
+
+
+def read_status(root: Path) -> dict:
+    path = root / LIVE_STATUS
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NoStatus(f"no local run in {root} (no {LIVE_STATUS}): start one with local-job, or name its "
+                       "--volume-root") from None
+    except (OSError, ValueError) as exc:
+        raise NoStatus(f"{path} is unreadable: {exc}") from None
+
+
+def status_lines(root: Path, now: datetime | None = None) -> list[str]:
+    status = read_status(root)
+    if "localJob" not in status:
+        raise NoStatus(f"{root / LIVE_STATUS} was written by an older local-job; run the Job again to see its status")
+    alive = status["condition"] is None and running_controller(root) == status["localJob"]["pid"]
+    job, pods = as_objects(status, root, alive)
+    leaders = [pod["metadata"]["name"] for pod in pods if pod["metadata"]["labels"][INDEX_LABEL] == "0"]
+    log = pod_log(root, leaders[-1]) if leaders else ""
+    warnings = [text for name in {pod["metadata"]["name"] for pod in pods}
+                for text in launcher_warnings(pod_log(root, name))]
+    unique = list(dict.fromkeys(warnings))
+    lines = describe(job, pods, latest_progress(log), now, warnings=unique)
+    return [*lines, f"pod logs: {root / 'logs'}/"]
