@@ -22,7 +22,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS dependencies
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 WORKDIR /src
-COPY constraints.txt scripts/install.sh ./
+COPY constraints.txt scripts/install.sh scripts/torch_download.py ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=wheels,target=/wheels \
     python3 -m venv /opt/venv \

@@ -7,7 +7,8 @@
 # PyTorch comes from TORCH_INDEX_URL when that index answers (default: the CPU-only builds, ~200 MB instead
 # of a CUDA build's ~5 GB), else from the package registry (on Linux x86_64 a CUDA build, which also runs on
 # CPUs). TORCH_INDEX_URL='' always takes the registry's build; .../whl/cu126 a CUDA one. PIP_FIND_LINKS (a
-# folder of wheels) and the other PIP_* variables work as usual.
+# folder of wheels) and the other PIP_* variables work as usual. Before PyTorch downloads, one line says which
+# build pip chose and how much it downloads (torch_download.py beside this script, from pip's dry run).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,18 +43,29 @@ try:
 except PackageNotFoundError:
     sys.exit(1)' "$(pinned torch)" 2>/dev/null
 }
+# One line before PyTorch downloads: the build pip resolves for the pinned torch/torchvision with these options
+# (pip's dry run, nothing downloaded to measure) and its size; where that fails, the general words, and on.
+announce_torch() {  # WHERE GENERAL-WORDS [PIP-OPTION...]
+  local where="$1" general="$2" line
+  shift 2
+  if line="$("$python" "$here/torch_download.py" "$where" --constraint "$constraints" "$@" \
+    "torch==$(pinned torch)" "torchvision==$(pinned torchvision)" 2>/dev/null)"; then
+    say "$line"
+  else
+    say "installing PyTorch $(pinned torch) from $where ${general%)}${line:+; ${line:0:300}})"
+  fi
+}
 if [[ "$wants_torch" == true ]] && ! has_pinned_torch; then
   index="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
   if [[ -n "$index" ]] && "$python" - "$index" <<'PROBE' 2>/dev/null; then
 import sys, urllib.request
 urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()
 PROBE
-    say "installing PyTorch $(pinned torch) from $index (a few hundred MB)"
+    announce_torch "$index" "(a few hundred MB)" --index-url "$index"
     "${pip[@]}" --index-url "$index" "torch==$(pinned torch)" "torchvision==$(pinned torchvision)"
   else
     [[ -n "$index" ]] && say "$index does not answer: taking PyTorch from the package registry instead"
-    say "installing PyTorch $(pinned torch) from the package registry (on Linux x86_64 a CUDA build: several" \
-        "GB, minutes)"
+    announce_torch "the package registry" "(on Linux x86_64 a CUDA build: several GB, minutes)"
   fi
 fi
 say "installing $* with the tested releases of $constraints"

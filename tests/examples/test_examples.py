@@ -55,7 +55,32 @@ def test_toy_ddp_snapshots_on_the_volume_and_resumes_after_a_killed_pod(tmp_path
     assert "[RANK0] done: 60 epochs" in log and "[RANK1] done: 60 epochs" in log
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["condition"]["type"] == "Complete" and status["restarts"] == {"0": 1, "1": 1}
-    assert (tmp_path / "root" / "volumes" / "toy-ddp-data" / "toy-ddp" / "snapshot.pt").exists()
+    snapshot = tmp_path / "root" / "volumes" / "toy-ddp-data" / "toy-ddp" / "snapshot.pt"
+    assert snapshot.exists()
+    assert_a_rerun_is_a_no_op(tmp_path, "toy-ddp", rf"\[RANK[01]\] already trained: the snapshot {re.escape(str(snapshot))} holds 60 of "
+                                                   r"60 epochs; nothing to do")
+    assert_clean_removes_the_state(tmp_path, "toy-ddp", snapshot)
+
+
+def assert_a_rerun_is_a_no_op(tmp_path, example: str, line: str) -> None:
+    """The same command again on the finished Job's volume: one clear line per rank (``line``, a pattern; the
+    volume's mount path reads as its local directory), nothing redone."""
+    result = subprocess.run(local_job(tmp_path, example), capture_output=True, text=True, timeout=300, cwd=OUTSIDE)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    assert "Traceback" not in log and len(re.findall(rf"^\[{example}[-\w]*\] {line}", log, re.M)) == 2, log[-3000:]
+    assert json.loads((tmp_path / "status.json").read_text())["condition"]["type"] == "Complete"
+
+
+def assert_clean_removes_the_state(tmp_path, example: str, kept: "os.PathLike") -> None:
+    """`local-job clean` (what clean.sh --local runs) removes what local-job kept, naming it."""
+    root = tmp_path / "root"
+    result = subprocess.run([str(BIN / "local-job"), "clean", str(tmp_path / f"{example}.yaml"), "--volume-root",
+                             str(root)], capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
+    assert result.returncode == 0, result.stderr
+    assert f"local-job clean: removed {root / 'volumes'} (" in result.stdout
+    assert f"local-job clean: removed {root / 'logs'} (" in result.stdout
+    assert not os.path.exists(kept) and not root.exists()
 
 
 def test_lightning_script_runs_unchanged_on_two_pods(tmp_path):
@@ -68,7 +93,9 @@ def test_lightning_script_runs_unchanged_on_two_pods(tmp_path):
     assert result.returncode == 0, log[-5000:]
     for rank in (0, 1):
         assert re.search(rf"rank {rank} of 2: 2 epochs, train_loss \d\.\d{{4}}", log), log[-3000:]
-    assert (tmp_path / "root" / "volumes" / "lightning-ddp-data" / "lightning-ddp" / "final.ckpt").exists()
+    final = tmp_path / "root" / "volumes" / "lightning-ddp-data" / "lightning-ddp" / "final.ckpt"
+    assert final.exists()
+    assert_a_rerun_is_a_no_op(tmp_path, "lightning", rf"rank [01]: already trained: {re.escape(str(final))} exists; nothing to do")
 
 
 def test_the_example_values_render_for_a_cluster(tmp_path):
