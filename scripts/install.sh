@@ -26,10 +26,11 @@ shift
 pinned() { sed -n "s/^$1==//p" "$constraints"; }
 pip=("$python" -m pip install --progress-bar on --constraint "$constraints")
 
-# PyTorch is wanted by the [worker] extra, or by a requirements file that pins it (the Dockerfile's -r).
+# PyTorch is wanted by the [worker] or [lightning] extra, or by a requirements file that pins it (the
+# Dockerfile's -r).
 wants_torch=false
 for requirement in "$@"; do
-  if [[ "$requirement" =~ \[([^]]*,)?worker(,[^]]*)?\]$ ]] ||
+  if [[ "$requirement" =~ \[([^]]*,)?(worker|lightning)(,[^]]*)?\]$ ]] ||
     { [[ -f "$requirement" ]] && grep -q '^torch==' "$requirement"; }; then
     wants_torch=true
   fi

@@ -85,9 +85,9 @@ def assert_clean_removes_the_state(tmp_path, example: str, kept: "os.PathLike") 
 
 def test_lightning_script_runs_unchanged_on_two_pods(tmp_path):
     if importlib.util.find_spec("lightning") is None:
-        if os.environ.get("CI"):  # .ci/run installs the test extra, lightning included
-            pytest.fail("lightning is not installed (pip install -e '.[worker,test]')")
-        pytest.skip("lightning is not installed (pip install lightning)")
+        if os.environ.get("CI"):  # .ci/run installs the lightning extra
+            pytest.fail("lightning is not installed (pip install -e '.[worker,lightning,test]')")
+        pytest.skip("lightning is not installed (pip install '.[lightning]')")
     result = subprocess.run(local_job(tmp_path, "lightning"), capture_output=True, text=True, timeout=400, cwd=OUTSIDE)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
