@@ -72,6 +72,8 @@ def test_run_sh_status_asks_kubectl_and_prints_the_lines(tmp_path):
         "#!/bin/sh\n"
         f'echo "$*" >> "{tmp_path}/calls"\n'
         f'case "$*" in *"get job"*) cat "{tmp_path}/job.json" ;; *"get pods"*) cat "{tmp_path}/pods.json" ;;\n'
+        '  *logs*--limit-bytes*) printf "launcher: warning: this pod asked for 8 GPUs (resources.gpu.accelerator_count) '
+        'but sees none: training on the CPU\\nRank 0: epoch: 1/5\\n" ;;\n'
         '  *logs*) printf "Rank 0: epoch: 1/5, batch: 20/63, mini-batch size: 32\\n" ;; esac\n')
     (bin_dir / "kubectl").chmod(0o755)
     env = {**os.environ, "BUILD_DIR": str(tmp_path / "build"), "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}"}
@@ -80,6 +82,10 @@ def test_run_sh_status_asks_kubectl_and_prints_the_lines(tmp_path):
     result = subprocess.run([str(ROOT / "run.sh"), "--status"], env=env, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "index 1: mnist-train-1-bbbbb Failed, exit 78 (bad configuration" in result.stdout
+    # the launcher's warning, from the head of index 0's log: said before the rendezvous
+    assert ("warning: this pod asked for 8 GPUs (resources.gpu.accelerator_count) but sees none: training on the CPU"
+            in result.stdout.splitlines())
+    assert "index 0's latest progress: Rank 0: epoch: 1/5, batch: 20/63, mini-batch size: 32" in result.stdout
     assert "index 0's latest progress: Rank 0: epoch: 1/5, batch: 20/63" in result.stdout
     calls = (tmp_path / "calls").read_text()
     assert "-n ml get job mnist-train -o json" in calls
