@@ -58,13 +58,17 @@ def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--backoff-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="First delay before a failed index is recreated (doubles per failure, as in Kubernetes).")
 @click.option("--status-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the Job's final status (condition, restarts, pods and exit codes) as JSON.")
+              help="Write the Job's final status (condition, restarts, pods and exit codes) as JSON here too (the "
+                   "status as it stands is always in VOLUME_ROOT/status.json: local-job status reads it).")
 def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_seconds, status_file):
     """Run the Job in MANIFESTS (a file, a directory, or - for stdin: the output of gen-manifests) locally.
 
     Each pod is a process tree with the environment Kubernetes would give it; the exit code is 0 when the
     Job completes, 1 when it fails (with the reason Kubernetes would give), 2 when the manifests cannot be
     run faithfully here.
+
+    Beside it: `local-job status` (the running or last run), `local-job evict` (preempt a pod),
+    `local-job clean` (remove what local-job keeps for the Job); each has --help.
     """
     from localjob.controller import JobController
     from localjob.display import display_for
