@@ -38,7 +38,9 @@ def pod_line(pod: dict, now: datetime) -> str:
     if "terminated" in state:
         ended = state["terminated"]
         code = ended.get("exitCode")
-        line = f"{name} {phase}, exit {code}" + (f" ({meaning(code)})" if code else "")
+        began, finished = _parse_time(ended.get("startedAt")), _parse_time(ended.get("finishedAt"))
+        took = f" after {format_duration((finished - began).total_seconds())}" if began and finished else ""
+        line = f"{name} {phase}, exit {code}" + (f" ({meaning(code)})" if code else "") + took
         message = (ended.get("message") or "").strip().splitlines()
         return line + (f": {message[-1]}" if message else "")
     if "running" in state:

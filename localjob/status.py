@@ -69,7 +69,7 @@ def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]
             state: dict = {"running": {"startedAt": _stamp(record["started"])}}
         elif codes:
             message = last_line(pod_log(root, record["name"])) if codes[-1] else ""
-            state = {"terminated": {"exitCode": codes[-1], "message": message,
+            state = {"terminated": {"exitCode": codes[-1], "message": message, "startedAt": _stamp(record["started"]),
                                     "finishedAt": _stamp(record.get("finished"))}}
         else:
             state = {"waiting": {"reason": "LocalJobGone" if not alive else "ContainerCreating"}}
@@ -98,7 +98,7 @@ def status_lines(root: Path, now: datetime | None = None) -> list[str]:
     job, pods = as_objects(status, root, alive)
     leaders = [pod["metadata"]["name"] for pod in pods if pod["metadata"]["labels"][INDEX_LABEL] == "0"]
     log = pod_log(root, leaders[-1]) if leaders else ""
-    warnings = [text for name in {pod["metadata"]["name"] for pod in pods}
+    warnings = [text for name in sorted({pod["metadata"]["name"] for pod in pods})
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))
     lines = describe(job, pods, latest_progress(log), now, warnings=unique)

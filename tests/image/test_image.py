@@ -218,6 +218,89 @@ def test_the_dockerfile_header_commands_work_as_written(podman, image, docker, t
         podman("rm", "--force", name, check=False)
 
 
+README_TAG = "indexed-trainer/worker:0.1.0"
+
+
+def readme_image_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## On a cluster\n(.*?)^## ", readme, re.S | re.M)
+    assert match, "the README has no On a cluster section"
+    return match.group(1)
+
+
+def readme_image_commands() -> dict[str, str]:
+    """The README's image commands, as written in its "On a cluster" section: the `docker build` and the
+    `... docker run` lines of its sh blocks (continuation lines joined, comments cut) and the buildah command
+    of its text."""
+    section = readme_image_section()
+    lines = []
+    for block in re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M):
+        lines += [line.split("  #")[0].strip() for line in re.sub(r"\\\n\s*", " ", block).splitlines()]
+    commands = {"build": [line for line in lines if line.startswith("docker build ")],
+                "run": [line for line in lines if re.search(r"\bdocker run\b", line)],
+                "buildah": re.findall(r"`(buildah build [^`]*)`", section)}
+    assert all(len(found) == 1 for found in commands.values()), commands
+    return {key: found[0] for key, found in commands.items()}
+
+
+def bash(command: str, cwd: Path, env: dict, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def readme_tag(podman):
+    """The README's tag, which the README's commands build: removed afterwards (the image keeps its other
+    names; its layers are the session's)."""
+    yield README_TAG
+    podman("rmi", f"localhost/{README_TAG}", check=False)
+
+
+def test_the_readme_image_commands_work_with_podman_as_written(podman, image, checkout, readme_tag):
+    """What a podman user types, as the README tells them (docker -> podman), in their checkout: the build
+    (no --build-arg; the session's layers make it seconds) and the run, whose model lands in pvc-home."""
+    assert "type `podman` for `docker`" in readme_image_section()
+    commands = readme_image_commands()
+    assert commands["build"] == f"docker build -t {README_TAG} ."
+    build, run = (re.sub(r"\bdocker\b", "podman", commands[key]) for key in ("build", "run"))
+    started = time.monotonic()
+    result = bash(build, cwd=checkout, env=podman.env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "--> Using cache" in dependency_step(output)
+    print(f"{build}: {time.monotonic() - started:.0f} s")
+    home = checkout / "pvc-home"
+    shutil.rmtree(home, ignore_errors=True)
+    # MNIST is there already (no network here: the download's stand-in); one epoch, for time.
+    write_raw(home / "data", dataset_files())
+    assert run.startswith("mkdir -p pvc-home && podman run --rm ") and run.endswith(f" {README_TAG}"), run
+    run = run.removesuffix(f" {README_TAG}") + f" -e EPOCHS=1 {README_TAG}"
+    try:
+        started = time.monotonic()
+        result = bash(run, cwd=checkout, env=podman.env, timeout=900)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+        print(f"{run}: {time.monotonic() - started:.0f} s")
+        model = home / "runs" / "local" / "model.json"
+        assert json.loads(model.read_text())["data"] == "mnist"
+        assert model.stat().st_uid == os.getuid()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_buildah_builds_the_readme_image_as_written(podman, image, checkout, readme_tag):
+    """buildah build, as the README writes it, from the layers podman built (the same storage): the same image."""
+    command = readme_image_commands()["buildah"]
+    assert command == f"buildah build --layers -t {README_TAG} .", command
+    started = time.monotonic()
+    result = bash(command, cwd=checkout, env=podman.env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    print(f"{command}: {time.monotonic() - started:.0f} s")
+    assert "--> Using cache" in dependency_step(output)
+    ids = [podman("image", "inspect", "--format", "{{.Id}}", name).stdout for name in (image, README_TAG)]
+    assert ids[0] == ids[1]
+
+
 def test_a_volume_the_image_user_cannot_write_is_one_clear_line(podman, image, tmp_path):
     home = tmp_path / "root-owned"
     home.mkdir()  # created by root, as `docker run -v DIR:...` creates a missing DIR
@@ -228,23 +311,25 @@ def test_a_volume_the_image_user_cannot_write_is_one_clear_line(podman, image, t
     assert "Traceback" not in result.stderr
 
 
-def test_a_code_change_rebuilds_without_reinstalling_the_pinned_releases(podman, image, tmp_path):
-    from tests.image.conftest import STATE
+def dependency_step(output: str) -> str:
+    """The build output's step that installs the pinned releases (podman's and buildah's STEP lines)."""
+    steps = re.split(r"\n(?=(?:\[\d+/\d+\] )?STEP \d+/\d+)", output)
+    found = [step for step in steps if "--requirement constraints.txt" in step.split("\n", 1)[0]]
+    assert found, output[-3000:]
+    return found[0]
 
-    context = STATE / "context"
+
+def test_a_code_change_rebuilds_without_reinstalling_the_pinned_releases(podman, image, checkout):
     marker = f"# rebuilt by the image tests {os.getpid()}\n"
-    source = context / "worker" / "__init__.py"
+    source = checkout / "worker" / "__init__.py"
     original = source.read_text()
     source.write_text(original + marker)
     tag = f"{image}-rebuilt"
     try:
         started = time.monotonic()
-        result = podman("build", "--build-arg", f"PYTHON_IMAGE={podman.base_image()}", "--tag", tag, str(context),
-                        timeout=1200)
+        result = podman("build", "--tag", tag, ".", cwd=checkout, timeout=1200)
         print(f"rebuilt after a code change in {time.monotonic() - started:.0f} s")
-        steps = re.split(r"\n(?=(?:\[\d+/\d+\] )?STEP \d+/\d+)", result.stdout + result.stderr)
-        dependencies = [step for step in steps if "--requirement constraints.txt" in step.split("\n", 1)[0]]
-        assert dependencies and "--> Using cache" in dependencies[0], dependencies
+        assert "--> Using cache" in dependency_step(result.stdout + result.stderr)
         shown = podman("run", "--rm", "--network=none", "--entrypoint", "python", tag, "-c",
                        "import worker; print(open(worker.__file__).read())")
         assert marker in shown.stdout

@@ -67,7 +67,7 @@ def test_a_run_shows_its_pods_progress_eta_warnings_and_last_error(tmp_path, cas
     assert lines[0] == expected_head
     running = "Running for 2 min 05 s" if case == "running" else "Running (LocalJobGone)"
     assert f"index 0: mnist-train-0-aaaaa {running}" in lines
-    assert ("index 1: mnist-train-1-bbbbb Failed, exit 1 (the program failed (an error of its own)): RuntimeError: "
+    assert ("index 1: mnist-train-1-bbbbb Failed, exit 1 (the program failed (an error of its own)) after 30 s: RuntimeError: "
             "out of cheese") in lines
     assert ("index 0's latest progress: Rank 0: epoch: 3/5, batch: 50/63, mini-batch size: 64") in lines
     assert ("warning: this pod asked for 1 GPU (resources.gpu.accelerator_count) but sees none: training on the "
