@@ -59,6 +59,7 @@ class PodRecord:
     conditions: list[dict] = field(default_factory=list)
     started: float = 0.0
     finished: float = 0.0
+    terminated_by: str = ""  # why the controller terminated the pod when the Job ended, if it did
 
 
 class LocalPod:
@@ -363,7 +364,7 @@ class JobController:
         self.condition("FailureTarget", reason, message)
         if count_running:
             self.failed += sum(1 for pod in running.values() if self.policy_action(pod.record) != "Ignore")
-        self._end(running, f"{reason}: {message}")
+        self._end(running, f"{reason}: {message}", f"the Job failed ({reason})")
         self.condition("Failed", reason, message)
         return False, reason, message
 
@@ -371,14 +372,16 @@ class JobController:
         """SuccessCriteriaMet at once; the pods still running are terminated (not counted as failed), then the
         Job is Complete."""
         self.condition("SuccessCriteriaMet", reason, message)
-        self._end(running, f"SuccessCriteriaMet ({message})")
+        self._end(running, f"SuccessCriteriaMet ({message})", "the Job met its successPolicy")
         self.condition("Complete", reason, message)
         return True, reason, message
 
-    def _end(self, running: dict[int, LocalPod], why: str) -> None:
+    def _end(self, running: dict[int, LocalPod], why: str, because: str) -> None:
         if running:
             self.note(f"{why}: terminating {len(running)} running pod(s) "
                       f"(grace period {self.plan.grace_seconds:g} s)")
+        for pod in running.values():
+            pod.record.terminated_by = because
         threads = [threading.Thread(target=pod.terminate, args=(self.plan.grace_seconds,)) for pod in running.values()]
         for thread in threads:
             thread.start()
@@ -396,7 +399,8 @@ class JobController:
             pods = []
             for record in (r for r in self.records if r.index == index):
                 code = list(record.exit_codes.values())[-1] if record.exit_codes else None
-                ended = "" if code is None else f", exit {code}" + (f" ({meaning(code)})" if code else "")
+                said = f"terminated: {record.terminated_by}" if record.terminated_by else meaning(code or 0)
+                ended = "" if code is None else f", exit {code}" + (f" ({said})" if code else "")
                 took = format_duration(record.finished - record.started) if record.finished else "?"
                 pods.append(f"{record.name} {record.phase}{ended} after {took}")
             lines.append(f"index {index}: " + ("; then ".join(pods) or "no pod started"))

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, ROOT
+from tests.image.conftest import UNTRACKED_BULK
 from tests.mnist_data import dataset_files, write_raw
 
 pytestmark = [pytest.mark.slow, pytest.mark.image]
@@ -174,50 +175,6 @@ def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tm
             podman("rm", "--force", name, check=False)
 
 
-def header_command() -> str:
-    """The Dockerfile header's `docker run` command line, as written there (continuation lines joined)."""
-    header = "\n".join(line[1:] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("#"))
-    lines = [line.strip() for line in re.sub(r"\\\n\s*", " ", header).splitlines() if "docker run" in line]
-    assert lines, "the Dockerfile header shows no docker run command"
-    return lines[0]
-
-
-@pytest.fixture
-def docker(podman, tmp_path):
-    """The docker CLI talking to podman's API socket (there is no Docker engine here)."""
-    if not shutil.which("docker"):
-        pytest.skip("no docker CLI on this machine")
-    socket_path = tmp_path / "podman.sock"
-    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
-                               env=podman.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not socket_path.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    try:
-        yield {**os.environ, "DOCKER_HOST": f"unix://{socket_path}"}
-    finally:
-        service.terminate()
-        service.wait(timeout=30)
-
-
-def test_the_dockerfile_header_commands_work_as_written(podman, image, docker, tmp_path):
-    command = header_command()
-    assert "docker run --rm " in command and " indexed-trainer/worker:0.1.0" in command, command
-    name = f"it-header-{os.getpid()}"
-    # As written, with the tag built here and this machine's offline settings (no MNIST download); without
-    # --rm, since podman's API answers 0 to `docker run --rm` whatever the code: it is read from podman.
-    command = command.replace("docker run --rm ", "docker run ").replace(
-        " indexed-trainer/worker:0.1.0", f" --name {name} -e MNIST_SAMPLE_FALLBACK=true -e EPOCHS=1 {image}")
-    try:
-        result = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=docker, capture_output=True, text=True,
-                                timeout=900)
-        assert podman.exit_code(name) == 0, (result.stdout + result.stderr)[-3000:]
-        model = tmp_path / "pvc-home" / "runs" / "local" / "model.json"
-        assert model.exists() and model.stat().st_uid == os.getuid()
-    finally:
-        podman("rm", "--force", name, check=False)
-
-
 README_TAG = "indexed-trainer/worker:0.1.0"
 
 
@@ -299,6 +256,92 @@ def test_buildah_builds_the_readme_image_as_written(podman, image, checkout, rea
     assert "--> Using cache" in dependency_step(output)
     ids = [podman("image", "inspect", "--format", "{{.Id}}", name).stdout for name in (image, README_TAG)]
     assert ids[0] == ids[1]
+
+
+def header_commands() -> list[str]:
+    """The Dockerfile header's commands (its `#   ` indented lines, continuation lines joined), as written."""
+    lines = [line[1:] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("#   ")]
+    return [line.strip() for line in re.sub(r"\\\n\s*", " ", "\n".join(lines)).splitlines()]
+
+
+@pytest.fixture(scope="session")
+def docker(podman, tmp_path_factory):
+    """The docker CLI talking to podman's API socket (there is no Docker engine here)."""
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI on this machine")
+    socket_path = tmp_path_factory.mktemp("podman-service") / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
+                               env=podman.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not socket_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        yield {**os.environ, "DOCKER_HOST": f"unix://{socket_path}"}
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+
+
+def context_bytes(sent: str) -> float:
+    """The docker CLI's "Sending build context to Docker daemon  3.072GB" size, in bytes (decimal units)."""
+    match = re.search(r"Sending build context to Docker daemon\s+([\d.]+)\s*([kMG]?B)", sent)
+    assert match, sent[-3000:]
+    return float(match.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[match.group(2)]
+
+
+def test_the_dockerfile_header_commands_work_as_written_with_the_docker_cli(podman, image, checkout, docker,
+                                                                           readme_tag, tmp_path):
+    """The header's two commands, the README's, through the docker CLI against podman's socket. Without the buildx
+    plugin the CLI uses Docker's classic build API, which podman serves with buildah (RUN --mount included; a
+    Docker engine's classic builder refuses it). The CLI sends the checkout as .dockerignore filters it: not the
+    .venv/ and runs/ beside the sources. Its images are Docker's format, podman's OCI: its layers are its own
+    (the first build on a machine installs the releases once more; later builds take seconds)."""
+    build, run = header_commands()
+    commands = readme_image_commands()
+    assert (build, run) == (commands["build"], commands["run"]), "the README and the Dockerfile header differ"
+    started = time.monotonic()
+    result = bash(build, cwd=checkout, env=docker, timeout=2400)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    print(f"DOCKER_HOST=... {build}: {time.monotonic() - started:.0f} s")
+    files = sum(path.stat().st_size for path in checkout.rglob("*") if path.is_file())
+    assert context_bytes(output) < files - sum(UNTRACKED_BULK.values()) + 5e6, output[:2000]
+    write_raw(tmp_path / "pvc-home" / "data", dataset_files())  # no network here: the download's stand-in
+    name = f"it-header-{os.getpid()}"
+    # As written, one epoch; without --rm, since podman's API answers 0 to `docker run --rm` whatever the code:
+    # it is read from podman.
+    assert run.startswith("mkdir -p pvc-home && docker run --rm ") and run.endswith(f" {README_TAG}"), run
+    run = run.replace("docker run --rm ", "docker run ").removesuffix(f" {README_TAG}") + \
+        f" --name {name} -e EPOCHS=1 {README_TAG}"
+    try:
+        result = bash(run, cwd=tmp_path, env=docker, timeout=900)
+        assert podman.exit_code(name) == 0, (result.stdout + result.stderr)[-3000:]
+        model = tmp_path / "pvc-home" / "runs" / "local" / "model.json"
+        assert json.loads(model.read_text())["data"] == "mnist" and model.stat().st_uid == os.getuid()
+    finally:
+        podman("rm", "--force", name, check=False)
+
+
+def test_podman_and_buildah_know_the_base_images_registry_without_short_name_aliases(podman, checkout, tmp_path):
+    """A user's own registries.conf (~/.config/containers/) replaces the system's short-name aliases: a base named
+    python:3.11-slim-bookworm then stops both with "short-name ... did not resolve to an alias and no
+    unqualified-search registries are defined". The Dockerfile names it in full, so in an empty image store both
+    go to docker.io for it (which this registries.conf blocks: no network, the same answer everywhere)."""
+    from tests.image.conftest import default_python_image
+
+    home = tmp_path / "home"
+    (home / ".config" / "containers").mkdir(parents=True)
+    (home / ".config" / "containers" / "registries.conf").write_text('[[registry]]\nlocation = "docker.io"\n'
+                                                                     "blocked = true\n")
+    # vfs: a store that mounts nothing, removed with tmp_path.
+    store = ["--root", str(tmp_path / "root"), "--runroot", str(tmp_path / "runroot"), "--storage-driver", "vfs"]
+    for tool in ("podman", "buildah"):
+        result = subprocess.run([tool, *store, "build", "."], cwd=checkout, env={**podman.env, "HOME": str(home)},
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and "short-name" not in output, f"{tool}: {output[-2000:]}"
+        assert f"Trying to pull {default_python_image()}" in output, f"{tool}: {output[-2000:]}"
+        assert "registry docker.io is blocked" in output, f"{tool}: {output[-2000:]}"
 
 
 def test_a_volume_the_image_user_cannot_write_is_one_clear_line(podman, image, tmp_path):
