@@ -4,10 +4,9 @@
 #   mkdir -p pvc-home && docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/pvc-home:/pvc-home" \
 #       -e PET_NPROC_PER_NODE=2 indexed-trainer/worker:0.1.0
 #
-# Podman: the same two lines with podman for docker (rootless podman: add --userns=keep-id to podman run, so
-# that --user is your uid on the host too); buildah: buildah build --layers -t indexed-trainer/worker:0.1.0 .
-# Docker builds it with BuildKit (its default builder since Docker 23); the legacy builder (DOCKER_BUILDKIT=0)
-# refuses RUN --mount.
+# Podman: the same two commands with podman for docker (rootless podman: add --userns=keep-id to podman run);
+# buildah: buildah build --layers -t indexed-trainer/worker:0.1.0 . Docker's engine builds it with BuildKit, its
+# default builder since Docker 23.0 (its classic builder, DOCKER_BUILDKIT=0, refuses RUN --mount).
 #
 # `docker run` trains on this machine (torchrun --standalone, PET_NPROC_PER_NODE processes) and leaves the
 # model, metrics and checkpoints in pvc-home/runs/local/ (--user: the files are yours; without it the
@@ -18,7 +17,8 @@
 # the package registry's (on x86_64 a CUDA build, about 6 GB), at the version of constraints.txt, which CI
 # tests. --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 makes a CUDA image. Offline
 # builds: wheels/README.md. PYTHON_IMAGE: any Debian-like image with python3 (3.10 or newer) and venv, named in
-# full (registry/repository:tag): podman and buildah do not guess a registry for a short name such as python:3.11.
+# full (registry/repository:tag): podman and buildah resolve a short name (python:3.11) only through
+# registries.conf's aliases or search registries, which a registries.conf of one's own may lack.
 #
 # Layers: the pinned dependencies first (gigabytes, rebuilt only when constraints.txt changes), then the
 # package itself (seconds): a code change does not reinstall torch or copy it again.

@@ -1,6 +1,7 @@
-"""The worker image, built from the Dockerfile with podman and run as users and the Job's pods run it.
+"""The worker image, built from the Dockerfile as users build it (the README's commands with podman, buildah, and
+the docker CLI against podman's socket) and run as users and the Job's pods run it.
 
-Every run uses the restricted pod's settings (read-only root, uid 10001, no capabilities, no privilege
+The runs as the Job's pods run use the restricted pod's settings (read-only root, uid 10001, no capabilities, no privilege
 escalation, tmpfs /tmp, /dev/shm), and `podman diff` shows that nothing was written outside /tmp and the
 volume. Exit codes are read from podman itself (tests/image/podman.py says why).
 """
@@ -13,6 +14,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -208,9 +210,14 @@ def bash(command: str, cwd: Path, env: dict, timeout: float = 1200) -> subproces
 @pytest.fixture
 def readme_tag(podman):
     """The README's tag, which the README's commands build: removed afterwards (the image keeps its other
-    names; its layers are the session's)."""
+    names; its layers stay for the next build). podman names it localhost/...; podman's Docker API, for the
+    docker CLI, docker.io/... where no localhost/... image exists."""
+    names = [f"{registry}/{README_TAG}" for registry in ("localhost", "docker.io")]
+    for name in names:
+        podman("rmi", name, check=False)
     yield README_TAG
-    podman("rmi", f"localhost/{README_TAG}", check=False)
+    for name in names:
+        podman("rmi", name, check=False)
 
 
 def test_the_readme_image_commands_work_with_podman_as_written(podman, image, checkout, readme_tag):
@@ -304,6 +311,8 @@ def test_the_dockerfile_header_commands_work_as_written_with_the_docker_cli(podm
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     print(f"DOCKER_HOST=... {build}: {time.monotonic() - started:.0f} s")
+    built = re.search(r"^Successfully built ([0-9a-f]{12})$", output, re.M)
+    assert built, output[-3000:]
     files = sum(path.stat().st_size for path in checkout.rglob("*") if path.is_file())
     assert context_bytes(output) < files - sum(UNTRACKED_BULK.values()) + 5e6, output[:2000]
     write_raw(tmp_path / "pvc-home" / "data", dataset_files())  # no network here: the download's stand-in
@@ -316,6 +325,7 @@ def test_the_dockerfile_header_commands_work_as_written_with_the_docker_cli(podm
     try:
         result = bash(run, cwd=tmp_path, env=docker, timeout=900)
         assert podman.exit_code(name) == 0, (result.stdout + result.stderr)[-3000:]
+        assert podman("inspect", "--format", "{{.Image}}", name).stdout.startswith(built.group(1))
         model = tmp_path / "pvc-home" / "runs" / "local" / "model.json"
         assert json.loads(model.read_text())["data"] == "mnist" and model.stat().st_uid == os.getuid()
     finally:
@@ -333,11 +343,12 @@ def test_podman_and_buildah_know_the_base_images_registry_without_short_name_ali
     (home / ".config" / "containers").mkdir(parents=True)
     (home / ".config" / "containers" / "registries.conf").write_text('[[registry]]\nlocation = "docker.io"\n'
                                                                      "blocked = true\n")
-    # vfs: a store that mounts nothing, removed with tmp_path.
-    store = ["--root", str(tmp_path / "root"), "--runroot", str(tmp_path / "runroot"), "--storage-driver", "vfs"]
     for tool in ("podman", "buildah"):
-        result = subprocess.run([tool, *store, "build", "."], cwd=checkout, env={**podman.env, "HOME": str(home)},
-                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        # An empty store (vfs: one that mounts nothing); podman wants a runroot path of at most 50 characters.
+        with tempfile.TemporaryDirectory(prefix="it-", dir="/tmp") as runroot:
+            store = ["--root", str(tmp_path / tool), "--runroot", runroot, "--storage-driver", "vfs"]
+            result = subprocess.run([tool, *store, "build", "."], cwd=checkout, env={**podman.env, "HOME": str(home)},
+                                    stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
         output = result.stdout + result.stderr
         assert result.returncode != 0 and "short-name" not in output, f"{tool}: {output[-2000:]}"
         assert f"Trying to pull {default_python_image()}" in output, f"{tool}: {output[-2000:]}"
