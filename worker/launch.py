@@ -120,7 +120,8 @@ def unwritable(path: Path) -> str | None:
     owner = existing.stat().st_uid
     return (f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}); make the volume "
             f"writable by uid {os.getuid()} (on the host: sudo chown -R {os.getuid()} DIR, or docker run --user "
-            f"\"$(id -u):$(id -g)\"; on Kubernetes the pod's fsGroup does it)")
+            f"\"$(id -u):$(id -g)\", with rootless podman also --userns=keep-id; on Kubernetes the pod's fsGroup "
+            "does it)")
 
 
 def check_before_rendezvous(args) -> int | None:
