@@ -13,8 +13,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from localjob.controller import LIVE_STATUS
 from localjob.eviction import running_controller
+from localjob.records import LIVE_STATUS
 
 # What local-job (and run.sh --local: image/, the empty stand-in for the image's working directory) creates.
 ENTRIES = ("volumes", "pods", "logs", "control", "image", LIVE_STATUS)

@@ -75,7 +75,6 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     from localjob.podspec import PodFactory
     from localjob.secrets import read_secret
     from worker.contract import reserved
-    from worker.progress import format_duration
 
     extra_env = _pairs("--env", env)
     for name in sorted(extra_env):
@@ -99,19 +98,28 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
                     f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
     began = time.monotonic()
     try:
-        complete, reason, message = controller.run()
+        ended = controller.run()
     finally:
         display.close()
-    status = controller.status()
     if status_file:
-        controller.write_status(status_file, status)
+        controller.write_status(status_file, controller.status())
+    return _report(controller, claim_dirs, ended, time.monotonic() - began)
+
+
+def _report(controller, claim_dirs: dict[str, Path], ended: tuple[bool, str, str], seconds: float) -> int:
+    """The Job's end as local-job says it: where each claim's data is, a line per index, the outcome; the exit
+    code."""
+    from worker.progress import format_duration
+
+    job_plan, root = controller.plan, controller.root
+    complete, reason, message = ended
     for pod_volume in (job_plan.pod_spec.get("volumes") or []):
         if "persistentVolumeClaim" in pod_volume:
             claim = pod_volume["persistentVolumeClaim"]["claimName"]
             controller.note(f"claim {claim}: {claim_dirs.get(claim, root / 'volumes' / claim)}")
     for line in controller.summary():
         controller.note(line)
-    took = format_duration(time.monotonic() - began)
+    took = format_duration(seconds)
     if complete:
         controller.note(f"Job {job_plan.name} complete after {took}: {message}")
         return 0

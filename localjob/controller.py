@@ -11,6 +11,10 @@ included. It starts only once the failed pod is fully gone (podReplacementPolicy
 completes the Job once its indexes have succeeded (SuccessCriteriaMet), terminating the pods still running.
 ``activeDeadlineSeconds`` fails the Job. Ending the Job terminates its pods with their grace period.
 
+Each rule is its own file: failure_policy.py (podFailurePolicy), success_policy.py (successPolicy), backoff.py
+(the delay before a replacement) and accounting.py (what counts against which limit, failed indexes, the end
+they make); this file is the loop that applies them in the controller's order, and the status it publishes.
+
 The status is the controller's: a failure writes FailureTarget at once and Failed only after the remaining pods
 have ended (success: SuccessCriteriaMet, then Complete), each with the controller's reason and message; the pods
 the controller terminates because the Job failed count in ``failed`` (a pod an Ignore rule matches as it stands,
@@ -25,15 +29,17 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from localjob import eviction
+from localjob import eviction, failure_policy, success_policy
+from localjob.accounting import Accounting, Ended
 from localjob.atomic import write_atomically
 from localjob.display import Display
 from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
+from localjob.records import LIVE_STATUS, PodRecord
+from localjob.success_policy import format_indexes
 from worker.exit_codes import meaning
 from worker.progress import format_duration
 
@@ -45,21 +51,6 @@ DIFFERENCES = (
     "Interrupted (local-job itself stopped by a signal) has no counterpart: a deleted Job keeps no status",
     "suspend is not honoured: a suspended Job (a Kueue queue's) runs at once",
 )
-# The status as it stands, in the volume root (`local-job status`, `./run.sh --local --status` read it).
-LIVE_STATUS = "status.json"
-BACKOFF_CAP = 600.0  # seconds: the Job controller's MaxJobPodFailureBackOff (10 min)
-
-
-@dataclass
-class PodRecord:
-    name: str
-    index: int
-    phase: str = "Pending"
-    exit_codes: dict[str, int] = field(default_factory=dict)
-    conditions: list[dict] = field(default_factory=list)
-    started: float = 0.0
-    finished: float = 0.0
-    terminated_by: str = ""  # why the controller terminated the pod when the Job ended, if it did
 
 
 class LocalPod:
@@ -110,46 +101,16 @@ class LocalPod:
         threading.Thread(target=self.current.terminate, args=(grace,), daemon=True).start()
 
 
-def parse_indexes(text: str) -> set[int]:
-    """A successPolicy's succeededIndexes ("0", "1,3-5") as a set."""
-    indexes: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        first, _, last = part.partition("-")
-        indexes.update(range(int(first), int(last or first) + 1))
-    return indexes
-
-
-def format_indexes(indexes: set[int]) -> str:
-    """Indexes as the Job's status writes them: "0,2-4,7", two in a row as "0,1" ("" for none)."""
-    runs: list[list[int]] = []
-    for index in sorted(indexes):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs)
-
-
-def backoff_delay(base: float, failures: int) -> float:
-    """The Job controller's delay before a replacement: base, doubled per further failure, capped at 10 min."""
-    return 0.0 if failures <= 0 else min(base * 2 ** (failures - 1), BACKOFF_CAP)
-
-
 class JobController:
+    """The Job's loop: pods started, watched and replaced; each rule is its policy's (failure_policy.py,
+    success_policy.py, backoff.py, accounting.py), this only applies them in the controller's order."""
+
     def __init__(self, plan: JobPlan, factory: PodFactory, root: Path, backoff_seconds: float = 10.0,
                  display: Display | None = None):
         self.plan, self.factory, self.root, self.backoff_seconds = plan, factory, root, backoff_seconds
         self.display = display or Display()
         self.records: list[PodRecord] = []
-        self.failed = 0  # failed pods counted against backoffLimit (what .status.failed counts)
-        self.ignored = 0  # failed pods a podFailurePolicy Ignore rule matched
-        self.index_failures = {index: 0 for index in range(plan.completions)}  # counted, per index
-        self.index_absolute = {index: 0 for index in range(plan.completions)}  # counted + ignored, per index
-        self.restarts = {index: 0 for index in range(plan.completions)}  # replacements created, per index
-        self.failures_since_success = 0  # the job-wide back-off's count: every failed pod, ignored included
-        self.last_failure_of: dict[int | None, float] = {}  # per index, and None: the Job's last failure
-        self.succeeded: set[int] = set()
-        self.failed_indexes: set[int] = set()
+        self.accounting = Accounting.of(plan)
         self.conditions: list[dict] = []
         self.interrupted: str | None = None
         self.started_at = time.time()
@@ -158,52 +119,10 @@ class JobController:
     def note(self, message: str) -> None:
         self.display.emit(f"local-job: {message}")
 
-    # -- policy -------------------------------------------------------------------------------------
-    def policy_action(self, record: PodRecord) -> str:
-        """The first podFailurePolicy rule that matches the failed pod, as the Job controller evaluates it."""
-        return self.policy_match(record)[0]
-
     def policy_match(self, record: PodRecord) -> tuple[str, str]:
-        """(action, what matched) of the first podFailurePolicy rule that matches the pod; ("Count", "") if none.
-        What matched is worded as the Job controller's FailJob message words it."""
-        pod = f"{self.plan.namespace}/{record.name}"
-        for number, rule in enumerate((self.plan.spec.get("podFailurePolicy") or {}).get("rules", [])):
-            matched = self._matches(rule, record)
-            if matched is not None:
-                kind, name, value = matched
-                what = (f"Container {name} for pod {pod} failed with exit code {value}" if kind == "code"
-                        else f"Pod {pod} has condition {value}")
-                return rule["action"], f"{what} matching {rule['action']} rule at index {number}"
-        return "Count", ""
-
-    @staticmethod
-    def _matches(rule: dict, record: PodRecord) -> tuple[str, str, object] | None:
-        on_conditions = rule.get("onPodConditions")
-        if on_conditions:
-            for wanted in on_conditions:
-                for condition in record.conditions:
-                    if condition["type"] == wanted["type"] and condition["status"] == wanted.get("status", "True"):
-                        return "condition", "", condition["type"]
-            return None
-        on_codes = rule.get("onExitCodes") or {}
-        values = set(on_codes.get("values", []))
-        for name, code in record.exit_codes.items():
-            if code == 0 or on_codes.get("containerName") not in (None, name):
-                continue
-            if (code in values) == (on_codes.get("operator") == "In"):
-                return "code", name, code
-        return None
-
-    def success_met(self) -> str | None:
-        """The message of the first successPolicy rule the succeeded indexes meet, or None."""
-        for number, rule in enumerate((self.plan.spec.get("successPolicy") or {}).get("rules", [])):
-            wanted = parse_indexes(rule["succeededIndexes"]) if "succeededIndexes" in rule else None
-            done = self.succeeded & wanted if wanted is not None else self.succeeded
-            if wanted is not None and "succeededCount" not in rule and done != wanted:
-                continue
-            if len(done) >= int(rule.get("succeededCount", 0)):
-                return f"Matched rules at index {number}"
-        return None
+        """(action, what matched) of the Job's podFailurePolicy for a failed pod."""
+        return failure_policy.match((self.plan.spec.get("podFailurePolicy") or {}).get("rules", []), record,
+                                    self.plan.namespace)
 
     def cpus_for(self, index: int, cpu_limit: int) -> set[int] | None:
         """A pod's CPU limit as a share of this machine's cores, so that pods side by side do not oversubscribe."""
@@ -213,12 +132,6 @@ class JobController:
             return None
         start = (index * share) % len(cores)
         return {cores[(start + k) % len(cores)] for k in range(share)}
-
-    def ready_at(self, index: int) -> float:
-        """When the controller may create index's next pod (time.monotonic()): the back-off after a failure."""
-        if "backoffLimitPerIndex" in self.plan.spec:
-            return self.last_failure_of.get(index, 0.0) + backoff_delay(self.backoff_seconds, self.index_absolute[index])
-        return self.last_failure_of.get(None, 0.0) + backoff_delay(self.backoff_seconds, self.failures_since_success)
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> tuple[bool, str, str]:
@@ -239,96 +152,88 @@ class JobController:
         self.write_status(self.root / LIVE_STATUS, self.status())
 
     def _run(self) -> tuple[bool, str, str]:
-        plan = self.plan
         started = time.monotonic()
-        deadline = plan.spec.get("activeDeadlineSeconds")
-        per_index_limit = plan.spec.get("backoffLimitPerIndex")
         running: dict[int, LocalPod] = {}
-        pending = list(range(plan.completions))
+        pending = list(range(self.plan.completions))
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._interrupt)
-        if plan.spec.get("suspend"):
+        if self.plan.spec.get("suspend"):
             self.note("the Job is suspended (spec.suspend: a queue such as Kueue would admit it); running it now")
         while True:
-            if self.interrupted is not None:  # local-job's own: the Job was not failed by its controller
-                return self._fail(running, "Interrupted", f"local-job received signal {self.interrupted}",
-                                  count_running=False)
-            if deadline is not None and time.monotonic() - started > float(deadline):
-                return self._fail(running, "DeadlineExceeded", "Job was active longer than specified deadline")
-            self._serve_evictions(running)
-            self.display.tick()
-            for index, pod in list(running.items()):
-                if not pod.step():
-                    continue
-                del running[index]
-                self.display.pod_ended(pod.record.name)
-                self.factory.release(pod.run)
-                self.publish()
-                record = pod.record
-                if record.phase == "Succeeded":
-                    self.succeeded.add(index)
-                    self.failures_since_success = 0
-                    continue
-                action, matched = self.policy_match(record)
-                conditions = "".join(f", {c['type']}" for c in record.conditions)
-                self.note(f"pod {record.name} failed (exit codes {record.exit_codes}{conditions}); "
-                          f"podFailurePolicy: {action}")
-                if action == "FailJob":
-                    self.failed += 1
-                    return self._fail(running, "PodFailurePolicy", matched)
-                now = time.monotonic()
-                self.failures_since_success += 1
-                self.index_absolute[index] += 1
-                self.last_failure_of[None] = self.last_failure_of[index] = now
-                if action == "Ignore":
-                    self.ignored += 1
-                    pending.append(index)
-                    self._note_backoff(index, now)
-                    continue
-                self.failed += 1
-                self.index_failures[index] += 1
-                # the index fails past its own limit; it shows in failedIndexes even when the Job-wide limit
-                # ends the Job in the same step (as the controller computes both from the same pods)
-                index_failed = per_index_limit is not None and self.index_failures[index] > int(per_index_limit)
-                if index_failed:
-                    self.failed_indexes.add(index)
-                if self.failed > plan.backoff_limit:
-                    return self._fail(running, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-                if index_failed:
-                    if len(self.failed_indexes) > int(plan.spec.get("maxFailedIndexes", plan.completions)):
-                        return self._fail(running, "MaxFailedIndexesExceeded",
-                                          "Job has exceeded the specified maximal number of failed indexes")
-                    if len(self.failed_indexes) + len(self.succeeded) >= plan.completions:
-                        return self._fail(running, "FailedIndexes", "Job has failed indexes")
-                    continue
-                pending.append(index)
-                self._note_backoff(index, now)
-            met = self.success_met() if "successPolicy" in plan.spec else None
-            if met:
-                return self._succeed(running, "SuccessPolicy", met)
-            if len(self.succeeded) == plan.completions:
-                return self._succeed(running, "CompletionsReached", "Reached expected number of succeeded pods")
-            if self.failed_indexes and len(self.failed_indexes) + len(self.succeeded) >= plan.completions:
-                return self._fail(running, "FailedIndexes", "Job has failed indexes")
-            now = time.monotonic()
-            for index in sorted(pending):
-                if len(running) >= plan.parallelism or now < self.ready_at(index):
-                    continue
-                pending.remove(index)
-                if self.index_absolute[index]:
-                    self.restarts[index] += 1
-                run = self.factory.pod(index)
-                pod = LocalPod(run, self, self.cpus_for(index, run.cpu_limit))
-                self.records.append(pod.record)
-                running[index] = pod
-                self.display.pod_started(run.name)
-                self.publish()
-                self.note(f"started pod {run.name} (index {index}"
-                          + (f", attempt {self.index_absolute[index] + 1})" if self.index_absolute[index] else ")"))
+            ended = self._stopped(running, started)
+            if ended is None:
+                self._serve_evictions(running)
+                self.display.tick()
+                ended = self._reap(running, pending) or self._settled()
+            if ended is not None:
+                return self._finish(running, ended)
+            self._start_ready(running, pending)
             time.sleep(0.05)
 
+    def _stopped(self, running: dict[int, LocalPod], started: float) -> Ended | None:
+        """local-job itself interrupted, or the Job past activeDeadlineSeconds."""
+        if self.interrupted is not None:  # local-job's own: the Job was not failed by its controller
+            return Ended(False, "Interrupted", f"local-job received signal {self.interrupted}")
+        deadline = self.plan.spec.get("activeDeadlineSeconds")
+        if deadline is not None and time.monotonic() - started > float(deadline):
+            return Ended(False, "DeadlineExceeded", "Job was active longer than specified deadline")
+        return None
+
+    def _reap(self, running: dict[int, LocalPod], pending: list[int]) -> Ended | None:
+        """Every pod that has ended, counted as the controller counts it; the Job's end if one ends it."""
+        for index, pod in list(running.items()):
+            if not pod.step():
+                continue
+            del running[index]
+            self.display.pod_ended(pod.record.name)
+            self.factory.release(pod.run)
+            self.publish()
+            record = pod.record
+            if record.phase == "Succeeded":
+                self.accounting.pod_succeeded(index)
+                continue
+            action, matched = self.policy_match(record)
+            conditions = "".join(f", {c['type']}" for c in record.conditions)
+            self.note(f"pod {record.name} failed (exit codes {record.exit_codes}{conditions}); "
+                      f"podFailurePolicy: {action}")
+            now = time.monotonic()
+            outcome = self.accounting.pod_failed(index, action, matched, now)
+            if isinstance(outcome, Ended):
+                return outcome
+            if outcome:  # replaced, after the back-off; else the index has failed for good
+                pending.append(index)
+                self._note_backoff(index, now)
+        return None
+
+    def _settled(self) -> Ended | None:
+        """The successPolicy met, or every index succeeded (or failed for good)."""
+        rules = (self.plan.spec.get("successPolicy") or {}).get("rules")
+        met = success_policy.met(rules, self.accounting.succeeded) if rules else None
+        return Ended(True, "SuccessPolicy", met) if met else self.accounting.settled()
+
+    def _start_ready(self, running: dict[int, LocalPod], pending: list[int]) -> None:
+        """A pod for each pending index whose back-off is over, within parallelism."""
+        now = time.monotonic()
+        for index in sorted(pending):
+            if len(running) >= self.plan.parallelism or now < self.accounting.ready_at(index, self.backoff_seconds):
+                continue
+            pending.remove(index)
+            attempt = self.accounting.replacing(index)
+            run = self.factory.pod(index)
+            pod = LocalPod(run, self, self.cpus_for(index, run.cpu_limit))
+            self.records.append(pod.record)
+            running[index] = pod
+            self.display.pod_started(run.name)
+            self.publish()
+            self.note(f"started pod {run.name} (index {index}" + (f", attempt {attempt})" if attempt > 1 else ")"))
+
+    def _finish(self, running: dict[int, LocalPod], ended: Ended) -> tuple[bool, str, str]:
+        if ended.complete:
+            return self._succeed(running, ended.reason, ended.message)
+        return self._fail(running, ended.reason, ended.message, count_running=ended.reason != "Interrupted")
+
     def _note_backoff(self, index: int, now: float) -> None:
-        wait = self.ready_at(index) - now
+        wait = self.accounting.ready_at(index, self.backoff_seconds) - now
         if wait > 0:
             self.note(f"index {index}: its next pod starts in {format_duration(wait)} (the Job controller's "
                       f"back-off: {self.backoff_seconds:g} s, doubling per failure, at most 10 min)")
@@ -363,7 +268,8 @@ class JobController:
         then the Job is Failed: the controller's order (kube-controller-manager, job_controller.go)."""
         self.condition("FailureTarget", reason, message)
         if count_running:
-            self.failed += sum(1 for pod in running.values() if self.policy_action(pod.record) != "Ignore")
+            self.accounting.failed += sum(1 for pod in running.values()
+                                          if self.policy_match(pod.record)[0] != failure_policy.IGNORE)
         self._end(running, f"{reason}: {message}", f"the Job failed ({reason})")
         self.condition("Failed", reason, message)
         return False, reason, message
@@ -411,19 +317,20 @@ class JobController:
         ``failedIndexes`` as the Job controller writes them (its counting, its words, its index notation); then
         local-job's own: the final ``condition``, ``ignored`` (failed pods a podFailurePolicy Ignore rule
         matched), ``restarts`` per index and every pod with its exit codes."""
+        counts = self.accounting
         return {
             "name": self.plan.name,
             "namespace": self.plan.namespace,
             "conditions": self.conditions,
-            "succeeded": len(self.succeeded),
-            "failed": self.failed,
-            "completedIndexes": format_indexes(self.succeeded),
-            "failedIndexes": format_indexes(self.failed_indexes),
+            "succeeded": len(counts.succeeded),
+            "failed": counts.failed,
+            "completedIndexes": format_indexes(counts.succeeded),
+            "failedIndexes": format_indexes(counts.failed_indexes),
             # the final condition; null while the Job runs
             "condition": {key: self.conditions[-1][key] for key in ("type", "reason", "message")}
             if self.conditions else None,
-            "ignored": self.ignored,
-            "restarts": {str(index): count for index, count in self.restarts.items()},
+            "ignored": counts.ignored,
+            "restarts": {str(index): count for index, count in counts.restarts.items()},
             "pods": [vars(record) for record in self.records],
             "completions": self.plan.completions,
             "backoffLimit": self.plan.backoff_limit,

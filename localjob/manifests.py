@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,27 +131,40 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
 
 
 def _job_problems(plan: JobPlan) -> list[str]:
-    job, spec = plan.job, plan.spec
+    """What keeps the Job from running here as it would on a cluster, each check in the order it reads."""
     where = f"Job {plan.name}"
-    problems = []
-    if job.get("apiVersion") != "batch/v1":
-        problems.append(f"{where}: apiVersion must be batch/v1")
-    if spec.get("completionMode") != "Indexed":
-        problems.append(f"{where}: only Indexed Jobs can be run (spec.completionMode is "
-                        f"{spec.get('completionMode', 'NonIndexed')}): their pods need JOB_COMPLETION_INDEX")
-    if plan.completions > MAX_LOCAL_PODS:
-        problems.append(f"{where}: {plan.completions} pods are too many for one machine (at most {MAX_LOCAL_PODS})")
     pod = plan.pod_spec
+    volumes, problems = _volume_problems(plan, where)
+    return [*_job_shape_problems(plan, where), *problems,
+            *(problem for container in (pod.get("initContainers") or []) + (pod.get("containers") or [])
+              for problem in _container_problems(plan, where, container, volumes)),
+            *_secret_key_problems(plan), *_service_problems(plan, where)]
+
+
+def _job_shape_problems(plan: JobPlan, where: str) -> Iterator[str]:
+    """The Job and pod fields local-job needs as they are: Indexed, restartPolicy Never, one container."""
+    job, spec, pod = plan.job, plan.spec, plan.pod_spec
+    if job.get("apiVersion") != "batch/v1":
+        yield f"{where}: apiVersion must be batch/v1"
+    if spec.get("completionMode") != "Indexed":
+        yield (f"{where}: only Indexed Jobs can be run (spec.completionMode is "
+               f"{spec.get('completionMode', 'NonIndexed')}): their pods need JOB_COMPLETION_INDEX")
+    if plan.completions > MAX_LOCAL_PODS:
+        yield f"{where}: {plan.completions} pods are too many for one machine (at most {MAX_LOCAL_PODS})"
     if pod.get("restartPolicy") != "Never":
-        problems.append(f"{where}: spec.template.spec.restartPolicy must be Never (the Job replaces failed pods)")
+        yield f"{where}: spec.template.spec.restartPolicy must be Never (the Job replaces failed pods)"
     containers = pod.get("containers") or []
     if len(containers) != 1:
-        problems.append(f"{where}: the pod must have exactly one container (it has {len(containers)})")
+        yield f"{where}: the pod must have exactly one container (it has {len(containers)})"
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(key):
-            problems.append(f"{where}: {key} cannot be reproduced locally")
-    volumes = {}
-    for volume in pod.get("volumes") or []:
+            yield f"{where}: {key} cannot be reproduced locally"
+
+
+def _volume_problems(plan: JobPlan, where: str) -> tuple[dict[str, dict], list[str]]:
+    """The pod's volumes local-job can stand in for, by name, and what is wrong with the others."""
+    volumes, problems = {}, []
+    for volume in plan.pod_spec.get("volumes") or []:
         kinds = [k for k in volume if k != "name"]
         if not kinds or kinds[0] not in SUPPORTED_VOLUMES:
             problems.append(f"{where}: volume {volume.get('name')}: type {kinds[0] if kinds else '?'} is not "
@@ -163,59 +177,74 @@ def _job_problems(plan: JobPlan) -> list[str]:
         if kinds[0] == "secret":
             problems.extend(_secret_problem(plan, where, f"volume {volume['name']}", volume["secret"]["secretName"],
                                             optional=volume["secret"].get("optional")))
-    for container in (pod.get("initContainers") or []) + containers:
-        cname = container.get("name", "?")
-        if not container.get("command"):
-            problems.append(f"{where}: container {cname} has no command; the image's entrypoint is not known "
-                            "here, so the command must be in the manifest")
-        for mount in container.get("volumeMounts") or []:
-            if mount.get("name") not in volumes:
-                problems.append(f"{where}: container {cname} mounts unknown volume {mount.get('name')}")
-        for source in container.get("envFrom") or []:
-            ref = source.get("configMapRef")
-            if "secretRef" in source:
-                problems.extend(_secret_problem(plan, where, f"container {cname} envFrom", source["secretRef"]["name"],
-                                                optional=source["secretRef"].get("optional")))
-            elif ref is None:
-                problems.append(f"{where}: container {cname}: only envFrom configMapRef and secretRef are supported")
-            elif ref["name"] not in plan.config_maps and not ref.get("optional"):
-                problems.append(f"{where}: container {cname} takes env from ConfigMap {ref['name']}, which is "
-                                "not in the manifests")
-        for variable in container.get("env") or []:
-            value_from = variable.get("valueFrom")
-            if not value_from:
-                continue
-            if "fieldRef" in value_from:
-                path = value_from["fieldRef"]["fieldPath"]
-                if path not in SUPPORTED_FIELDS and not path.startswith(("metadata.labels[", "metadata.annotations[")):
-                    problems.append(f"{where}: env {variable['name']}: fieldPath {path} is not supported locally")
-            elif "configMapKeyRef" in value_from:
-                ref = value_from["configMapKeyRef"]
-                if ref["name"] not in plan.config_maps and not ref.get("optional"):
-                    problems.append(f"{where}: env {variable['name']} uses ConfigMap {ref['name']}, not in the manifests")
-            elif "secretKeyRef" in value_from:
-                ref = value_from["secretKeyRef"]
-                problems.extend(_secret_problem(plan, where, f"env {variable['name']}", ref["name"], ref["key"],
-                                                optional=ref.get("optional")))
-            elif "resourceFieldRef" not in value_from:
-                problems.append(f"{where}: env {variable['name']}: {next(iter(value_from))} is not supported locally")
+    return volumes, problems
+
+
+def _container_problems(plan: JobPlan, where: str, container: dict, volumes: dict[str, dict]) -> Iterator[str]:
+    """A container's command, mounts and environment sources."""
+    cname = container.get("name", "?")
+    if not container.get("command"):
+        yield (f"{where}: container {cname} has no command; the image's entrypoint is not known here, so the "
+               "command must be in the manifest")
+    for mount in container.get("volumeMounts") or []:
+        if mount.get("name") not in volumes:
+            yield f"{where}: container {cname} mounts unknown volume {mount.get('name')}"
+    for source in container.get("envFrom") or []:
+        ref = source.get("configMapRef")
+        if "secretRef" in source:
+            yield from _secret_problem(plan, where, f"container {cname} envFrom", source["secretRef"]["name"],
+                                       optional=source["secretRef"].get("optional"))
+        elif ref is None:
+            yield f"{where}: container {cname}: only envFrom configMapRef and secretRef are supported"
+        elif ref["name"] not in plan.config_maps and not ref.get("optional"):
+            yield f"{where}: container {cname} takes env from ConfigMap {ref['name']}, which is not in the manifests"
+    for variable in container.get("env") or []:
+        yield from _value_from_problems(plan, where, variable)
+
+
+def _value_from_problems(plan: JobPlan, where: str, variable: dict) -> Iterator[str]:
+    """An env variable's valueFrom: the sources local-job can give (fields, ConfigMaps, Secrets, resources)."""
+    value_from = variable.get("valueFrom")
+    if not value_from:
+        return
+    if "fieldRef" in value_from:
+        path = value_from["fieldRef"]["fieldPath"]
+        if path not in SUPPORTED_FIELDS and not path.startswith(("metadata.labels[", "metadata.annotations[")):
+            yield f"{where}: env {variable['name']}: fieldPath {path} is not supported locally"
+    elif "configMapKeyRef" in value_from:
+        ref = value_from["configMapKeyRef"]
+        if ref["name"] not in plan.config_maps and not ref.get("optional"):
+            yield f"{where}: env {variable['name']} uses ConfigMap {ref['name']}, not in the manifests"
+    elif "secretKeyRef" in value_from:
+        ref = value_from["secretKeyRef"]
+        yield from _secret_problem(plan, where, f"env {variable['name']}", ref["name"], ref["key"],
+                                   optional=ref.get("optional"))
+    elif "resourceFieldRef" not in value_from:
+        yield f"{where}: env {variable['name']}: {next(iter(value_from))} is not supported locally"
+
+
+def _secret_key_problems(plan: JobPlan) -> Iterator[str]:
     for name, data in plan.secrets.items():
         for key in sorted(data):
             if reserved(key):
-                problems.append(f"--secret {name}: key {key} is set by torchrun or the Job for every process; a "
-                                "Secret must not set it")
-    subdomain = pod.get("subdomain")
-    if subdomain:
-        service = plan.services.get(subdomain)
-        labels = plan.pod_template.get("metadata", {}).get("labels", {})
-        if service is None:
-            problems.append(f"{where}: the pods' subdomain {subdomain} names a Service that is not in the manifests; "
-                            "without it the pods could not find each other")
-        elif service.get("clusterIP") != "None":
-            problems.append(f"Service {subdomain}: must be headless (clusterIP: None) to give pods DNS names")
-        elif not (service.get("selector") or {}).items() <= labels.items():
-            problems.append(f"Service {subdomain}: its selector does not match the Job's pod labels")
-    return problems
+                yield (f"--secret {name}: key {key} is set by torchrun or the Job for every process; a Secret must "
+                       "not set it")
+
+
+def _service_problems(plan: JobPlan, where: str) -> Iterator[str]:
+    """The headless Service that gives the pods their DNS names."""
+    subdomain = plan.pod_spec.get("subdomain")
+    if not subdomain:
+        return
+    service = plan.services.get(subdomain)
+    labels = plan.pod_template.get("metadata", {}).get("labels", {})
+    if service is None:
+        yield (f"{where}: the pods' subdomain {subdomain} names a Service that is not in the manifests; without "
+               "it the pods could not find each other")
+    elif service.get("clusterIP") != "None":
+        yield f"Service {subdomain}: must be headless (clusterIP: None) to give pods DNS names"
+    elif not (service.get("selector") or {}).items() <= labels.items():
+        yield f"Service {subdomain}: its selector does not match the Job's pod labels"
 
 
 def _secret_problem(plan: JobPlan, where: str, user: str, name: str, key: str | None = None,

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from generator.status import INDEX_LABEL, describe, latest_progress, launcher_warnings
-from localjob.controller import LIVE_STATUS
 from localjob.eviction import running_controller
+from localjob.records import LIVE_STATUS
 
 
 class NoStatus(Exception):
