@@ -85,12 +85,16 @@ class LocalPod:
         return True
 
     def terminate(self, grace: float) -> None:
+        """As the kubelet ends a deleted pod (Kubernetes 1.27+): a terminal phase from the exit codes, Succeeded
+        when the main container exited 0 (it finished, or stopped cleanly on SIGTERM), else Failed."""
         self.current.terminate(grace)
         if self.record.phase == "Running":
             code = self.current.poll()  # 143 for a process that stopped on SIGTERM, 137 once the grace ran out
-            self.record.phase = "Failed"
-            self.record.exit_codes.setdefault(self.current.run.name,
-                                              137 if code is None else ContainerProcess.exit_code(code))
+            code = 137 if code is None else ContainerProcess.exit_code(code)
+            self.record.exit_codes.setdefault(self.current.run.name, code)
+            main_ran = not self.queue  # the main container, not an init container, was running
+            self.record.phase = "Succeeded" if main_ran and self.record.exit_codes[self.current.run.name] == 0 \
+                else "Failed"
             self.record.finished = time.time()
 
     def evict(self, grace: float, reason: str) -> None:

@@ -153,3 +153,33 @@ def test_every_difference_local_job_reports_is_in_the_docs():
 
     docs = " ".join((ROOT / "docs" / "reliability.md").read_text().split())
     assert [text for text in DIFFERENCES if text not in docs] == []
+
+
+class StoppedContainer:
+    """A container process that has already ended with ``code`` (a wait status: -15 for SIGTERM)."""
+
+    def __init__(self, name: str, code: int | None):
+        self.run = type("Run", (), {"name": name})()
+        self.code = code
+
+    def terminate(self, grace: float) -> None:
+        pass
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+@pytest.mark.parametrize("container, remaining, code, phase, exit_code", [
+    ("worker", [], 0, "Succeeded", 0),  # finished (or stopped cleanly) as the Job ended: the kubelet's Succeeded
+    ("worker", [], -15, "Failed", 143),  # stopped by SIGTERM
+    ("worker", [], None, "Failed", 137),  # still running when the grace period ran out: SIGKILL
+    ("check-config", ["worker"], 0, "Failed", 0),  # the main container never ran
+])
+def test_a_terminated_pod_takes_the_phase_its_exit_codes_give(container, remaining, code, phase, exit_code):
+    from localjob.controller import LocalPod
+
+    pod = LocalPod.__new__(LocalPod)
+    pod.record = PodRecord("mnist-train-1-abcde", 1, phase="Running")
+    pod.current, pod.queue = StoppedContainer(container, code), list(remaining)
+    pod.terminate(15)
+    assert (pod.record.phase, pod.record.exit_codes[container]) == (phase, exit_code)
