@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, training
 from bench.stats import alternate
-from worker.config import STRATEGIES
+from trainer_contract.variables import STRATEGIES
 
 
 def default_data_dir() -> Path:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from worker import contract, exit_codes
+from trainer_contract import exit_codes, variables
+from trainer_contract.launcher import BUILT_IN_WORKER
 
 Launcher = Literal["indexed-trainer", "torchrun"]
 
@@ -29,7 +30,7 @@ def environment_text(value: str | int | float | bool) -> str:
 
 @dataclass(frozen=True)
 class ExitCodes:
-    """The worker's exit codes the targets' failure handling keys on (worker/exit_codes.py)."""
+    """The worker's exit codes the targets' failure handling keys on (trainer_contract/exit_codes.py)."""
 
     bad_config: int = exit_codes.BAD_CONFIG  # fails the whole job: retrying cannot help
     peer_lost: int = exit_codes.PEER_LOST  # a victim: not counted, the peer's own failure is
@@ -75,7 +76,7 @@ def entry_module(entry: dict) -> str | None:
     """The module the processes run: entrypoint.module, else the built-in worker unless a script is set."""
     if entry["module"] is not None:
         return entry["module"]
-    return None if entry["script"] is not None else contract.BUILT_IN_WORKER
+    return None if entry["script"] is not None else BUILT_IN_WORKER
 
 
 def describe(values: dict) -> JobDescription:
@@ -83,10 +84,10 @@ def describe(values: dict) -> JobDescription:
     gpus = values["resources"]["gpu"]["accelerator_count"]
     entry = values["entrypoint"]
     module = entry_module(entry)
-    built_in = module == contract.BUILT_IN_WORKER
+    built_in = module == BUILT_IN_WORKER
     # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
-    shown = contract.shown_defaults() if built_in else {}
-    request = contract.gpu_request(gpus, values["resources"]["gpu"]["cpu_fallback"])
+    shown = variables.shown_defaults() if built_in else {}
+    request = variables.gpu_request(gpus, values["resources"]["gpu"]["cpu_fallback"])
     environment = {**(NCCL_DEFAULTS if gpus else {}), **request, **shown, **values["config_map"]}
     environment = {key: environment_text(value) for key, value in environment.items()
                    if value is not None}  # null removes one

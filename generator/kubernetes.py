@@ -13,13 +13,13 @@ from pathlib import Path
 
 import yaml
 
-from generator import __version__, names
+from generator import __version__
 from generator.errors import TemplateError
 from generator.job import describe
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
-from worker import contract
+from trainer_contract import launcher, names
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
@@ -29,7 +29,7 @@ MIN_KUBERNETES = "1.34"
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The pod's own volumes and where they are mounted: extra_volumes may not take their names or paths.
-OWN_VOLUMES = {"shared": contract.SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
+OWN_VOLUMES = {"shared": launcher.SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 
 # Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
 # pod 0's name must resolve.
@@ -137,7 +137,7 @@ def derive(values: dict) -> dict:
     if gpu["accelerator"] is not None:
         selector[gpu["accelerator_label"]] = gpu["accelerator"]
     # data and results on the shared volume by default; config_map may override them
-    config = {**job.placement(contract.SHARED_MOUNT), **job.environment}
+    config = {**job.placement(launcher.SHARED_MOUNT), **job.environment}
     return {
         "procs_per_pod": job.procs_per_node,
         "gpus": job.gpus,
@@ -163,9 +163,9 @@ def derive(values: dict) -> dict:
         "exit_fail_job": list(job.exit_codes.fail_job),
         "exit_peer_lost": job.exit_codes.peer_lost,
         "shutdown_timeout": job.shutdown_timeout,
-        "shared_mount": contract.SHARED_MOUNT,
-        "launcher_command": list(contract.LAUNCHER_COMMAND),
-        "check_config_command": list(contract.CHECK_CONFIG_COMMAND),
+        "shared_mount": launcher.SHARED_MOUNT,
+        "launcher_command": list(launcher.LAUNCHER_COMMAND),
+        "check_config_command": list(launcher.CHECK_CONFIG_COMMAND),
         "built_in_worker": job.built_in_worker,
         "launcher": job.launcher,
         "program": list(job.program),

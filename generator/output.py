@@ -9,7 +9,7 @@ from pathlib import Path
 
 from generator.errors import OutputError
 from generator.templating import Manifest
-from worker.atomic import fsync_directory
+from trainer_contract.atomic import fsync_directory
 
 # Files this tool owns in an output directory: "<order>-<kind>.yaml". Others are never touched.
 _OWNED = re.compile(r"^\d+-[a-z]+\.yaml$")

@@ -17,9 +17,9 @@ from generator.errors import ValuesError
 from generator.job import JobDescription, describe
 from generator.templating import Manifest, environment, render_template
 from generator.values import describe_value
-from worker import contract
+from trainer_contract import launcher
 
-LAUNCHERS = {"indexed-trainer": " ".join(contract.LAUNCHER_COMMAND), "torchrun": "torchrun"}
+LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
 
 
 # sbatch options a site may add (slurm.extra_options); the others are set from the values, or would break the

@@ -1,5 +1,5 @@
 """`./run.sh --status`: the Job on the cluster as a person asks about it. Its conditions, each completion index's
-pods with their exit codes and what each code means (worker/exit_codes.py) and termination message, and the
+pods with their exit codes and what each code means (trainer_contract/exit_codes.py) and termination message, and the
 latest progress line of index 0 (rank 0). Reads with kubectl; torch-free.
 
     python -m generator.status NAMESPACE JOB
@@ -12,10 +12,10 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from worker import exit_codes
-from worker.contract import LAUNCHER_WARNING
-from worker.exit_codes import meaning
-from worker.progress import format_duration
+from trainer_contract import exit_codes
+from trainer_contract.exit_codes import meaning
+from trainer_contract.launcher import LAUNCHER_WARNING
+from trainer_contract.progress import format_duration
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # set by the Job controller on every pod
 JOB_LABEL = "batch.kubernetes.io/job-name"

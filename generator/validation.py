@@ -18,11 +18,11 @@ from typing import Any
 from generator import kubernetes, slurm
 from generator.errors import ValuesError
 from generator.job import entry_module, environment_text
-from generator.names import pod_hostname
 from generator.resources import default_values, schema
 from generator.values import describe_value, type_name
-from worker.contract import (
-    BUILT_IN_WORKER,
+from trainer_contract.launcher import BUILT_IN_WORKER
+from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
+from trainer_contract.variables import (
     FP16_NEEDS_CUDA,
     RUNTIME_PREFIXES,
     WORKER_CHOICES,
@@ -31,7 +31,6 @@ from worker.contract import (
     variable_problem,
 )
 
-MAX_HOSTNAME = 63  # a pod's hostname, <job>-<index>, is a DNS-1123 label
 # Volumes and mount paths of the Job itself (templates/kubernetes/job.yaml.j2): extra_volumes may not take them.
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -235,12 +234,6 @@ def _bad_strings(value: Any, path: list) -> Iterable[str]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _bad_strings(item, path + [index])
-
-
-def longest_name(replicas: int) -> int:
-    """The most characters ``name`` may have for ``replicas`` pods: every pod's hostname, ``<name>-<index>``,
-    must fit in MAX_HOSTNAME (61 for up to 10 replicas, 60 for up to 100)."""
-    return MAX_HOSTNAME - len(pod_hostname("", replicas - 1))
 
 
 def name_length_problem(name: str, replicas: int | None) -> str | None:

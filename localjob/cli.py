@@ -74,7 +74,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     from localjob.display import display_for
     from localjob.podspec import PodFactory
     from localjob.secrets import read_secret
-    from worker.contract import reserved
+    from trainer_contract.variables import reserved
 
     extra_env = _pairs("--env", env)
     for name in sorted(extra_env):
@@ -109,7 +109,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
 def _report(controller, claim_dirs: dict[str, Path], ended: tuple[bool, str, str], seconds: float) -> int:
     """The Job's end as local-job says it: where each claim's data is, a line per index, the outcome; the exit
     code."""
-    from worker.progress import format_duration
+    from trainer_contract.progress import format_duration
 
     job_plan, root = controller.plan, controller.root
     complete, reason, message = ended

@@ -33,15 +33,15 @@ from pathlib import Path
 
 from localjob import eviction, failure_policy, success_policy
 from localjob.accounting import Accounting, Ended
-from localjob.atomic import write_atomically
 from localjob.display import Display
 from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
 from localjob.records import LIVE_STATUS, PodRecord
 from localjob.success_policy import format_indexes
-from worker.exit_codes import meaning
-from worker.progress import format_duration
+from trainer_contract.atomic import atomic_write
+from trainer_contract.exit_codes import meaning
+from trainer_contract.progress import format_duration
 
 # Where local-job's status cannot be the controller's, said in every status it writes (and docs/reliability.md).
 DIFFERENCES = (
@@ -344,4 +344,4 @@ class JobController:
         }
 
     def write_status(self, path: Path, status: dict) -> None:
-        write_atomically(path, json.dumps(status, indent=2) + "\n")
+        atomic_write(path, (json.dumps(status, indent=2) + "\n").encode())

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from worker.progress import format_duration
+from trainer_contract.progress import format_duration
 
 REDRAW_SECONDS = 1.0  # the live lines' clocks tick this often even when no pod prints
 

@@ -15,7 +15,7 @@ import re
 import time
 from pathlib import Path
 
-from localjob.atomic import write_atomically
+from trainer_contract.atomic import atomic_write
 
 _REQUEST = re.compile(r"^evict-(\d+)\.request$")
 
@@ -38,7 +38,7 @@ class ControlDirectory:
         self.directory.mkdir(parents=True, exist_ok=True)
         for stale in self.directory.glob("evict-*"):
             stale.unlink(missing_ok=True)
-        write_atomically(self.directory / "controller.pid", f"{os.getpid()}\n")
+        atomic_write(self.directory / "controller.pid", f"{os.getpid()}\n".encode())
 
     def close(self) -> None:
         (self.directory / "controller.pid").unlink(missing_ok=True)
@@ -51,7 +51,7 @@ class ControlDirectory:
         return sorted(int(m.group(1)) for m in map(_REQUEST.match, names) if m)
 
     def answer(self, index: int, evicted: bool, message: str) -> None:
-        write_atomically(self.directory / f"evict-{index}.answer", json.dumps({"evicted": evicted, "message": message}))
+        atomic_write(self.directory / f"evict-{index}.answer", json.dumps({"evicted": evicted, "message": message}).encode())
         (self.directory / f"evict-{index}.request").unlink(missing_ok=True)
 
 
@@ -85,7 +85,7 @@ def request_eviction(root: Path, index: int, timeout: float = 30.0) -> str:
         raise EvictionError(f"the local-job that used --volume-root {root} (pid {pid}) is no longer running")
     answer = directory / f"evict-{index}.answer"
     answer.unlink(missing_ok=True)
-    write_atomically(directory / f"evict-{index}.request", f"{time.time()}\n")
+    atomic_write(directory / f"evict-{index}.request", f"{time.time()}\n".encode())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if answer.exists():

@@ -23,10 +23,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from generator.names import pod_address, pod_hostname
 from localjob.expansion import expand
 from localjob.manifests import JobPlan
 from localjob.quantity import divide_round_up, parse_quantity
+from trainer_contract.names import pod_address, pod_hostname
 
 POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"

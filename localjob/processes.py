@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from localjob.podspec import POD_MARKER, ContainerRun
-from worker.contract import signal_exit_code
+from trainer_contract.exit_codes import signal_exit_code
 
 
 def pod_pids(uid: str) -> list[int]:

@@ -15,8 +15,9 @@ import argparse
 import os
 import sys
 
-from worker import exit_codes
-from worker.config import ConfigError, build_parser, load_config
+from trainer_contract import exit_codes
+from trainer_contract.variables import ConfigError
+from worker.config import build_parser, load_config
 from worker.distenv import read_dist_env
 
 

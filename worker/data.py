@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
-from worker import hooks, idx, mnist_sample
-from worker.config import TrainConfig
+from trainer_contract import hooks
+from trainer_contract.variables import TrainConfig
+from worker import idx, mnist_sample
 from worker.distenv import DistEnv
 from worker.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
 

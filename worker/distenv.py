@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from worker.config import ConfigError
+from trainer_contract.variables import ConfigError
 
 
 @dataclass(frozen=True)

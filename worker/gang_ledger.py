@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from worker import exit_codes
-from worker.atomic import atomic_write
+from trainer_contract import exit_codes
+from trainer_contract.atomic import atomic_write
 
 DIRECTORY = ".gang"
 # How long index 0 waits for the other pods' notes: victims of one broken connection exit within seconds of

@@ -38,9 +38,12 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
-from worker import contract, exit_codes, settings
-from worker.config import ConfigError, build_parser, load_config
-from worker.contract import BUILT_IN_WORKER, signal_exit_code
+from trainer_contract import exit_codes, launcher, variables
+from trainer_contract.exit_codes import signal_exit_code
+from trainer_contract.launcher import BUILT_IN_WORKER
+from trainer_contract.variables import ConfigError
+from worker import settings
+from worker.config import build_parser, load_config
 from worker.gang_ledger import WAIT_SECONDS, GangLedger
 
 # Where the kubelet reads a container's termination message (the container's terminationMessagePath, a file
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
     """GPU_MISSING when this pod sees fewer GPUs than the Job asked for and may not fall back to the CPU; None
     otherwise, after one warning line when it falls back. A CPU job (no request in the environment) is not checked."""
-    asked = int(environ.get(contract.GPUS_VARIABLE, "0") or 0)
+    asked = int(environ.get(variables.GPUS_VARIABLE, "0") or 0)
     if not asked:
         return None
     if seen is None:
@@ -186,7 +189,7 @@ def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
         return None
     sees = f"sees {seen}" if seen else "sees none"
     gpus = f"{asked} GPU" + ("s" if asked != 1 else "")
-    if environ.get(contract.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
+    if environ.get(variables.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
         say(f"configuration error: this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}, and "
             f"resources.gpu.cpu_fallback is false: not training on the CPU; exiting {exit_codes.GPU_MISSING}, not "
             "retried (check the node's driver and device plugin, or allow the fallback)")
@@ -194,7 +197,7 @@ def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
     message = (f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
                "(set resources.gpu.cpu_fallback: false to fail instead)")
     _warned.append(message)
-    print(f"{contract.LAUNCHER_WARNING}{message}", file=sys.stderr, flush=True)
+    print(f"{launcher.LAUNCHER_WARNING}{message}", file=sys.stderr, flush=True)
     return None
 
 

@@ -19,8 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from trainer_contract.atomic import atomic_write
 from worker import idx
-from worker.atomic import atomic_write
 from worker.digests import file_digest
 
 # File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST

@@ -13,8 +13,7 @@ import contextlib
 
 import torch
 
-from worker.config import ConfigError
-from worker.contract import FP16_NEEDS_CUDA
+from trainer_contract.variables import FP16_NEEDS_CUDA, ConfigError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -8,20 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker.atomic import atomic_write
+from trainer_contract.atomic import atomic_write
+from trainer_contract.progress import format_duration
 from worker.tensorboard_log import Curves
 
 METRICS_FILE = "metrics.jsonl"
-
-
-def format_duration(seconds: float) -> str:
-    """A duration as a person reads it: 42 s, 3 min 05 s, 2 h 07 min."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 class Progress:

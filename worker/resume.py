@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_contract.variables import TrainConfig
 from worker import settings
 from worker.checkpoints import Checkpoint, CheckpointManager, Position
-from worker.config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from worker.config import TrainConfig
+from trainer_contract.variables import TrainConfig
 
 # TrainConfig fields whose value changes the result of resuming: the schedule (EPOCHS, LEARNING_RATE),
 # the batches (BATCH_SIZE, TRAIN_SAMPLES) and the shuffles and initialisation (SEED).

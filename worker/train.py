@@ -15,11 +15,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from trainer_contract import exit_codes, hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.variables import ConfigError, TrainConfig
 from worker import (
     data,
-    exit_codes,
     gang_ledger,
-    hooks,
     precision,
     previous_runs,
     process_group,
@@ -27,9 +28,7 @@ from worker import (
     settings,
     strategies,
 )
-from worker.atomic import atomic_write
 from worker.checkpoints import CheckpointManager, Position, TrainingState
-from worker.config import ConfigError, TrainConfig
 from worker.distenv import DistEnv
 from worker.metrics import EpochTally, epoch_record
 from worker.model import MnistCNN, parameter_count

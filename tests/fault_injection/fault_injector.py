@@ -40,8 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker import hooks
-from worker.config import ConfigError
+from trainer_contract import hooks
+from trainer_contract.variables import ConfigError
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
@@ -104,7 +104,7 @@ class FaultInjector:
                 self._fire(fault)
 
     def on(self, name: str, **context) -> None:
-        """The worker passed point ``name`` (worker/hooks.py)."""
+        """The worker passed point ``name`` (trainer_contract/hooks.py)."""
         if name == "batch":
             self.at(f"batch={context['epoch']}.{context['batch']}")
         elif name == "checkpoint":

@@ -110,7 +110,7 @@ def test_non_ascii_values_survive_a_c_locale(gen):
 
 @pytest.mark.parametrize("target", ["kubernetes", "slurm"])
 def test_importing_and_running_the_cli_loads_no_torch(target):
-    """gen-manifests reads the worker's torch-free interface (worker.contract), never torch, for either target."""
+    """gen-manifests reads the worker's torch-free interface (trainer_contract), never torch, for either target."""
     code = (
         "import sys\n"
         "from generator.cli import main\n"

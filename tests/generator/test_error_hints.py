@@ -4,8 +4,8 @@ is too long states the real limit for the given replicas."""
 import pytest
 
 from generator.resources import schema
-from generator.validation import MAX_HOSTNAME, longest_name
 from tests.generator.helpers import run_main
+from trainer_contract.names import MAX_HOSTNAME, longest_name
 
 PREFIX = "gen-manifests: error: "
 

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from tests.generator.helpers import run_main
-from worker.config import TrainConfig, load_config
-from worker.contract import WORKER_VARIABLES, reserved, shown_defaults
+from trainer_contract.variables import WORKER_VARIABLES, TrainConfig, reserved, shown_defaults
+from worker.config import load_config
 
 
 def test_no_worker_variable_is_reserved():

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from worker import atomic, strategies
+from trainer_contract import atomic
+from worker import strategies
 from worker.checkpoints import CheckpointManager, Position, TrainingState, layout, load_newest, single_file
 from worker.distenv import DistEnv
 from worker.model import MnistCNN
@@ -137,7 +138,7 @@ def test_an_asynchronous_save_lets_training_change_the_model_while_the_write_goe
     import threading
     import time
 
-    from worker import hooks
+    from trainer_contract import hooks
 
     release = threading.Event()
     writer_threads = []
@@ -173,7 +174,7 @@ def test_an_asynchronous_save_lets_training_change_the_model_while_the_write_goe
 
 
 def test_a_failed_asynchronous_write_is_raised_to_the_training_at_the_next_save(tmp_path):
-    from worker import hooks
+    from trainer_contract import hooks
 
     def failing(name, **context):
         if name == "checkpoint":

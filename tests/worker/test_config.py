@@ -2,8 +2,9 @@
 
 import pytest
 
+from trainer_contract.variables import ConfigError, TrainConfig
 from worker.__main__ import main
-from worker.config import ConfigError, TrainConfig, load_config
+from worker.config import load_config
 from worker.distenv import read_dist_env
 
 

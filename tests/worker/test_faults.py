@@ -1,13 +1,13 @@
-"""FAULT_INJECT's grammar, filters and its one seam (worker/hooks.py); the faults fire in real runs in
+"""FAULT_INJECT's grammar, filters and its one seam (trainer_contract/hooks.py); the faults fire in real runs in
 test_fault_injection.py and tests/localjob/test_local_job_faults.py."""
 
 import pytest
 
 from tests.fault_injection.fault_injector import Fault, FaultHook, FaultInjector, count_start, parse
-from worker import hooks
-from worker.atomic import atomic_write
+from trainer_contract import hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.variables import ConfigError
 from worker.checkpoints import Position
-from worker.config import ConfigError
 
 
 def test_parses_entries_with_their_filters():
@@ -50,7 +50,7 @@ def test_a_sleep_fires_where_it_is_placed_and_logs_it():
 
 
 def test_through_the_seam_checkpoint_n_fires_inside_the_nth_write_only(tmp_path):
-    """The worker's own points (worker/hooks.py) drive the injector: start, batches, checkpoint writes."""
+    """The worker's own points (trainer_contract/hooks.py) drive the injector: start, batches, checkpoint writes."""
     lines = []
     hooks.install(FaultHook("sleep=0@checkpoint=2,rank=0; exit=3@batch=9.9,rank=1"))
     try:

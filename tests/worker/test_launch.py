@@ -9,7 +9,7 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from tests.worker.launch import free_port, read_until, run, start, worker_env
-from worker import exit_codes
+from trainer_contract import exit_codes
 from worker.launch import container_code, root_cause
 
 

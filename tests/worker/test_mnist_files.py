@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.http_mirror import Mirror
-from tests.mnist_data import dataset_files, synthetic_digits, raw_files, write_mirror, write_raw
+from tests.mnist_data import dataset_files, raw_files, synthetic_digits, write_mirror, write_raw
 from worker.mnist_files import MARKER, DataError, check_idx, check_raw_files, download, raw_dir, read_checksums
 
 SMALL = raw_files(synthetic_digits(64, seed=1), synthetic_digits(32, seed=2))

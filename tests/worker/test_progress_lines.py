@@ -2,7 +2,8 @@
 
 import pytest
 
-from worker import exit_codes, launch
+from trainer_contract import exit_codes
+from worker import launch
 from worker.progress import Progress, format_duration
 
 
@@ -23,9 +24,10 @@ def test_the_eta_counts_only_the_steps_this_start_trained(tmp_path, monkeypatch)
     assert progress.timing(5) == "1 min 10 s elapsed, done"
 
 
-def test_every_exit_code_of_the_worker_has_a_meaning():
+def test_every_exit_code_of_the_worker_has_a_meaning_and_an_action():
     named = {value for name, value in vars(exit_codes).items() if name.isupper() and isinstance(value, int)}
-    assert named <= set(exit_codes.MEANINGS)
+    assert named == {item.code for item in exit_codes.CODES}
+    assert all(item.meaning and item.action for item in exit_codes.CODES)
     assert exit_codes.meaning(137).startswith("killed (SIGKILL") and exit_codes.meaning(134) == "killed by signal 6"
 
 

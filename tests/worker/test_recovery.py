@@ -9,8 +9,17 @@ import torch
 
 from tests.http_mirror import Mirror
 from tests.mnist_data import raw_files, synthetic_digits, write_mirror
-from tests.worker.launch import (free_port, kill_tree, rank_command, rank_env, read_until, run, start,
-                                 torchrun_command, worker_env)
+from tests.worker.launch import (
+    free_port,
+    kill_tree,
+    rank_command,
+    rank_env,
+    read_until,
+    run,
+    start,
+    torchrun_command,
+    worker_env,
+)
 
 pytestmark = pytest.mark.slow
 SMALL = raw_files(synthetic_digits(512, seed=5), synthetic_digits(128, seed=6))

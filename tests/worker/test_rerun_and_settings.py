@@ -13,7 +13,7 @@ import pytest
 
 from tests.worker.launch import rank_command, read_until, run, start, torchrun_command, worker_env
 from tests.worker.test_launch import snapshot
-from worker import exit_codes
+from trainer_contract import exit_codes
 
 pytestmark = pytest.mark.slow
 

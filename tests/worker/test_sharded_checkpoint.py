@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from worker import hooks
+from trainer_contract import hooks
 from worker.checkpoints import Position, TrainingState, layout, load_newest, sharded, single_file
 
 

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.atomic import TEMP_PREFIX
+from trainer_contract.atomic import TEMP_PREFIX
 
 _NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(pt|dcp)$")
 

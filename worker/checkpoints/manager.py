@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from worker import hooks
+from trainer_contract import hooks
 from worker.checkpoints import layout, sharded, single_file
 from worker.checkpoints.found import Checkpoint
 from worker.checkpoints.layout import CorruptCheckpoint

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from worker.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from worker.checkpoints.found import Checkpoint
 from worker.checkpoints.layout import CorruptCheckpoint
 from worker.checkpoints.state import TrainingState

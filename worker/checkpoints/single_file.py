@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from worker.atomic import atomic_write
+from trainer_contract.atomic import atomic_write
 from worker.checkpoints.found import Checkpoint
 from worker.checkpoints.layout import CorruptCheckpoint
 from worker.checkpoints.state import TrainingState

@@ -1,8 +1,9 @@
-"""The worker's one way to write a file: readers see the old file or the whole new one, never a part.
+"""The one way to write a file another process reads (a checkpoint, a rendered manifest, local-job's status):
+readers see the old file or the whole new one, never a part.
 
 The bytes go to a temporary name (TEMP_PREFIX, which nothing reads and checkpoint clean-up removes), are
 flushed and fsynced, renamed into place, and the directory is fsynced, so the rename survives a crash of the
-node too. Torch-free: the data download and the checkpoint code share it.
+node too. The worker's data download and checkpoints, the generator's --output-dir and local-job share it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from worker import hooks
+from trainer_contract import hooks
 
 TEMP_PREFIX = ".tmp-"
 

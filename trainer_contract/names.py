@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 
+# A pod's hostname, <job>-<index>, is a DNS-1123 label.
+MAX_HOSTNAME = 63
+
 
 def pod_hostname(job: str, index: int) -> str:
     return f"{job}-{index}"
@@ -18,6 +21,12 @@ def pod_hostname(job: str, index: int) -> str:
 def pod_address(job: str, index: int, service: str) -> str:
     """The DNS name of pod ``index`` inside the namespace (the Service is the pods' subdomain)."""
     return f"{pod_hostname(job, index)}.{service}"
+
+
+def longest_name(replicas: int) -> int:
+    """The most characters a Job's name may have for ``replicas`` pods: every pod's hostname, ``<name>-<index>``,
+    must fit in MAX_HOSTNAME (61 for up to 10 replicas, 60 for up to 100)."""
+    return MAX_HOSTNAME - len(pod_hostname("", replicas - 1))
 
 
 def rendezvous_address(job: str, service: str) -> str:

@@ -1,0 +1,56 @@
+"""How a pod or a node starts the training, stated once for every target: the container commands, where the
+shared volume is mounted, and the torchrun command line (each target renders ``torchrun_flags`` in its own
+syntax: the Job's args list, the Slurm script's srun line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# The module every process of the built-in worker runs: python -m worker (torchrun ... -m worker).
+BUILT_IN_WORKER = "worker"
+# The container command of the indexed-trainer launcher: torchrun's own, exiting with the worker's code.
+LAUNCHER_COMMAND = ("python", "-m", "worker.launch")
+# The init container's command: validate the variables, exit 0 or BAD_CONFIG.
+CHECK_CONFIG_COMMAND = ("python", "-m", BUILT_IN_WORKER, "--check-config")
+# Where the shared volume is mounted in the pod (the image's WORKDIR; DATA_DIR and OUTPUT_DIR live under it).
+SHARED_MOUNT = "/pvc-home"
+
+# The launcher's warnings start so: the status views (local-job status, run.sh --status) show them.
+LAUNCHER_WARNING = "launcher: warning: "
+
+# What a flag is about; a target may lay the command line out by it (the Slurm script: one line per group,
+# the node's rank inside each task's shell).
+FlagGroup = Literal["gang", "node", "rendezvous", "timeouts"]
+
+
+@dataclass(frozen=True)
+class TorchrunFlag:
+    name: str
+    value: str
+    group: FlagGroup
+    why: str = ""  # a target that can comment beside an argument says this
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}={self.value}"
+
+
+def torchrun_flags(*, nnodes: int, nproc_per_node: int, node_rank: str, master_addr: str, master_port: int,
+                   join_timeout: int, shutdown_timeout: int) -> tuple[TorchrunFlag, ...]:
+    """torchrun's flags for node ``node_rank`` of a static gang of ``nnodes`` (in the target's own spelling of
+    the rank and the rendezvous address: "$(JOB_COMPLETION_INDEX)", "$SLURM_NODEID"). torchrun itself never
+    restarts the workers: the Job or the Slurm script restarts the whole gang from its checkpoint."""
+    return (
+        TorchrunFlag("--nnodes", str(nnodes), "gang"),
+        TorchrunFlag("--nproc-per-node", str(nproc_per_node), "gang"),
+        TorchrunFlag("--node-rank", node_rank, "node"),
+        TorchrunFlag("--master-addr", master_addr, "rendezvous"),
+        TorchrunFlag("--master-port", str(master_port), "rendezvous"),
+        TorchrunFlag("--max-restarts", "0", "rendezvous"),
+        TorchrunFlag("--rdzv-conf", f"timeout={join_timeout}", "timeouts",
+                     "wait this long for all pods to join; then fail instead of hanging"),
+        TorchrunFlag("--shutdown-timeout", str(shutdown_timeout), "timeouts",
+                     "after SIGTERM, give the workers this long to checkpoint before torchrun kills them"),
+    )

@@ -1,0 +1,13 @@
+"""How progress is written for a person, the same in the worker's log lines and in every status view."""
+
+from __future__ import annotations
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person reads it: 42 s, 3 min 05 s, 2 h 07 min."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

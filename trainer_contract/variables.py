@@ -1,0 +1,235 @@
+"""The built-in worker's variables, stated once and without torch: each with its type, default, range or
+choices and help (TrainConfig's fields), read by the worker (worker/config.py), checked at render time by the
+generator, shown in the README's table; and the variables no values file may set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+
+class ConfigError(Exception):
+    """One or more configuration problems, each a line naming its variable."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be a positive number")
+    return value
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false (1/0, yes/no)")
+
+
+def _url(text: str) -> str:
+    parsed = urlparse(text)
+    if parsed.scheme not in ("http", "https", "file") or not (parsed.netloc or parsed.scheme == "file"):
+        raise ValueError("must be an http(s):// or file:// base URL")
+    return text if text.endswith("/") else text + "/"
+
+
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return Path(text)
+
+
+def _optional_path(text: str) -> Path | None:
+    return Path(text) if text.strip() else None
+
+
+def _optional_url(text: str) -> str | None:
+    return _url(text) if text.strip() else None
+
+
+# STRATEGY's words (worker/strategies/ maps each to its class) and PRECISION's.
+STRATEGIES = ("allreduce", "ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class _choice:  # noqa: N801 -- used like the parse functions beside it
+    """Parses one of ``choices`` (any case); keeps them for the README table and the generator's check."""
+
+    def __init__(self, *choices: str):
+        self.choices = choices
+
+    def __call__(self, text: str) -> str:
+        value = text.strip().lower()
+        if value not in self.choices:
+            raise ValueError("must be one of " + ", ".join(self.choices))
+        return value
+
+
+def _setting(env: str, parse: Callable[[str], object], default: object, help: str, flag: str | None = None):
+    """A dataclass field read from environment variable ``env`` or from ``--flag``."""
+    return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything the training reads from its environment. The README's table is generated from this."""
+
+    epochs: int = _setting("EPOCHS", _positive_int, 5, "Passes over the training set.")
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 64, "Mini-batch size per process.")
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.")
+    strategy: str = _setting(
+        "STRATEGY", _choice(*STRATEGIES), "allreduce",
+        "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
+        "bucketed and overlapped with backward) or fsdp (FSDP2, parameters, gradients and optimizer state "
+        "sharded per layer; sharded checkpoints).")
+    precision: str = _setting(
+        "PRECISION", _choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (with a gradient scaler; CUDA "
+        "only). Weights, optimizer state and the gradient reduction stay fp32.")
+    tensorboard: bool = _setting(
+        "TENSORBOARD", _boolean, True,
+        "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard (`tensorboard --logdir OUTPUT_DIR`).")
+    data_dir: Path = _setting("DATA_DIR", _path, Path("data"), "Where MNIST is (or is downloaded to): DATA_DIR/MNIST/raw/.")
+    output_dir: Path = _setting("OUTPUT_DIR", _path, Path("runs/local"), "Checkpoints, metrics.jsonl, model.pt and model.json.")
+    data_shared: bool = _setting(
+        "DATA_SHARED", _boolean, True,
+        "DATA_DIR is on a volume all pods share: only global rank 0 downloads. false: local rank 0 of each pod does.")
+    download: bool = _setting("DOWNLOAD", _boolean, True, "Download MNIST when it is missing (false: fail instead).")
+    mnist_mirror: str | None = _setting(
+        "MNIST_MIRROR", _optional_url, None, "Base URL serving the four MNIST .gz files (air-gapped clusters); "
+        "empty: torchvision's mirrors.")
+    mnist_checksums: Path | None = _setting(
+        "MNIST_CHECKSUMS", _optional_path, None, "A sha256sum-format file of the mirror's .gz files, for a mirror "
+        "serving other files than the official ones; empty: the official MD5s.")
+    mnist_sample_fallback: bool = _setting(
+        "MNIST_SAMPLE_FALLBACK", _boolean, False,
+        "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "
+        "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.")
+    log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
+    checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1, "Checkpoint every N epochs; 0: never.")
+    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 3, "Checkpoints kept on the volume.")
+    checkpoint_async: bool = _setting(
+        "CHECKPOINT_ASYNC", _boolean, True,
+        "Write checkpoints beside the training: it waits only while the state is copied (a stop's checkpoint is "
+        "always written before the process exits).")
+    resume: bool = _setting("RESUME", _boolean, True, "Resume from the newest valid checkpoint in OUTPUT_DIR.")
+    collective_timeout: float = _setting(
+        "COLLECTIVE_TIMEOUT", _positive_float, 300.0,
+        "Seconds a collective may wait for a peer before the process gives up (exit 75).")
+    download_timeout: float = _setting(
+        "DOWNLOAD_TIMEOUT", _positive_float, 600.0,
+        "Seconds the other ranks wait for the downloading rank before giving up (exit 75).")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
+def config_fields() -> list[dataclasses.Field]:
+    return list(dataclasses.fields(TrainConfig))
+
+
+def variable_choices() -> dict[str, tuple[str, ...]]:
+    """The variables that take one of a few words (STRATEGY, PRECISION), with their words."""
+    return {item.metadata["env"]: item.metadata["parse"].choices for item in config_fields()
+            if isinstance(item.metadata["parse"], _choice)}
+
+
+def flag_name(item: dataclasses.Field) -> str:
+    return item.metadata["flag"] or "--" + item.name.replace("_", "-")
+
+
+def parse_value(item: dataclasses.Field, raw: str) -> Any:
+    """``raw`` as setting ``item``'s value; ValueError saying what the value must be."""
+    try:
+        return item.metadata["parse"](raw)
+    except ValueError as exc:
+        if str(exc).startswith(("invalid literal", "could not convert")):  # int() and float()'s own words
+            raise ValueError("must be a number" if item.type in ("float", float) else "must be a whole number") from None
+        raise
+
+
+
+
+# Every variable the built-in worker reads, and those that take one of a few words (checked at render time,
+# so that a typo fails gen-manifests, not a pod).
+WORKER_VARIABLES = frozenset(item.metadata["env"] for item in config_fields())
+WORKER_CHOICES = variable_choices()
+# The variables a rendered ConfigMap shows with their defaults, so that a user sees (and edits) the run's
+# hyper-parameters there; only for the built-in worker (another program's variables are its own).
+SHOWN_DEFAULTS = ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")
+# Why fp16 is refused without a GPU, worded once for the render-time check and the worker's own.
+FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"
+
+# A GPU job's request, in every process's environment (rendered with the ConfigMap), so that the launcher can tell
+# a pod that sees fewer GPUs than it asked for before the rendezvous: resources.gpu.accelerator_count, and
+# resources.gpu.cpu_fallback (true: train on the CPU after one warning line; false: exit GPU_MISSING).
+GPUS_VARIABLE = "INDEXED_TRAINER_GPUS"
+CPU_FALLBACK_VARIABLE = "INDEXED_TRAINER_CPU_FALLBACK"
+# Families of runtime settings any PyTorch process reads (NCCL_SOCKET_IFNAME, TORCH_NCCL_..., GLOO_...):
+# passed through for the built-in worker too.
+RUNTIME_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KMP_")
+
+# Variables torchrun or the Job set for every process: a user value would silently be overridden, or
+# would silently override torchrun's own flags (torchrun reads PET_<FLAG> as --<flag>).
+RESERVED_VARIABLES = frozenset({
+    "JOB_COMPLETION_INDEX", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "RANK",
+    "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
+})
+RESERVED_PREFIXES = ("PET_", "TORCHELASTIC_", "INDEXED_TRAINER_")
+
+
+
+def shown_defaults() -> dict[str, str]:
+    """SHOWN_DEFAULTS with the worker's own defaults, as ConfigMap strings."""
+    defaults = {item.metadata["env"]: item.default for item in config_fields()}
+    return {name: str(defaults[name]) for name in SHOWN_DEFAULTS}
+
+
+def variable_problem(name: str, text: str) -> str | None:
+    """Why ``text`` is not a value the worker accepts for its variable ``name`` (its own check, so that a render
+    refuses what the pod would: "must be at least 1"), or None."""
+    item = next(item for item in config_fields() if item.metadata["env"] == name)
+    try:
+        parse_value(item, text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def gpu_request(gpus: int, cpu_fallback: bool) -> dict[str, str]:
+    """The variables that carry a GPU job's request to the launcher (none for a CPU job)."""
+    return {GPUS_VARIABLE: str(gpus), CPU_FALLBACK_VARIABLE: str(cpu_fallback).lower()} if gpus else {}
+
+
+def reserved(name: str) -> bool:
+    return name in RESERVED_VARIABLES or name.startswith(RESERVED_PREFIXES)
