@@ -24,7 +24,7 @@ def startup(repeats: int) -> dict:
 
 
 def render_scale(repeats: int, sizes=(1, 10, 100, 1000, 10000)) -> list[dict]:
-    from generator.kubernetes import render_manifests, to_stream
+    from generator.targets.kubernetes import render_manifests, to_stream
     from generator.resources import default_values_path
     from generator.validation import validate_values
     from generator.values import apply_set, resolve_values

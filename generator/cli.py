@@ -16,7 +16,7 @@ import click
 
 from generator import __version__
 from generator.errors import GeneratorError
-from generator.targets import TARGETS, ignored_keys
+from generator.targets import Target, ignored_keys, targets
 
 values_option = click.option(
     "--values",
@@ -44,6 +44,24 @@ set_string_option = click.option(
 )
 
 
+class TargetChoice(click.ParamType):
+    """--target: one of the registered targets (generator/targets/), looked up when the option is read, so a
+    target registered after this module was imported is a choice too."""
+
+    name = "target"
+
+    def get_metavar(self, *args, **kwargs) -> str:
+        return "[" + "|".join(targets()) + "]"
+
+    def convert(self, value, param, ctx) -> Target:
+        if isinstance(value, Target):
+            return value
+        found = targets()
+        if value not in found:
+            self.fail(f"{value!r} is not one of {', '.join(repr(name) for name in found)}.", param, ctx)
+        return found[value]
+
+
 def _write_stdout(text: str) -> None:
     # Bytes, not text: an emoji in a value must not depend on the terminal's locale.
     sys.stdout.buffer.write(text.encode("utf-8"))
@@ -66,9 +84,9 @@ def _report(error: GeneratorError) -> None:
     help="Write one file per object (1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing "
     "the stream; files are replaced atomically.",
 )
-@click.option("--target", type=click.Choice(list(TARGETS)), default="kubernetes", show_default=True,
-              help="What to render the same values for: the Kubernetes objects, or one Slurm batch script "
-                   "(job.sbatch with --output-dir).")
+@click.option("--target", type=TargetChoice(), default="kubernetes", show_default=True,
+              help="What to render the same values for: the Kubernetes objects, one Slurm batch script "
+                   "(job.sbatch with --output-dir), or the objects local-job runs (local).")
 @click.option("--check", is_flag=True, help="Validate and render, print nothing; exit 2 on invalid values.")
 @click.option("--print-values", is_flag=True, help="Print the resolved values (defaults, files, --set) as JSON.")
 @click.option("--print-schema", is_flag=True, help="Print the values' JSON Schema and exit.")
@@ -87,19 +105,13 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
         return
     values = resolve_values(default_values_path(), values_files, sets, set_strings)
 
-    from generator.kubernetes import render_manifests, to_stream
     from generator.validation import validate_values
 
-    validate_values(values)
-    if target == "slurm":
-        from generator.slurm import render_slurm
-
-        manifests = [render_slurm(values)]
-    else:
-        manifests = render_manifests(values)
-    ignored = ignored_keys(values, target)
+    spec = validate_values(values)
+    manifests = target.render_checked(spec)
+    ignored = ignored_keys(values, target.name)
     if ignored:
-        click.echo(f"gen-manifests: warning: ignored on {TARGETS[target]}: {', '.join(ignored)}", err=True)
+        click.echo(f"gen-manifests: warning: ignored on {target.title}: {', '.join(ignored)}", err=True)
     if print_values:
         _write_stdout(json.dumps(values, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     elif check:
@@ -109,10 +121,8 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
 
         for path in write_manifests(manifests, output_dir):
             click.echo(f"wrote {path}", err=True)
-    elif target == "slurm":
-        _write_stdout(manifests[0].text)
     else:
-        _write_stdout(to_stream(manifests))
+        _write_stdout(target.stream(manifests))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,10 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from generator import kubernetes, slurm
 from generator.errors import ValuesError
-from generator.job import entry_module, environment_text
 from generator.resources import default_values, schema
+from generator.spec import JobSpec, entry_module, environment_text
+from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
@@ -254,8 +254,15 @@ def name_length_problem(name: str, replicas: int | None) -> str | None:
             f"it may have at most {limit} ({hosts} must fit in {MAX_HOSTNAME})")
 
 
-def semantic_problems(values: dict) -> list[str]:
-    """Rules across keys that JSON Schema cannot express. Assumes the schema already passed."""
+def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
+    """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
+    valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
+    return neutral_problems(values) + [problem for target in targets().values()
+                                       for problem in target.option_problems(spec)]
+
+
+def neutral_problems(values: dict) -> list[str]:
+    """The rules across keys every target shares."""
     problems: list[str] = []
     replicas = values["replicas"]
     name_problem = name_length_problem(values["name"], replicas)
@@ -280,39 +287,8 @@ def semantic_problems(values: dict) -> list[str]:
             f"local_device_count: {procs} processes per pod need at least {procs} CPUs, but resources.cpu is {cpu}; "
             "raise resources.cpu or lower local_device_count"
         )
-    if values["shm_size"] >= values["resources"]["memory"]:
-        problems.append(
-            f"shm_size: {values['shm_size']} GiB of /dev/shm counts against the pod's memory and must be less "
-            f"than resources.memory ({values['resources']['memory']} GiB)"
-        )
-
-    for key_path, amount, unit in (
-        ("resources.cpu", values["resources"]["cpu"], 1000),
-        ("resources.memory", values["resources"]["memory"], 1024),
-        ("shm_size", values["shm_size"], 1024),
-        ("shared_volume.size", values["shared_volume"]["size"], 1024),
-    ):
-        if round(amount * unit) < 1:
-            smallest = "0.001 (one millicore)" if unit == 1000 else "1/1024 (one MiB)"
-            problems.append(f"{key_path}: {amount} is below the smallest unit Kubernetes keeps, {smallest}")
-
-    volume = values["shared_volume"]
-    if volume["existing_claim"] is None and replicas > 1 and volume["access_mode"] != "ReadWriteMany":
-        problems.append(
-            f"shared_volume.access_mode: {replicas} pods share one new volume, which needs ReadWriteMany, "
-            f"not {volume['access_mode']}; set ReadWriteMany (and a storage_class that provides it) or "
-            "use replicas: 1"
-        )
-    if volume["existing_claim"] is not None and volume["storage_class"] is not None:
-        problems.append(
-            "shared_volume.storage_class: only applies to a new claim, but shared_volume.existing_claim is set; "
-            "set one of them to null"
-        )
-
     problems.extend(_environment_problems(values))
     problems.extend(_entrypoint_problems(values))
-    problems.extend(kubernetes.value_problems(values))
-    problems.extend(slurm.value_problems(values))
     for key, value in sorted(values["config_map"].items()):
         if isinstance(value, float) and not math.isfinite(value):
             problems.append(f"config_map.{key}: {value} is not a finite number")
@@ -379,9 +355,9 @@ def _entrypoint_problems(values: dict) -> Iterable[str]:
                "script, remove entrypoint.module (or set it to null)")
 
 
-def validate_values(values: dict) -> dict:
-    """Return ``values`` if valid; otherwise raise ValuesError listing every problem of the file at once: the
-    schema's, and the rules across keys checked with each wrong value replaced by its default (a rule that
+def validate_values(values: dict) -> JobSpec:
+    """The JobSpec of ``values`` if they are valid; otherwise raise ValuesError listing every problem of the
+    file at once: the schema's, and the rules across keys checked with each wrong value replaced by its default (a rule that
     involves a replaced key is not reported: it would be about the default, not the user's value)."""
     problems = list(_bad_strings(values, []))
     if problems:
@@ -392,14 +368,16 @@ def validate_values(values: dict) -> dict:
     errors = list(validator.iter_errors(values))
     problems = [line for error in errors for line in _messages(error, values, errors)]
     checked, replaced = _defaults_where_wrong(values, errors)
+    spec = None
     if not any(True for _ in validator.iter_errors(checked)):
-        problems += [problem for problem in semantic_problems(checked)
+        spec = spec_of(checked)  # the values' own when nothing was replaced
+        problems += [problem for problem in semantic_problems(checked, spec)
                      if not any(_mentions(problem, path) for path in replaced)]
         if "replicas" in replaced and "name" not in replaced:  # too long for any replicas
             problems += filter(None, [name_length_problem(checked["name"], None)])
-    if problems:
+    if problems or spec is None:
         raise ValuesError(*problems)
-    return values
+    return spec
 
 
 def _messages(error, values: Any, errors: list) -> list[str]:

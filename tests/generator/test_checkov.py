@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from generator.kubernetes import render_manifests
+from generator.targets.kubernetes import render_manifests
 from generator.output import write_manifests
 from generator.resources import default_values_path
 from generator.validation import validate_values

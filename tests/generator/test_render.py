@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from generator.kubernetes import MIN_KUBERNETES, derive, render_manifests, to_stream
+from generator.targets.kubernetes import MIN_KUBERNETES, job_objects, render_manifests, to_stream
 from generator.resources import default_values_path
 from generator.validation import validate_values
 from generator.values import apply_set, resolve_values
@@ -247,7 +247,7 @@ def test_output_size_does_not_grow_with_replicas():
 
 
 def test_derived_numbers():
-    values = validate_values(resolve_values(default_values_path(), [], ["resources.gpu.accelerator_count=8",
-                                                                         "replicas=4", "max_restarts=2"]))
-    derived = derive(values)
-    assert derived["procs_per_pod"] == 8 and derived["backoff_limit"] == 2
+    spec = validate_values(resolve_values(default_values_path(), [], ["resources.gpu.accelerator_count=8",
+                                                                       "replicas=4", "max_restarts=2"]))
+    derived = job_objects(spec, spec.options["kubernetes"])
+    assert spec.procs_per_node == 8 and derived.backoff_limit == 2

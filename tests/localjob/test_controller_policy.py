@@ -5,7 +5,7 @@ podFailurePolicy (failure_policy.py), successPolicy and the index notation (succ
 import pytest
 import yaml
 
-from generator.kubernetes import render_manifests, to_stream
+from generator.targets.kubernetes import render_manifests, to_stream
 from generator.resources import default_values_path
 from generator.validation import validate_values
 from generator.values import resolve_values

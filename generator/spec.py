@@ -1,0 +1,178 @@
+"""The job as every target sees it: validated values become one typed, target-neutral ``JobSpec``, built once,
+which each target (generator/targets/) renders with its own options and derived context. What every target
+means by a value is decided here once; how a target spells it (quantities, #SBATCH options, paths) is the
+target's. No template reads the values themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainer_contract import variables
+from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
+
+Launcher = Literal["indexed-trainer", "torchrun"]
+VolumeSource = Literal["secret", "config_map", "claim", "empty_dir"]
+VOLUME_SOURCES: tuple[VolumeSource, ...] = ("secret", "config_map", "claim", "empty_dir")
+
+# What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
+# a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
+# process whose watchdog itself hangs. In the environment, so config_map and env override them.
+NCCL_DEFAULTS = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
+}
+
+
+def environment_text(value: str | int | float | bool) -> str:
+    """A values file's variable as the process reads it: YAML's true/false as true/false (not Python's True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    count: int  # per pod or node
+    accelerator: str | None  # the GPU model, where the nodes are labelled or featured with it
+    cpu_fallback: bool  # too few GPUs seen: train on the CPU (true) or exit GPU_MISSING
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    """A key of a Secret or ConfigMap an env variable takes its value from."""
+
+    kind: Literal["secretKeyRef", "configMapKeyRef"]
+    name: str
+    key: str
+    optional: bool | None = None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str | None = None
+    value_from: KeyRef | None = None
+
+
+@dataclass(frozen=True)
+class ExtraVolume:
+    """One of extra_volumes: exactly one of its sources is set (validation says so when not)."""
+
+    name: str
+    mount_path: str
+    read_only: bool = False
+    secret: str | None = None
+    config_map: str | None = None
+    claim: str | None = None
+    empty_dir: bool = False
+    empty_dir_size_gib: float | None = None
+
+    @property
+    def sources(self) -> list[VolumeSource]:
+        set_ = {"secret": self.secret, "config_map": self.config_map, "claim": self.claim}
+        return [source for source in VOLUME_SOURCES
+                if (self.empty_dir if source == "empty_dir" else set_[source] is not None)]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    replicas: int  # pods on Kubernetes, nodes on Slurm: torchrun's --nnodes
+    procs_per_node: int  # torchrun's --nproc-per-node
+    gpu: Gpu
+    cpu_cores: float
+    memory_gib: float
+    master_port: int
+    join_timeout_seconds: int
+    max_restarts: int
+    grace_seconds: int
+    working_dir: str | None
+    launcher: Launcher
+    built_in_worker: bool
+    program: tuple[str, ...]  # what torchrun runs: -m MODULE or SCRIPT, then the program's arguments
+    environment: Mapping[str, str]  # every process's variables (config_map over the defaults shown), sorted
+    env: tuple[EnvVar, ...] = ()  # values env: they override environment, and may come from Secrets
+    env_from_secrets: tuple[str, ...] = ()
+    extra_volumes: tuple[ExtraVolume, ...] = ()
+    # each registered target's own options (generator/targets/), by target name
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu.count
+
+    @property
+    def shutdown_timeout(self) -> int:
+        """torchrun's wait between forwarding SIGTERM and killing the workers: inside the grace period, with a
+        few seconds left for torchrun itself to exit."""
+        return max(1, self.grace_seconds - 5)
+
+    def placement(self, shared: str) -> dict[str, str]:
+        """Where data and results go by default, under the location every node shares (config_map overrides)."""
+        return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}"}
+
+    def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
+        """torchrun's command line for this job, the node's rank and the rendezvous address in the target's
+        spelling."""
+        return torchrun_flags(nnodes=self.replicas, nproc_per_node=self.procs_per_node, node_rank=node_rank,
+                              master_addr=master_addr, master_port=self.master_port,
+                              join_timeout=self.join_timeout_seconds, shutdown_timeout=self.shutdown_timeout)
+
+
+def entry_module(entry: Mapping[str, Any]) -> str | None:
+    """The module the processes run: entrypoint.module, else the built-in worker unless a script is set."""
+    if entry["module"] is not None:
+        return entry["module"]
+    return None if entry["script"] is not None else BUILT_IN_WORKER
+
+
+def _env_var(item: Mapping[str, Any]) -> EnvVar:
+    reference = None
+    for kind, ref in item.get("valueFrom", {}).items():
+        reference = KeyRef(kind, ref["name"], ref["key"], ref.get("optional"))
+    return EnvVar(item["name"], item.get("value"), reference)
+
+
+def _extra_volume(item: Mapping[str, Any]) -> ExtraVolume:
+    empty_dir = item.get("empty_dir")
+    return ExtraVolume(item["name"], item["mount_path"], bool(item.get("read_only", False)), item.get("secret"),
+                       item.get("config_map"), item.get("claim"), empty_dir is not None,
+                       (empty_dir or {}).get("size"))
+
+
+def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> JobSpec:
+    """The spec of schema-valid ``values``, with the targets' ``options`` (their own keys, typed)."""
+    gpu = values["resources"]["gpu"]
+    entry = values["entrypoint"]
+    module = entry_module(entry)
+    built_in = module == BUILT_IN_WORKER
+    # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
+    shown = variables.shown_defaults() if built_in else {}
+    request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
+    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **shown,
+                   **values["config_map"]}
+    environment = {key: environment_text(value) for key, value in environment.items()
+                   if value is not None}  # null removes one
+    return JobSpec(
+        name=values["name"],
+        replicas=values["replicas"],
+        procs_per_node=values["local_device_count"] or gpu["accelerator_count"] or 1,
+        gpu=Gpu(gpu["accelerator_count"], gpu["accelerator"], gpu["cpu_fallback"]),
+        cpu_cores=values["resources"]["cpu"],
+        memory_gib=values["resources"]["memory"],
+        master_port=values["master_port"],
+        join_timeout_seconds=values["join_timeout_seconds"],
+        max_restarts=values["max_restarts"],
+        grace_seconds=values["termination_grace_period_seconds"],
+        working_dir=values["working_dir"],
+        launcher=entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
+        built_in_worker=built_in,
+        program=tuple((["-m", module] if module is not None else [entry["script"]]) + entry["args"]),
+        environment=dict(sorted(environment.items())),
+        env=tuple(_env_var(item) for item in values["env"]),
+        env_from_secrets=tuple(values["env_from_secrets"]),
+        extra_volumes=tuple(_extra_volume(item) for item in values["extra_volumes"]),
+        options=dict(options or {}),
+    )

@@ -1,0 +1,381 @@
+"""The Kubernetes target: a JobSpec rendered as four manifests (templates/kubernetes/), a pure, deterministic
+function of it.
+
+What every target means comes from the spec (generator/spec.py); this module owns Kubernetes' own keys of the
+values (``KubernetesOptions``: namespace, image, labels, scheduling, the shared volume, security), their
+checks, and the names, labels, quantities and policies the templates need (``JobObjects``); every user value
+passes through ``to_yaml``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from generator import __version__
+from generator.errors import TemplateError
+from generator.quantities import cpu_quantity, gib_quantity
+from generator.spec import EnvVar, ExtraVolume, JobSpec
+from generator.targets import Target, register
+from generator.templating import Manifest, environment, render_template
+from generator.values import FastSafeLoader, describe_value
+from trainer_contract import exit_codes, launcher, names
+
+# The labels the Service selects the Job's pods by (values may not override them).
+SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+# Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
+MIN_KUBERNETES = "1.34"
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The pod's own volumes and where they are mounted: extra_volumes may not take their names or paths.
+OWN_VOLUMES = {"shared": launcher.SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
+# The rank of a pod's node: the Indexed Job's completion index, which the kubelet expands in the args.
+NODE_RANK = "$(JOB_COMPLETION_INDEX)"
+
+# Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
+# pod 0's name must resolve.
+_TEMPLATES = (
+    ("PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
+    ("ConfigMap", "kubernetes/configmap.yaml.j2"),
+    ("Service", "kubernetes/service.yaml.j2"),
+    ("Job", "kubernetes/job.yaml.j2"),
+)
+
+AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+
+
+@dataclass(frozen=True)
+class SharedVolume:
+    size_gib: float
+    storage_class: str | None
+    access_mode: AccessMode
+    existing_claim: str | None
+
+
+@dataclass(frozen=True)
+class Security:
+    run_as_user: int
+    run_as_group: int
+    fs_group: int
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        """As the pod spec spells it, with the fields set only."""
+        fields = {"key": self.key, "operator": self.operator, "value": self.value, "effect": self.effect,
+                  "tolerationSeconds": self.toleration_seconds}
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """The values' keys that mean something on Kubernetes only (x-targets in the schema)."""
+
+    namespace: str
+    image: str
+    image_pull_policy: PullPolicy
+    image_pull_secrets: tuple[str, ...]
+    accelerator_label: str
+    resource_name: str
+    shared_volume: SharedVolume
+    shm_gib: float
+    ttl_seconds_after_finished: int | None
+    active_deadline_seconds: int | None
+    queue_name: str | None
+    priority_class_name: str | None
+    service_account_name: str | None
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    security: Security
+
+
+def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
+    gpu, volume = values["resources"]["gpu"], values["shared_volume"]
+    tolerations = tuple(Toleration(item.get("key"), item.get("operator"), item.get("value"), item.get("effect"),
+                                   item.get("tolerationSeconds")) for item in values["tolerations"])
+    return KubernetesOptions(
+        namespace=values["namespace"], image=values["image"], image_pull_policy=values["image_pull_policy"],
+        image_pull_secrets=tuple(values["image_pull_secrets"]), accelerator_label=gpu["accelerator_label"],
+        resource_name=gpu["resource_name"],
+        shared_volume=SharedVolume(volume["size"], volume["storage_class"], volume["access_mode"],
+                                   volume["existing_claim"]),
+        shm_gib=values["shm_size"], ttl_seconds_after_finished=values["ttl_seconds_after_finished"],
+        active_deadline_seconds=values["active_deadline_seconds"], queue_name=values["queue_name"],
+        priority_class_name=values["priority_class_name"], service_account_name=values["service_account_name"],
+        node_selector=dict(values["node_selector"]), tolerations=tolerations, labels=dict(values["labels"]),
+        annotations=dict(values["annotations"]), security=Security(**values["security"]),
+    )
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+    return None
+
+
+def _label_problems(mapping: Mapping[str, str], key_path: str, *, check_values: bool) -> Iterable[str]:
+    for key, value in sorted(mapping.items()):
+        where = f"{key_path}.{key}"
+        problem = _label_key_problem(key)
+        if problem:
+            yield f"{where}: invalid key: {problem}"
+        if check_values and value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            yield f"{where}: {describe_value(value)} is not a valid label value: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+
+def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
+    """What Kubernetes would refuse in the values it alone uses (labels, selectors, tolerations, volumes,
+    quantities), each naming its key."""
+    yield from _label_problems(options.labels, "labels", check_values=True)
+    yield from _label_problems(options.node_selector, "node_selector", check_values=True)
+    yield from _label_problems(options.annotations, "annotations", check_values=False)
+    for key in SELECTOR_LABELS:
+        if key in options.labels:
+            # the Service selects the pods by these: overriding one would detach the Service from the Job
+            yield f"labels.{key}: set by gen-manifests to select the Job's pods; remove it"
+    if _label_key_problem(options.accelerator_label):
+        yield f"resources.gpu.accelerator_label: invalid label key: {_label_key_problem(options.accelerator_label)}"
+    if spec.gpu.accelerator is not None and not _LABEL_NAME.match(spec.gpu.accelerator):
+        yield (
+            f"resources.gpu.accelerator: {describe_value(spec.gpu.accelerator)} is not a valid node label value: "
+            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+        )
+    if options.queue_name is not None and not _LABEL_NAME.match(options.queue_name):
+        yield (
+            f"queue_name: {describe_value(options.queue_name)} is not a valid label value: letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit"
+        )
+    yield from _toleration_problems(options.tolerations)
+    yield from _volume_problems(spec.extra_volumes)
+    yield from _size_problems(spec, options)
+
+
+def _toleration_problems(tolerations: tuple[Toleration, ...]) -> Iterable[str]:
+    for index, toleration in enumerate(tolerations):
+        if toleration.operator == "Exists" and toleration.value:
+            yield f"tolerations[{index}].value: must be empty when operator is Exists"
+        if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
+            yield f"tolerations[{index}].tolerationSeconds: only applies with effect NoExecute"
+        if not toleration.key and (toleration.operator or "Equal") != "Exists":
+            yield f"tolerations[{index}].key: an empty key requires operator Exists"
+
+
+def _volume_problems(extra_volumes: tuple[ExtraVolume, ...]) -> Iterable[str]:
+    taken = dict(OWN_VOLUMES)
+    for index, volume in enumerate(extra_volumes):
+        where = f"extra_volumes[{index}]"
+        if len(volume.sources) != 1:
+            yield f"{where}: needs exactly one of secret, config_map, claim and empty_dir (hostPath is not allowed)"
+        name, path = volume.name, volume.mount_path.rstrip("/") or "/"
+        if name in taken:
+            yield f"{where}.name: {name} is already a volume of the pod; choose another name"
+        for other, other_path in taken.items():
+            if path == other_path or path.startswith(other_path + "/") or other_path.startswith(path + "/") \
+                    or path == "/":
+                yield f"{where}.mount_path: {path} overlaps {other_path}, where volume {other} is mounted"
+                break
+        taken[name] = path
+
+
+def _size_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
+    """Quantities Kubernetes cannot keep, and a shared volume the pods cannot share."""
+    if options.shm_gib >= spec.memory_gib:
+        yield (f"shm_size: {options.shm_gib} GiB of /dev/shm counts against the pod's memory and must be less "
+               f"than resources.memory ({spec.memory_gib} GiB)")
+    volume = options.shared_volume
+    for key_path, amount, unit in (
+        ("resources.cpu", spec.cpu_cores, 1000),
+        ("resources.memory", spec.memory_gib, 1024),
+        ("shm_size", options.shm_gib, 1024),
+        ("shared_volume.size", volume.size_gib, 1024),
+    ):
+        if round(amount * unit) < 1:
+            smallest = "0.001 (one millicore)" if unit == 1000 else "1/1024 (one MiB)"
+            yield f"{key_path}: {amount} is below the smallest unit Kubernetes keeps, {smallest}"
+    if volume.existing_claim is None and spec.replicas > 1 and volume.access_mode != "ReadWriteMany":
+        yield (f"shared_volume.access_mode: {spec.replicas} pods share one new volume, which needs ReadWriteMany, "
+               f"not {volume.access_mode}; set ReadWriteMany (and a storage_class that provides it) or "
+               "use replicas: 1")
+    if volume.existing_claim is not None and volume.storage_class is not None:
+        yield ("shared_volume.storage_class: only applies to a new claim, but shared_volume.existing_claim is set; "
+               "set one of them to null")
+
+
+@dataclass(frozen=True)
+class JobObjects:
+    """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
+
+    options: KubernetesOptions
+    labels: Mapping[str, Mapping[str, str]]  # by component (storage, config, rendezvous, worker) and the Job's
+    selector_labels: Mapping[str, str]
+    node_selector: Mapping[str, str]
+    service_name: str
+    master_addr: str
+    config: Mapping[str, str]  # the ConfigMap's data
+    config_map_name: str
+    claim_name: str
+    create_claim: bool
+    backoff_limit: int
+    cpu: str
+    memory: str
+    shm: str
+    storage: str
+    env: tuple[dict[str, Any], ...]
+    tolerations: tuple[dict[str, Any], ...]
+    extra_volumes: tuple[dict[str, Any], ...]
+    torchrun_flags: tuple[launcher.TorchrunFlag, ...]
+    # The worker's exit codes, which its launcher makes the pod's (trainer_contract/exit_codes.py): those whose
+    # action is "fail" fail the whole Job instead of retrying what cannot work; "free" ones (a victim) are not
+    # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
+    exit_fail_job: tuple[int, ...] = exit_codes.codes_taking("fail")
+    exit_ignored: tuple[int, ...] = exit_codes.codes_taking("free")
+    shared_mount: str = launcher.SHARED_MOUNT
+    launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
+    check_config_command: tuple[str, ...] = launcher.CHECK_CONFIG_COMMAND
+
+
+def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, str]]:
+    common_labels = {
+        **options.labels,
+        "app.kubernetes.io/name": "indexed-trainer",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/managed-by": "gen-manifests",
+        "app.kubernetes.io/version": __version__,
+    }
+    labels = {
+        component: {**common_labels, "app.kubernetes.io/component": component}
+        for component in ("storage", "config", "rendezvous", "worker")
+    }
+    # The Kueue queue label goes on the Job only: Kueue admits Jobs, not their pods.
+    labels["job"] = dict(labels["worker"])
+    if options.queue_name is not None:
+        labels["job"]["kueue.x-k8s.io/queue-name"] = options.queue_name
+    return labels
+
+
+def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
+    """The spec in Kubernetes' terms: names, labels, quantities, the pod's env, volumes and command line."""
+    labels = _labels(spec, options)
+    selector = dict(options.node_selector)
+    if spec.gpu.accelerator is not None:
+        selector[options.accelerator_label] = spec.gpu.accelerator
+    # data and results on the shared volume by default; config_map may override them
+    config = dict(sorted({**spec.placement(launcher.SHARED_MOUNT), **spec.environment}.items()))
+    master_addr = names.rendezvous_address(spec.name, spec.name)
+    volume = options.shared_volume
+    return JobObjects(
+        options=options,
+        labels=labels,
+        selector_labels={key: labels["worker"][key] for key in SELECTOR_LABELS},
+        node_selector=selector,
+        service_name=spec.name,
+        master_addr=master_addr,
+        config=config,
+        config_map_name=names.config_map_name(spec.name, config),
+        claim_name=volume.existing_claim or names.claim_name(spec.name),
+        create_claim=volume.existing_claim is None,
+        # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
+        # costs one failure: max_restarts is both the Job-wide and the per-index limit (see kubernetes/job.yaml.j2).
+        backoff_limit=spec.max_restarts,
+        cpu=cpu_quantity(spec.cpu_cores),
+        memory=gib_quantity(spec.memory_gib),
+        shm=gib_quantity(options.shm_gib),
+        storage=gib_quantity(volume.size_gib),
+        env=tuple(_env_var(variable) for variable in spec.env),
+        tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
+        extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
+        torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
+    )
+
+
+def _env_var(variable: EnvVar) -> dict[str, Any]:
+    """One of env as the container spells it."""
+    if variable.value_from is None:
+        return {"name": variable.name, "value": variable.value}
+    ref = variable.value_from
+    key_ref: dict[str, Any] = {"name": ref.name, "key": ref.key}
+    if ref.optional is not None:
+        key_ref["optional"] = ref.optional
+    return {"name": variable.name, "valueFrom": {ref.kind: key_ref}}
+
+
+def _extra_volume(volume: ExtraVolume) -> dict[str, Any]:
+    """One of extra_volumes as the pod's volume and the container's mount."""
+    source: dict[str, Any]
+    if volume.secret is not None:
+        source = {"secret": {"secretName": volume.secret}}
+    elif volume.config_map is not None:
+        source = {"configMap": {"name": volume.config_map}}
+    elif volume.claim is not None:
+        source = {"persistentVolumeClaim": {"claimName": volume.claim}}
+    else:
+        size = volume.empty_dir_size_gib
+        source = {"emptyDir": {"sizeLimit": gib_quantity(size)} if size else {}}
+    mount: dict[str, Any] = {"name": volume.name, "mountPath": volume.mount_path}
+    if volume.read_only or volume.secret is not None or volume.config_map is not None:
+        mount["readOnly"] = True  # secrets and ConfigMaps are read-only anyway: say so
+    return {"volume": {"name": volume.name, **source}, "mount": mount}
+
+
+def render_manifests(spec: JobSpec, directory: Path | None = None, *, target: str = "kubernetes") -> list[Manifest]:
+    """Render ``spec`` into manifests in apply order, with the options of ``target`` (this one, or one that
+    renders Kubernetes' objects too). Same spec, same bytes."""
+    env = environment(directory)
+    context = {"spec": spec, "k": job_objects(spec, spec.options[target])}
+    manifests = []
+    for order, (kind, template_name) in enumerate(_TEMPLATES, start=1):
+        text = render_template(env, template_name, context)
+        if not text.strip():
+            continue  # a template may render nothing (no claim when an existing one is used)
+        try:
+            document = yaml.load(text, Loader=FastSafeLoader)
+        except yaml.YAMLError as exc:
+            raise TemplateError(f"templates/{template_name} rendered invalid YAML: {exc}") from None
+        if not isinstance(document, dict) or document.get("kind") != kind:
+            raise TemplateError(f"templates/{template_name} must render one {kind} object")
+        manifests.append(Manifest(kind, f"{order}-{kind.lower()}.yaml", text))
+    return manifests
+
+
+def to_stream(manifests: list[Manifest]) -> str:
+    """One multi-document YAML stream, in apply order, for ``kubectl apply -f -``."""
+    return "".join(f"---\n{manifest.text}" for manifest in manifests)
+
+
+class KubernetesTarget(Target):
+    name = "kubernetes"
+    title = "Kubernetes"
+
+    def options(self, values: Mapping[str, Any]) -> KubernetesOptions:
+        return kubernetes_options(values)
+
+    def option_problems(self, spec: JobSpec) -> Iterable[str]:
+        return option_problems(spec, self.own(spec))
+
+    def render(self, spec: JobSpec) -> list[Manifest]:
+        return render_manifests(spec, target=self.name)
+
+    def stream(self, manifests: list[Manifest]) -> str:
+        return to_stream(manifests)
+
+
+register(KubernetesTarget())

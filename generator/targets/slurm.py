@@ -1,0 +1,171 @@
+"""The Slurm target: a JobSpec rendered as one sbatch script (templates/slurm/job.sbatch.j2).
+
+A pure function of the spec, like the Kubernetes target beside it: what every target means comes from the spec
+(generator/spec.py); this module owns Slurm's own keys of the values (``SlurmOptions``, the schema's slurm.*),
+their checks, and Slurm's spellings, and refuses what cannot work there. Every user string reaches the script
+through shlex.quote, or through a pattern that admits no shell or #SBATCH syntax.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from generator.spec import JobSpec
+from generator.targets import Target, register
+from generator.templating import Manifest, environment, render_template
+from generator.values import describe_value
+from trainer_contract import exit_codes, launcher
+
+LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
+# Each task's rank and the rendezvous address, in the shell of the script and of each task.
+NODE_RANK = '"$SLURM_NODEID"'
+MASTER_ADDR = '"${head_addr:-$head_node}"'
+
+
+# sbatch options a site may add (slurm.extra_options); the others are set from the values, or would break the
+# script's contract (one task per node, the output files, the signal before the time limit, requeue).
+SLURM_EXTRA_OPTIONS = frozenset({
+    "--constraint", "--exclusive", "--reservation", "--nodelist", "--exclude", "--mail-type", "--mail-user",
+    "--comment", "--wckey", "--licenses", "--begin", "--dependency", "--hint", "--gpus-per-node",
+    "--gpu-bind", "--mem-bind", "--cpu-freq", "--switches", "--network", "--prefer", "--priority", "--nice",
+    "--core-spec", "--thread-spec", "--tmp", "--spread-job", "--use-min-nodes", "--oversubscribe",
+})
+_SBATCH_OPTION = re.compile(r"^(--[a-z][a-z-]*)(=[A-Za-z0-9._:,@%+/=-]+)?$")
+
+
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The values' slurm.* keys."""
+
+    partition: str | None
+    account: str | None
+    qos: str | None
+    time_limit: str
+    shared_dir: str | None
+    extra_options: tuple[str, ...]
+    setup: tuple[str, ...]
+
+
+def slurm_options(values: Mapping[str, Any]) -> SlurmOptions:
+    slurm = values["slurm"]
+    return SlurmOptions(slurm["partition"], slurm["account"], slurm["qos"], slurm["time_limit"],
+                        slurm["shared_dir"], tuple(slurm["extra_options"]), tuple(slurm["setup"]))
+
+
+def option_problems(spec: JobSpec, options: SlurmOptions) -> Iterable[str]:
+    """What is wrong with the slurm.* values themselves."""
+    for index, option in enumerate(options.extra_options):
+        match = _SBATCH_OPTION.match(option)
+        if not match:
+            yield (f"slurm.extra_options[{index}]: {describe_value(option)} must be --name or --name=value (value: "
+                   "letters, digits and ._:,@%+/=-)")
+        elif match.group(1) not in SLURM_EXTRA_OPTIONS:
+            yield (f"slurm.extra_options[{index}]: {match.group(1)} is not an option gen-manifests lets you add "
+                   f"(allowed: {', '.join(sorted(SLURM_EXTRA_OPTIONS))})")
+        elif match.group(1) == "--constraint" and spec.gpu.accelerator is not None:
+            yield (f"slurm.extra_options[{index}]: --constraint and resources.gpu.accelerator (rendered as "
+                   "--constraint on Slurm) both constrain the nodes; keep one")
+    shared = options.shared_dir
+    if shared and "//" in shared:
+        yield (f"slurm.shared_dir: {describe_value(shared)} has an empty path component ('//'), as an unset "
+               "variable leaves it (/scratch/$USER/mnist with USER empty); write the whole path")
+
+
+def slurm_problems(spec: JobSpec) -> Iterable[str]:
+    """What would be wrong on Slurm (Kubernetes objects the script cannot reach), each naming its key."""
+    for index, variable in enumerate(spec.env):
+        if variable.value_from is not None:
+            yield (f"env[{index}].valueFrom: Slurm has no Secrets or ConfigMaps; set {variable.name} "
+                   "in the environment sbatch is run from, or in slurm.setup")
+    if spec.env_from_secrets:
+        yield "env_from_secrets: Slurm has no Secrets; export the variables in slurm.setup instead"
+    if spec.extra_volumes:
+        yield "extra_volumes: Slurm mounts no volumes; use the path of a shared filesystem instead"
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """What the batch script needs beside the spec: Slurm's own options and spellings."""
+
+    cpus: int
+    memory_mib: int
+    time_limit: str
+    options: tuple[str, ...]
+    log_dir: str
+    grace: int
+    setup: tuple[str, ...]
+    shared_dir: str
+    environment: tuple[tuple[str, str], ...]
+    launcher: str
+    node_rank: str  # inside each task's shell
+    torchrun_lines: tuple[str, ...]  # the other flags, a line per group
+    program: str
+    working_dir: str | None
+    # the exit codes the script acts on (trainer_contract/exit_codes.py): "fail" ends the job unrequeued; a
+    # "stop" (SIGTERM after the checkpoint) requeues without counting; any other failure counts
+    fail_codes: tuple[exit_codes.ExitCode, ...] = exit_codes.taking("fail")
+    stop_codes: tuple[exit_codes.ExitCode, ...] = exit_codes.taking("stop")
+    bad_config: int = exit_codes.BAD_CONFIG
+
+
+def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
+    shared = options.shared_dir
+    # DATA_DIR and OUTPUT_DIR default to the shared directory (expanded by the script's shell), as on
+    # Kubernetes to the shared volume
+    placement = {key: f'"{path}"' for key, path in spec.placement("$shared_dir").items()}
+    quoted = {key: shlex.quote(str(value)) for key, value in spec.environment.items()}
+    environment = sorted({**placement, **quoted}.items())
+    environment += [(variable.name, shlex.quote(variable.value or "")) for variable in spec.env]
+    sbatch = [f"--{name}={value}" for name, value in
+              (("partition", options.partition), ("account", options.account), ("qos", options.qos)) if value]
+    # the GPU model: a node feature on Slurm, as a node label on Kubernetes (sbatch refuses a feature the
+    # cluster does not define, at once and by name)
+    if spec.gpu.accelerator is not None and spec.gpus:
+        sbatch.append(f"--constraint={spec.gpu.accelerator}")
+    flags = spec.torchrun_flags(node_rank=NODE_RANK, master_addr=MASTER_ADDR)
+    return BatchScript(
+        cpus=math.ceil(spec.cpu_cores),
+        memory_mib=math.ceil(spec.memory_gib * 1024),
+        time_limit=options.time_limit,
+        options=tuple(sbatch) + options.extra_options,
+        log_dir=f"{shared}/logs" if shared else "logs",
+        grace=spec.grace_seconds,
+        setup=options.setup,
+        shared_dir=shlex.quote(shared) if shared else '"$SLURM_SUBMIT_DIR"',
+        environment=tuple(environment),
+        launcher=LAUNCHERS[spec.launcher],
+        node_rank=next(flag.text for flag in flags if flag.group == "node"),
+        torchrun_lines=tuple(" ".join(flag.text for flag in group)
+                             for name, group in groupby(flags, key=lambda flag: flag.group) if name != "node"),
+        program=shlex.join(spec.program),
+        working_dir=shlex.quote(spec.working_dir) if spec.working_dir is not None else None,
+    )
+
+
+class SlurmTarget(Target):
+    name = "slurm"
+    title = "Slurm"
+
+    def options(self, values: Mapping[str, Any]) -> SlurmOptions:
+        return slurm_options(values)
+
+    def option_problems(self, spec: JobSpec) -> Iterable[str]:
+        return option_problems(spec, self.own(spec))
+
+    def problems(self, spec: JobSpec) -> Iterable[str]:
+        return slurm_problems(spec)
+
+    def render(self, spec: JobSpec) -> list[Manifest]:
+        context = {"spec": spec, "s": batch_script(spec, self.own(spec))}
+        return [Manifest("BatchScript", "job.sbatch", render_template(environment(), "slurm/job.sbatch.j2", context))]
+
+
+register(SlurmTarget())
