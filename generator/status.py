@@ -59,7 +59,7 @@ def last_error(pods: list[dict]) -> str | None:
         container: dict = next(iter((pod.get("status") or {}).get("containerStatuses") or []), {})
         ended = (container.get("state") or {}).get("terminated")
         if ended and ended.get("exitCode"):
-            cause = ended["exitCode"] not in (exit_codes.PEER_LOST, exit_codes.TERMINATED)
+            cause = ended["exitCode"] not in exit_codes.codes_taking("free", "stop")  # not a victim
             failed.append((cause, ended.get("finishedAt") or pod["metadata"].get("creationTimestamp") or "", pod,
                            ended))
     if not failed:

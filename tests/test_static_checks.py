@@ -37,3 +37,12 @@ def test_mypy_reports_nothing(tmp_path):
     result = subprocess.run([str(BIN / "mypy"), "--cache-dir", str(tmp_path / "mypy-cache")], capture_output=True,
                             text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_layers_hold():
+    """import-linter's contracts (setup.cfg): the contract package imports no room above it, the generator and
+    local-job never the worker or torch, the worker never the generator or local-job."""
+    result = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 kept, 0 broken" in result.stdout, result.stdout

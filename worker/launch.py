@@ -89,9 +89,9 @@ def container_code(exitcode: int) -> int:
     return signal_exit_code(-exitcode) if exitcode < 0 else exitcode
 
 
-# What a worker exits with when it failed because of another: a peer's failure, or torchrun's own SIGTERM to
-# the survivors once one worker had failed.
-VICTIM_CODES = (exit_codes.PEER_LOST, signal_exit_code(signal.SIGTERM))
+# What a worker exits with when it failed because of another: a peer's failure ("free"), or torchrun's own
+# SIGTERM to the survivors once one worker had failed ("stop").
+VICTIM_CODES = exit_codes.codes_taking("free", "stop")
 
 
 def root_cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:

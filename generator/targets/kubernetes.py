@@ -246,8 +246,8 @@ class JobObjects:
     # The worker's exit codes, which its launcher makes the pod's (trainer_contract/exit_codes.py): those whose
     # action is "fail" fail the whole Job instead of retrying what cannot work; "free" ones (a victim) are not
     # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
-    exit_fail_job: tuple[int, ...] = exit_codes.codes_taking("fail")
-    exit_ignored: tuple[int, ...] = exit_codes.codes_taking("free")
+    exit_fail_job: tuple[int, ...]
+    exit_ignored: tuple[int, ...]
     shared_mount: str = launcher.SHARED_MOUNT
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
     check_config_command: tuple[str, ...] = launcher.CHECK_CONFIG_COMMAND
@@ -304,6 +304,8 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
+        exit_fail_job=exit_codes.codes_taking("fail"),
+        exit_ignored=exit_codes.codes_taking("free"),
     )
 
 
