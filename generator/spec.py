@@ -71,9 +71,10 @@ class ExtraVolume:
 
     @property
     def sources(self) -> list[VolumeSource]:
-        set_ = {"secret": self.secret, "config_map": self.config_map, "claim": self.claim}
-        return [source for source in VOLUME_SOURCES
-                if (self.empty_dir if source == "empty_dir" else set_[source] is not None)]
+        """The sources set, in VOLUME_SOURCES' order."""
+        given = {"secret": self.secret is not None, "config_map": self.config_map is not None,
+                 "claim": self.claim is not None, "empty_dir": self.empty_dir}
+        return [source for source in VOLUME_SOURCES if given[source]]
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,27 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     """
     from localjob.controller import JobController
     from localjob.display import display_for
+
+    job_plan, factory, claim_dirs = _pods(source, volume_root, volumes, env, secrets, image_dir)
+    root = factory.root
+    root.mkdir(parents=True, exist_ok=True)
+    display = display_for()
+    controller = JobController(job_plan, factory, root, backoff_seconds, display)
+    controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
+                    f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
+    began = time.monotonic()
+    try:
+        ended = controller.run()
+    finally:
+        display.close()
+    if status_file:
+        controller.write_status(status_file, controller.status())
+    return _report(controller, claim_dirs, ended, time.monotonic() - began)
+
+
+def _pods(source, volume_root, volumes, env, secrets, image_dir):
+    """The Job's plan, the factory of its pods and the claims given a directory; ManifestError for what
+    cannot run here, before anything starts."""
     from localjob.podspec import PodFactory
     from localjob.secrets import read_secret
     from trainer_contract.variables import reserved
@@ -91,19 +112,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     missing = factory.missing_script()
     if missing:
         raise ManifestError(missing)
-    root.mkdir(parents=True, exist_ok=True)
-    display = display_for()
-    controller = JobController(job_plan, factory, root, backoff_seconds, display)
-    controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
-                    f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
-    began = time.monotonic()
-    try:
-        ended = controller.run()
-    finally:
-        display.close()
-    if status_file:
-        controller.write_status(status_file, controller.status())
-    return _report(controller, claim_dirs, ended, time.monotonic() - began)
+    return job_plan, factory, claim_dirs
 
 
 def _report(controller, claim_dirs: dict[str, Path], ended: tuple[bool, str, str], seconds: float) -> int:

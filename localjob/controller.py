@@ -37,7 +37,7 @@ from localjob.display import Display
 from localjob.manifests import JobPlan
 from localjob.podspec import PodFactory, PodRun, machine_cores
 from localjob.processes import ContainerProcess
-from localjob.records import LIVE_STATUS, PodRecord
+from localjob.records import LIVE_STATUS, PodRecord, api_time
 from localjob.success_policy import format_indexes
 from trainer_contract.atomic import atomic_write
 from trainer_contract.exit_codes import meaning
@@ -259,7 +259,7 @@ class JobController:
     # -- the end ------------------------------------------------------------------------------------
     def condition(self, kind: str, reason: str, message: str) -> dict:
         """A Job condition as the API writes it, appended to the status's list."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = api_time(time.time())
         condition = {"type": kind, "status": "True", "reason": reason, "message": message,
                      "lastProbeTime": stamp, "lastTransitionTime": stamp}
         self.conditions.append(condition)

@@ -3,11 +3,17 @@ and where the status lives."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 # The Job's status as it stands, in the volume root: the controller publishes it as it changes; `local-job
 # status` (and `./run.sh --local --status`) read it, `local-job clean` removes it.
 LIVE_STATUS = "status.json"
+
+
+def api_time(seconds: float) -> str:
+    """A time as the Kubernetes API writes it (RFC 3339, UTC, whole seconds): conditions, pod start and end."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 @dataclass

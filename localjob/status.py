@@ -13,12 +13,12 @@ gone (killed, the machine restarted) says so instead of showing a Job that runs 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from generator.status import INDEX_LABEL, describe, latest_progress, launcher_warnings
 from localjob.eviction import running_controller
-from localjob.records import LIVE_STATUS
+from localjob.records import LIVE_STATUS, api_time
 
 
 class NoStatus(Exception):
@@ -28,7 +28,7 @@ class NoStatus(Exception):
 def _stamp(seconds: float | None) -> str | None:
     if not seconds:
         return None
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return api_time(seconds)
 
 
 def pod_log(root: Path, pod: str) -> str:

@@ -46,3 +46,18 @@ def test_the_layers_hold():
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 kept, 0 broken" in result.stdout, result.stdout
+
+
+LONGEST_FUNCTION = 50  # lines, decorators and docstring included
+
+
+def test_no_product_function_is_longer_than_a_screen():
+    long = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+                    if node.end_lineno - first + 1 > LONGEST_FUNCTION:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not long, f"split these (at most {LONGEST_FUNCTION} lines each): {long}"

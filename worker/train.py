@@ -68,6 +68,23 @@ class Trainer:
 
     # -- setup --------------------------------------------------------------------------------------
     def setup(self) -> None:
+        """The device and the gang, the start (resume, complete or fresh), the data, the model."""
+        cfg = self.config
+        store = self._join_gang()
+        self.checkpoints = CheckpointManager(
+            cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
+            rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
+            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout)
+        self.start = self.decide_start()
+        self.record_gang()
+        self._load_data(store)
+        self._build_model()
+        self.log0(f"{len(self.images)} training images, {self.test_count} test images, "
+                  f"{self.parameters} parameters, {self.steps} steps per epoch on {self.device}, "
+                  f"strategy {cfg.strategy}, precision {cfg.precision}")
+
+    def _join_gang(self):
+        """Choose the device and join the process group; the rendezvous' store (None for one process)."""
         cfg, env = self.config, self.env
         torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
         use_cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
@@ -77,24 +94,21 @@ class Trainer:
         precision.require_supported(cfg.precision, self.device)  # before any rendezvous: every rank exits 78
         hooks.point("start", rank=env.rank, output_dir=cfg.output_dir, under_launcher=env.under_launcher,
                     log=self.log)
-        store = None
         backend = "nccl" if use_cuda else "gloo"
         if self.distributed:
             process_group.init_process_group(
                 backend, timeout=timedelta(seconds=cfg.collective_timeout),
                 device_id=self.device if use_cuda else None,
             )
-            store = dist.distributed_c10d._get_default_store()
             self.log0(f"process group: {backend}, world size {env.world_size} "
                       f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
-        elif cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
+            return dist.distributed_c10d._get_default_store()
+        if cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
             process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        self.checkpoints = CheckpointManager(
-            cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
-            rank=env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
-            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout)
-        self.start = self.decide_start()
-        self.record_gang()
+        return None
+
+    def _load_data(self, store) -> None:
+        cfg, env = self.config, self.env
         self.data_source = data.prepare(cfg, env, store, self.log)
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
@@ -105,19 +119,18 @@ class Trainer:
         self.test_count = len(test_images)
         self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
 
+    def _build_model(self) -> None:
+        cfg = self.config
         torch.manual_seed(cfg.seed)
         model = MnistCNN().to(self.device)
         self.parameters = parameter_count(model)
         if self.distributed:  # identical start everywhere, whatever each host's RNG did
             for tensor in model.state_dict().values():
                 dist.broadcast(tensor, src=0)
-        self.parallel = strategies.build(cfg.strategy, model, env, self.device, cfg.precision)
+        self.parallel = strategies.build(cfg.strategy, model, self.env, self.device, cfg.precision)
         self.model = self.parallel.module  # the plain model (sharded in place under fsdp)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate)
         self.parallel.attach(self.optimizer)
-        self.log0(f"{len(self.images)} training images, {len(test_images)} test images, "
-                  f"{self.parameters} parameters, {self.steps} steps per epoch on {self.device}, "
-                  f"strategy {cfg.strategy}, precision {cfg.precision}")
 
     def make_scheduler(self, done_steps: int):
         total = self.config.epochs * self.steps

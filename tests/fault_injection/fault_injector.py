@@ -1,7 +1,7 @@
 """Deterministic fault injection, for tests only: FAULT_INJECT makes chosen ranks fail at chosen points.
 
 Installed by sitecustomize.py beside this file, in processes started with this folder on PYTHONPATH, as the
-hook of worker.hooks: the worker itself knows nothing of it.
+hook of trainer_contract.hooks: the worker itself knows nothing of it.
 
     FAULT_INJECT="sigkill@batch=2.3,rank=1,attempt=0"        rank 1 dies before batch 3 of epoch 2, first start only
     FAULT_INJECT="sigkill-pod@download,rank=0"                 rank 0's pod dies while the others wait for the data
@@ -138,7 +138,7 @@ class FaultInjector:
 
 
 class FaultHook:
-    """worker.hooks' hook: at "start" it reads FAULT_INJECT (a malformed value is the worker's configuration
+    """trainer_contract.hooks' hook: at "start" it reads FAULT_INJECT (a malformed value is the worker's configuration
     error, exit 78, so a typo cannot silently test nothing) and builds this rank's injector."""
 
     def __init__(self, text: str):
