@@ -149,14 +149,7 @@ def table(r: dict) -> str:
     m = r["machine_limit"]
     rows.append((f"training GFLOP/s vs matmul GFLOP/s, {m['threads']} threads", f"{m['training_gflops']:.1f}",
                  f"{m['matmul_gflops']:.1f}", f"{m['fraction']:.2f}", ""))
-    s = r["generator_startup"]
-    rows.append(("gen-manifests start-up vs importing its dependencies (s)", f"{s['gen_manifests']:.3f}",
-                 f"{s['import_floor']:.3f}", f"{s['ratio']:.2f}", verdict(s["ratio"], 1.3, True)))
-    scale = r["render_scale"]
-    times = [row["render_ms"] for row in scale]
-    rows.append(("render time, replicas " + "/".join(str(row["replicas"]) for row in scale) + " (ms)",
-                 "/".join(f"{t:.1f}" for t in times), "bytes " + "/".join(str(row["bytes"]) for row in scale),
-                 f"{max(times) / min(times):.2f} max/min", "flat"))
+    rows.extend(generator_cost.rows(r["generator_startup"], r["render_scale"], verdict))
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
     rows.extend(distributed_cost_rows(r["distributed_cost"]))
