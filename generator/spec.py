@@ -12,10 +12,20 @@ from typing import Any, Literal
 
 from trainer_contract import variables
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
+from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, Role, StorageUri
+from trainer_contract.storage import parse as parse_storage_uri
 
 Launcher = Literal["indexed-trainer", "torchrun"]
 VolumeSource = Literal["secret", "config_map", "claim", "empty_dir"]
 VOLUME_SOURCES: tuple[VolumeSource, ...] = ("secret", "config_map", "claim", "empty_dir")
+
+# Where each storage role's URI is in the values.
+STORAGE_KEYS: dict[Role, tuple[str, ...]] = {
+    "model": ("initializer", "model", "storage_uri"),
+    "dataset": ("initializer", "dataset", "storage_uri"),
+    "export": ("export", "storage_uri"),
+    "checkpoint": ("checkpoint", "storage_uri"),
+}
 
 # What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
 # a timed-out collective and tears the process down (async error handling), and the heartbeat monitor kills a
@@ -97,6 +107,8 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()  # values env: they override environment, and may come from Secrets
     env_from_secrets: tuple[str, ...] = ()
     extra_volumes: tuple[ExtraVolume, ...] = ()
+    # where the model and dataset come from and exports and checkpoints go, for the roles set
+    storage: Mapping[Role, StorageUri] = field(default_factory=dict)
     # each registered target's own options (generator/targets/), by target name
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -110,9 +122,18 @@ class JobSpec:
         few seconds left for torchrun itself to exit."""
         return max(1, self.grace_seconds - 5)
 
+    @property
+    def staged(self) -> dict[Role, StorageUri]:
+        """The sources staged onto the shared location before training (a path source is already there)."""
+        return {role: uri for role, uri in self.storage.items()
+                if role in STAGED_ROLES and uri.scheme != "path"}
+
     def placement(self, shared: str) -> dict[str, str]:
-        """Where data and results go by default, under the location every node shares (config_map overrides)."""
-        return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}"}
+        """Where data and results go by default, under the location every node shares, and where the model and
+        dataset are staged (config_map overrides)."""
+        staged = {PATH_VARIABLES[role]: uri.staged_path(shared, role) for role, uri in self.storage.items()
+                  if role in STAGED_ROLES}
+        return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}", **staged}
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's
@@ -143,6 +164,18 @@ def _extra_volume(item: Mapping[str, Any]) -> ExtraVolume:
                        (empty_dir or {}).get("size"))
 
 
+def storage_uri_text(values: Mapping[str, Any], role: Role) -> str | None:
+    node: Any = values
+    for key in STORAGE_KEYS[role]:
+        node = node[key]
+    return node
+
+
+def _storage(values: Mapping[str, Any]) -> dict[Role, StorageUri]:
+    found = {role: storage_uri_text(values, role) for role in STORAGE_KEYS}
+    return {role: parse_storage_uri(text, role) for role, text in found.items() if text is not None}
+
+
 def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> JobSpec:
     """The spec of schema-valid ``values``, with the targets' ``options`` (their own keys, typed)."""
     gpu = values["resources"]["gpu"]
@@ -152,7 +185,10 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
     shown = variables.shown_defaults() if built_in else {}
     request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
-    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **shown,
+    sources = _storage(values)
+    # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
+    uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items()}
+    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **shown,
                    **values["config_map"]}
     environment = {key: environment_text(value) for key, value in environment.items()
                    if value is not None}  # null removes one
@@ -175,5 +211,6 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         env=tuple(_env_var(item) for item in values["env"]),
         env_from_secrets=tuple(values["env_from_secrets"]),
         extra_volumes=tuple(_extra_volume(item) for item in values["extra_volumes"]),
+        storage=sources,
         options=dict(options or {}),
     )

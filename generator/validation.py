@@ -17,11 +17,13 @@ from typing import Any
 
 from generator.errors import ValuesError
 from generator.resources import default_values, schema
-from generator.spec import JobSpec, entry_module, environment_text
+from generator.spec import STORAGE_KEYS, JobSpec, entry_module, environment_text, storage_uri_text
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
+from trainer_contract.storage import CREDENTIAL_VARIABLES, StorageUriError
+from trainer_contract.storage import parse as parse_storage_uri
 from trainer_contract.variables import (
     FP16_NEEDS_CUDA,
     RUNTIME_PREFIXES,
@@ -288,6 +290,7 @@ def neutral_problems(values: dict) -> list[str]:
             "raise resources.cpu or lower local_device_count"
         )
     problems.extend(_environment_problems(values))
+    problems.extend(_credential_problems(values))
     problems.extend(_entrypoint_problems(values))
     for key, value in sorted(values["config_map"].items()):
         if isinstance(value, float) and not math.isfinite(value):
@@ -309,7 +312,8 @@ def _environment_problems(values: dict) -> Iterable[str]:
             continue
         if reserved(key):
             yield _reserved_problem(f"config_map.{key}", key)
-        elif built_in and key not in WORKER_VARIABLES and not key.startswith(RUNTIME_PREFIXES):
+        elif built_in and key not in WORKER_VARIABLES and not key.startswith(RUNTIME_PREFIXES) \
+                and key not in CREDENTIAL_VARIABLES:  # those have their own rule
             close = closest(key, WORKER_VARIABLES)
             hint = f"did you mean {close!r}?" if close else "see `python -m worker --help`"
             yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
@@ -332,6 +336,18 @@ def _environment_problems(values: dict) -> Iterable[str]:
             yield f"{where}: needs exactly one of value and valueFrom"
         elif built_in and name in WORKER_VARIABLES and "value" in variable:
             yield from _worker_value_problems(values, f"{where}.value", name, variable["value"])
+
+
+def _credential_problems(values: dict) -> Iterable[str]:
+    """A token or key written into the values would be written into the render (the ConfigMap, the script)."""
+    fix = ("credentials come from a Secret only: env: [{name: NAME, valueFrom: {secretKeyRef: {name: SECRET, key: "
+           "KEY}}}] or env_from_secrets (on Slurm: export it where sbatch runs)")
+    for key in sorted(values["config_map"]):
+        if key in CREDENTIAL_VARIABLES and values["config_map"][key] is not None:
+            yield f"config_map.{key}: {fix}"
+    for index, variable in enumerate(values["env"]):
+        if variable["name"] in CREDENTIAL_VARIABLES and "value" in variable:
+            yield f"env[{index}].value: {variable['name']}: {fix}"
 
 
 def _worker_value_problems(values: dict, where: str, name: str, value: str | int | float | bool) -> Iterable[str]:
@@ -370,6 +386,9 @@ def validate_values(values: dict) -> JobSpec:
     checked, replaced = _defaults_where_wrong(values, errors)
     spec = None
     if not any(True for _ in validator.iter_errors(checked)):
+        wrong, checked, unusable = _storage_problems(checked)
+        problems += wrong
+        replaced += unusable
         spec = spec_of(checked)  # the values' own when nothing was replaced
         problems += [problem for problem in semantic_problems(checked, spec)
                      if not any(_mentions(problem, path) for path in replaced)]
@@ -378,6 +397,28 @@ def validate_values(values: dict) -> JobSpec:
     if problems or spec is None:
         raise ValuesError(*problems)
     return spec
+
+
+def _storage_problems(values: dict) -> tuple[list[str], dict, list[str]]:
+    """Each storage URI that cannot be used, as ``key: why``; the values with those set to null (so that the
+    spec can be built and the other rules checked), and their keys."""
+    problems, replaced = [], []
+    for role, keys in STORAGE_KEYS.items():
+        text = storage_uri_text(values, role)
+        if text is None:
+            continue
+        try:
+            parse_storage_uri(text, role)
+        except StorageUriError as exc:
+            where = ".".join(keys)
+            problems.append(f"{where}: {exc}")
+            replaced.append(where)
+            values = copy.deepcopy(values) if not replaced[:-1] else values
+            node = values
+            for key in keys[:-1]:
+                node = node[key]
+            node[keys[-1]] = None
+    return problems, values, replaced
 
 
 def _messages(error, values: Any, errors: list) -> list[str]:

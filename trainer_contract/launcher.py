@@ -14,6 +14,8 @@ BUILT_IN_WORKER = "worker"
 LAUNCHER_COMMAND = ("python", "-m", "worker.launch")
 # The init container's command: validate the variables, exit 0 or BAD_CONFIG.
 CHECK_CONFIG_COMMAND = ("python", "-m", BUILT_IN_WORKER, "--check-config")
+# The stager's command (worker/staging/, torch-free): index 0 stages the model and dataset, the others wait.
+STAGE_COMMAND = ("python", "-m", "worker.staging")
 # Where the shared volume is mounted in the pod (the image's WORKDIR; DATA_DIR and OUTPUT_DIR live under it).
 SHARED_MOUNT = "/pvc-home"
 

@@ -20,7 +20,7 @@ import yaml
 from generator import __version__
 from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
-from generator.spec import EnvVar, ExtraVolume, JobSpec
+from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
@@ -220,6 +220,18 @@ def _size_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
                "set one of them to null")
 
 
+def credential_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
+    """A bucket needs credentials, and on Kubernetes they come from a Secret (or a service account's role)."""
+    buckets = [role for role, uri in spec.storage.items() if uri.scheme == "s3"]
+    from_secret = {variable.name for variable in spec.env if variable.value_from is not None}
+    if buckets and not (spec.env_from_secrets or "AWS_ACCESS_KEY_ID" in from_secret
+                        or options.service_account_name is not None):
+        where = ".".join(STORAGE_KEYS[buckets[0]])
+        yield (f"{where}: {spec.storage[buckets[0]].text} needs credentials, and none come from a Secret: add the "
+               "Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to env_from_secrets (or env valueFrom "
+               "for each), or set service_account_name to a service account with a role")
+
+
 @dataclass(frozen=True)
 class JobObjects:
     """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
@@ -251,6 +263,7 @@ class JobObjects:
     shared_mount: str = launcher.SHARED_MOUNT
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
     check_config_command: tuple[str, ...] = launcher.CHECK_CONFIG_COMMAND
+    stage_command: tuple[str, ...] = launcher.STAGE_COMMAND
 
 
 def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, str]]:
@@ -372,6 +385,9 @@ class KubernetesTarget(Target):
 
     def option_problems(self, spec: JobSpec) -> Iterable[str]:
         return option_problems(spec, self.own(spec))
+
+    def problems(self, spec: JobSpec) -> Iterable[str]:
+        return credential_problems(spec, self.own(spec))
 
     def render(self, spec: JobSpec) -> list[Manifest]:
         return render_manifests(spec, target=self.name)

@@ -18,6 +18,10 @@ SLURM_MATRIX = {
                      "slurm.shared_dir=/scratch/team/mnist", "termination_grace_period_seconds=120",
                      "slurm.setup=['module load cuda/12.4', 'source /opt/envs/torch/bin/activate']",
                      "slurm.extra_options=['--constraint=a100', '--exclusive']", "config_map={EPOCHS: '3', STRATEGY: fsdp}"],
+    "staged": ["entrypoint.module=my_pkg.finetune", "slurm.shared_dir=/scratch/team",
+               "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@v1.0",
+               "initializer.dataset.storage_uri=https://data.example.com/squad/squad-v2.tar.gz",
+               "export.storage_uri=s3://models/bert-squad"],
 }
 CASES = [("kubernetes", name, sets, "yaml") for name, sets in MATRIX.items()] + \
         [("slurm", name, sets, "sbatch") for name, sets in SLURM_MATRIX.items()]

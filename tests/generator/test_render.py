@@ -40,6 +40,13 @@ MATRIX = {
                     "{name: scratch, mount_path: /scratch, empty_dir: {size: 10}}]"],
     "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
                                      "resources.gpu.accelerator_count=2"],
+    "staged-from-hub-and-bucket": ["entrypoint.module=my_pkg.finetune",
+                                   "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@main",
+                                   "initializer.dataset.storage_uri=s3://datasets/squad/v2",
+                                   "export.storage_uri=s3://models/bert-squad",
+                                   "checkpoint.storage_uri=s3://checkpoints/bert-squad",
+                                   "env_from_secrets=[s3-credentials]",
+                                   "env=[{name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]"],
 }
 
 

@@ -1,0 +1,133 @@
+"""Storage URIs in the values (initializer.model / initializer.dataset / export / checkpoint .storage_uri):
+parsed once (trainer_contract/storage.py), refused at render time naming the key, rendered as the stager's
+variables, MODEL_DIR / DATASET_DIR and a stage step on every target; credentials only from Secrets."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.generator.helpers import run_main
+from trainer_contract import storage
+from trainer_contract.storage import StorageUriError
+
+SHARED = "/pvc-home"
+
+
+@pytest.mark.parametrize(("text", "role", "describe", "path"), [
+    ("hf://google-bert/bert-base-uncased", "model", "google-bert/bert-base-uncased@main",
+     "/pvc-home/staged/models/hf/google-bert--bert-base-uncased/main"),
+    ("hf://gpt2@v1.0", "model", "gpt2@v1.0", "/pvc-home/staged/models/hf/gpt2/v1.0"),
+    ("hf://datasets/rajpurkar/squad@refs/convert/parquet", "dataset", "dataset rajpurkar/squad@refs/convert/parquet",
+     "/pvc-home/staged/datasets/hf/rajpurkar--squad/refs_convert_parquet"),
+    ("s3://team-data/squad/v2/", "dataset", "s3://team-data/squad/v2/", "/pvc-home/staged/datasets/s3/team-data/squad/v2"),
+    ("s3://team-data", "model", "s3://team-data", "/pvc-home/staged/models/s3/team-data"),
+    ("/pvc-home/models/bert", "model", "/pvc-home/models/bert", "/pvc-home/models/bert"),
+])
+def test_a_uri_names_its_source_and_where_it_is_staged(text, role, describe, path):
+    uri = storage.parse(text, role)
+    assert uri.describe == describe
+    assert uri.staged_path(SHARED, role) == path
+
+
+def test_two_urls_of_the_same_file_name_are_staged_apart_and_archives_are_known():
+    first = storage.parse("https://a.example/data/squad.tar.gz", "dataset")
+    second = storage.parse("https://b.example/data/squad.tar.gz", "dataset")
+    assert first.is_archive and first.staged_path(SHARED, "dataset") != second.staged_path(SHARED, "dataset")
+    assert not storage.parse("https://a.example/data/train.json", "dataset").is_archive
+
+
+@pytest.mark.parametrize(("text", "role", "words"), [
+    ("ftp://host/file", "model", "unknown scheme ftp://"),
+    ("google-bert/bert-base-uncased", "model", "has no scheme"),
+    ("hf://a/b/c", "model", "is not a Hub repository"),
+    ("hf://org/name@", "model", "the revision after '@'"),
+    ("s3://Bad_Bucket/x", "dataset", "is not a bucket name"),
+    ("s3://bucket/a/../b", "dataset", "empty or relative part"),
+    ("https://host/", "dataset", "names no file"),
+    ("hf://org/name", "export", "exports go to a bucket"),
+    ("/pvc-home/out", "checkpoint", "checkpoints go to a bucket"),
+    ("/pvc-home/../etc", "model", "not a plain absolute path"),
+    (" s3://bucket/x", "model", "spaces around it"),
+])
+def test_a_bad_uri_says_what_is_wrong_and_what_to_write(text, role, words):
+    with pytest.raises(StorageUriError, match=words.replace("(", r"\(").replace(")", r"\)")
+                       .replace(".", r"\.").replace("?", r"\?")):
+        storage.parse(text, role)
+
+
+def test_bad_uris_are_refused_at_render_time_each_naming_its_key():
+    result = run_main("--set", "initializer.model.storage_uri=ftp://x/y",
+                      "--set", "initializer.dataset.storage_uri=s3://B/x", "--set", "export.storage_uri=hf://a/b")
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("gen-manifests: error: initializer.model.storage_uri: 'ftp://x/y': unknown scheme")
+               for line in lines)
+    assert any(line.startswith("gen-manifests: error: initializer.dataset.storage_uri: 's3://B/x'") for line in lines)
+    assert any(line.startswith("gen-manifests: error: export.storage_uri: 'hf://a/b': exports go to a bucket")
+               for line in lines)
+    assert len(lines) == 3
+
+
+@pytest.mark.parametrize("sets", [
+    ["config_map.HF_TOKEN=hf_abc"],
+    ["env=[{name: AWS_SECRET_ACCESS_KEY, value: wJalrXUtnFEMI}]"],
+])
+def test_a_credential_written_into_the_values_is_refused_and_never_printed(sets):
+    result = run_main(*[arg for item in sets for arg in ("--set", item)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "credentials come from a Secret only" in result.stderr
+    assert "hf_abc" not in result.stderr and "wJalrXUtnFEMI" not in result.stderr
+    assert "not a variable of the built-in worker" not in result.stderr
+
+
+def test_a_bucket_needs_credentials_from_a_secret_on_kubernetes_not_on_slurm():
+    bucket = ["--set", "initializer.dataset.storage_uri=s3://team-data/mnist"]
+    refused = run_main(*bucket)
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("gen-manifests: error: initializer.dataset.storage_uri: s3://team-data/mnist "
+                                     "needs credentials, and none come from a Secret")
+    assert run_main("--target", "local", *bucket).exit_code == 2  # local-job reads Secrets too: --secret
+    for fix in (["--set", "env_from_secrets=[s3]"], ["--set", "service_account_name=trainer"],
+                ["--set", "env=[{name: AWS_ACCESS_KEY_ID, valueFrom: {secretKeyRef: {name: s3, key: id}}}]"]):
+        assert run_main(*bucket, *fix).exit_code == 0, fix
+    assert run_main("--target", "slurm", *bucket).exit_code == 0  # Slurm: the environment sbatch runs in
+
+
+def _job_and_config(*sets: str) -> tuple[dict, dict]:
+    result = run_main(*[arg for item in sets for arg in ("--set", item)])
+    assert result.exit_code == 0, result.stderr
+    documents = {document["kind"]: document for document in yaml.safe_load_all(result.stdout)}
+    return documents["Job"], documents["ConfigMap"]["data"]
+
+
+def test_a_staged_model_and_dataset_give_the_program_their_paths_and_every_pod_a_stage_step():
+    job, config = _job_and_config("initializer.model.storage_uri=hf://org/tiny-bert@v2",
+                                  "initializer.dataset.storage_uri=https://data.example/squad.tar.gz")
+    assert config["MODEL_DIR"] == "/pvc-home/staged/models/hf/org--tiny-bert/v2"
+    assert config["DATASET_DIR"].startswith("/pvc-home/staged/datasets/https/data.example/")
+    assert config["INDEXED_TRAINER_MODEL_URI"] == "hf://org/tiny-bert@v2"
+    init = job["spec"]["template"]["spec"]["initContainers"]
+    assert [container["name"] for container in init] == ["check-config", "stage"]
+    assert init[1]["command"] == ["python", "-m", "worker.staging"]
+    assert {mount["mountPath"] for mount in init[1]["volumeMounts"]} == {"/pvc-home", "/tmp"}
+
+
+def test_a_path_already_on_the_volume_is_read_where_it_is_and_nothing_is_staged():
+    job, config = _job_and_config("initializer.model.storage_uri=/pvc-home/models/bert")
+    assert config["MODEL_DIR"] == "/pvc-home/models/bert"
+    assert [container["name"] for container in job["spec"]["template"]["spec"]["initContainers"]] == ["check-config"]
+
+
+def test_nothing_to_stage_renders_no_stage_step_on_either_target():
+    job, config = _job_and_config()
+    assert not any(key.startswith(("MODEL_DIR", "DATASET_DIR", "INDEXED_TRAINER_")) for key in config)
+    assert "worker.staging" not in run_main("--target", "slurm").stdout
+
+
+def test_slurm_stages_before_training_and_a_staging_failure_ends_there():
+    script = run_main("--target", "slurm", "--set", "slurm.shared_dir=/scratch/team",
+                      "--set", "initializer.model.storage_uri=hf://org/tiny-bert").stdout
+    assert "export MODEL_DIR=\"$shared_dir/staged/models/hf/org--tiny-bert/main\"" in script
+    stage = next(line for line in script.splitlines() if "worker.staging" in line)
+    assert stage.startswith("srun --ntasks-per-node=1 ") and stage.endswith(" && \\")

@@ -1,0 +1,144 @@
+"""Where models, datasets, exports and checkpoints come from and go to: the storage URIs of the values
+(initializer.model / initializer.dataset / export / checkpoint .storage_uri), parsed and checked once for the
+generator (render-time errors naming the key) and for the stager in the pod, and where each source is staged
+on the shared volume.
+
+    hf://org/name[@revision]            a model repository of the Hugging Face Hub (HF_ENDPOINT for another)
+    hf://datasets/org/name[@revision]   a dataset repository
+    s3://bucket[/prefix]                every object under the prefix (AWS_ENDPOINT_URL for another endpoint)
+    https://host/path/file              one file; an archive (.tar, .tar.gz, .tgz, .zip) is unpacked
+    /an/absolute/path                   already on the shared volume: used as it is, nothing fetched
+
+A source is staged under STAGED_DIR of the shared location, at a path derived from the URI alone (so a render
+knows it: MODEL_DIR and DATASET_DIR), with the revision in it: a new revision lands beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlparse
+
+Scheme = Literal["hf", "s3", "https", "path"]
+Role = Literal["model", "dataset", "export", "checkpoint"]
+
+# Under the shared location (the volume's mount, Slurm's shared directory).
+STAGED_DIR = "staged"
+# Written last into a staged directory, after every file is verified and the directory renamed into place:
+# its presence is what "staged" means, to a rerun and to the indexes that wait.
+MARKER = ".indexed-trainer-staged.json"
+# What the program reads: where its model and dataset are.
+PATH_VARIABLES = {"model": "MODEL_DIR", "dataset": "DATASET_DIR"}
+# What the stager reads: the URIs as the values give them (rendered into the ConfigMap with the rest).
+URI_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_URI", "dataset": "INDEXED_TRAINER_DATASET_URI",
+                 "export": "INDEXED_TRAINER_EXPORT_URI", "checkpoint": "INDEXED_TRAINER_CHECKPOINT_URI"}
+# The roles that are read before training (staged) and those written after (uploaded): uploads go to S3 only.
+STAGED_ROLES: tuple[Role, ...] = ("model", "dataset")
+UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+# The libraries' own credential variables: only ever from a Secret (or, on Slurm, the submitting environment),
+# never in the values' config_map or env values, which a render writes out.
+CREDENTIAL_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                        "AWS_SESSION_TOKEN")
+
+_HF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_HF_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class StorageUriError(ValueError):
+    """What is wrong with a storage URI, worded to follow its key: ``initializer.model.storage_uri: ...``."""
+
+
+@dataclass(frozen=True)
+class StorageUri:
+    text: str  # as written
+    scheme: Scheme
+    repo: str = ""  # hf: org/name (or name)
+    repo_type: Literal["model", "dataset"] = "model"  # hf
+    revision: str = ""  # hf: a branch, tag or commit ("main" when none is written)
+    bucket: str = ""  # s3
+    prefix: str = ""  # s3: no leading or trailing '/'
+    url: str = ""  # https
+
+    @property
+    def describe(self) -> str:
+        """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL."""
+        if self.scheme == "hf":
+            kind = "dataset " if self.repo_type == "dataset" else ""
+            return f"{kind}{self.repo}@{self.revision}"
+        return self.text
+
+    @property
+    def is_archive(self) -> bool:
+        return self.scheme == "https" and urlparse(self.url).path.lower().endswith(ARCHIVE_SUFFIXES)
+
+    def staged_path(self, shared: str, role: Role) -> str:
+        """Where this source is staged under ``shared`` (a path as given: it ends in the revision, so another
+        revision is staged beside this one); a path source is its own place."""
+        if self.scheme == "path":
+            return self.text.rstrip("/") or "/"
+        base = f"{shared}/{STAGED_DIR}/{role}s"
+        if self.scheme == "hf":
+            return f"{base}/hf/{self.repo.replace('/', '--')}/{_SAFE.sub('_', self.revision)}"
+        if self.scheme == "s3":
+            return f"{base}/s3/{self.bucket}/{self.prefix}".rstrip("/")
+        parsed = urlparse(self.url)
+        name = _SAFE.sub("_", parsed.path.rsplit("/", 1)[-1] or "index")
+        digest = hashlib.sha256(self.url.encode()).hexdigest()[:12]  # two URLs, two places
+        return f"{base}/https/{_SAFE.sub('_', parsed.netloc)}/{digest}-{name}"
+
+
+def parse(text: str, role: Role) -> StorageUri:
+    """The URI ``text`` for ``role``; StorageUriError saying what is wrong and what to write."""
+    if not text or text != text.strip():
+        raise StorageUriError(f"{text!r} is empty or has spaces around it")
+    if text.startswith("/"):
+        if role in UPLOADED_ROLES:
+            raise StorageUriError(f"{text!r}: {role}s go to a bucket: write s3://bucket/prefix")
+        if "//" in text or "/../" in f"{text}/":
+            raise StorageUriError(f"{text!r} is not a plain absolute path (no '//' or '..')")
+        return StorageUri(text, "path")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        raise StorageUriError(f"{text!r} has no scheme: write hf://org/name, s3://bucket/prefix, https://... or an "
+                              "absolute path on the shared volume")
+    if role in UPLOADED_ROLES and scheme != "s3":
+        raise StorageUriError(f"{text!r}: {role}s go to a bucket: write s3://bucket/prefix")
+    if scheme == "hf":
+        return _hugging_face(text, rest)
+    if scheme == "s3":
+        return _s3(text, rest)
+    if scheme in ("https", "http"):
+        parsed = urlparse(text)
+        if not parsed.netloc or not parsed.path.strip("/"):
+            raise StorageUriError(f"{text!r} names no file: write https://host/path/file (an archive is unpacked)")
+        return StorageUri(text, "https", url=text)
+    raise StorageUriError(f"{text!r}: unknown scheme {scheme}://; write hf://, s3://, https:// or an absolute path")
+
+
+def _hugging_face(text: str, rest: str) -> StorageUri:
+    repo, at, revision = rest.partition("@")
+    repo_type: Literal["model", "dataset"] = "model"
+    if repo.startswith("datasets/"):
+        repo_type, repo = "dataset", repo[len("datasets/"):]
+    parts = repo.split("/")
+    if not 1 <= len(parts) <= 2 or not all(_HF_NAME.match(part) for part in parts) or ".." in repo:
+        raise StorageUriError(f"{text!r} is not a Hub repository: write hf://org/name[@revision] or "
+                              "hf://datasets/org/name[@revision]")
+    if at and not _HF_REVISION.match(revision):
+        raise StorageUriError(f"{text!r}: the revision after '@' must be a branch, tag or commit")
+    return StorageUri(text, "hf", repo=repo, repo_type=repo_type, revision=revision or "main")
+
+
+def _s3(text: str, rest: str) -> StorageUri:
+    bucket, _, prefix = rest.partition("/")
+    if not _S3_BUCKET.match(bucket) or ".." in bucket:
+        raise StorageUriError(f"{text!r}: {bucket!r} is not a bucket name (3-63 lower-case letters, digits, '.' "
+                              "and '-')")
+    if "//" in prefix or any(part in (".", "..") for part in prefix.split("/")):
+        raise StorageUriError(f"{text!r}: the prefix has an empty or relative part")
+    return StorageUri(text, "s3", bucket=bucket, prefix=prefix.strip("/"))
