@@ -37,6 +37,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 FROM dependencies AS package
 COPY pyproject.toml setup.cfg setup.py README.md ./
+COPY trainer_contract ./trainer_contract
 COPY generator ./generator
 COPY localjob ./localjob
 COPY worker ./worker

@@ -61,3 +61,11 @@ def test_no_product_function_is_longer_than_a_screen():
                     if node.end_lineno - first + 1 > LONGEST_FUNCTION:
                         long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not long, f"split these (at most {LONGEST_FUNCTION} lines each): {long}"
+
+
+def test_the_image_builds_every_package_the_wheel_ships():
+    """The Dockerfile copies the packages one by one (a code change rebuilds only their layer): a package it
+    leaves out is missing from the image's wheel, and the image cannot train."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    missing = [package for package in PRODUCT if f"COPY {package} ./{package}\n" not in dockerfile]
+    assert not missing, f"the Dockerfile does not copy {missing}"
