@@ -133,7 +133,9 @@ class JobSpec:
         dataset are staged (config_map overrides)."""
         staged = {PATH_VARIABLES[role]: uri.staged_path(shared, role) for role, uri in self.storage.items()
                   if role in STAGED_ROLES}
-        return {"DATA_DIR": f"{shared}/data", "OUTPUT_DIR": f"{shared}/runs/{self.name}", **staged}
+        # a staged dataset is the data (the built-in worker reads DATA_DIR/MNIST/raw/)
+        data = staged.get(PATH_VARIABLES["dataset"], f"{shared}/data")
+        return {"DATA_DIR": data, "OUTPUT_DIR": f"{shared}/runs/{self.name}", **staged}
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's

@@ -8,6 +8,7 @@ OUTSIDE, a directory that is not the checkout (``python -m`` puts the current di
 
 from __future__ import annotations
 
+import ast
 import atexit
 import importlib.util
 import os
@@ -21,7 +22,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-PRODUCT_PACKAGES = ("generator", "worker", "localjob")
+
+
+def _product_packages() -> tuple[str, ...]:
+    """The packages setup.py ships (its PRODUCT), read without running it: one list for the wheel and the tests."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    node = next(node for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                and any(getattr(target, "id", None) == "PRODUCT" for target in node.targets))
+    return tuple(ast.literal_eval(node.value))
+
+
+PRODUCT_PACKAGES = _product_packages()
 # An empty working directory for the programs the tests start: nothing in it shadows the installed package.
 OUTSIDE = Path(tempfile.mkdtemp(prefix="indexed-trainer-tests-"))
 atexit.register(shutil.rmtree, OUTSIDE, ignore_errors=True)

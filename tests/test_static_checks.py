@@ -8,18 +8,10 @@ import ast
 import re
 import subprocess
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, PRODUCT_PACKAGES, ROOT
 
 
-def _product() -> tuple[str, ...]:
-    """The packages setup.py ships (its PRODUCT), read without running it."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    node = next(node for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                and any(getattr(target, "id", None) == "PRODUCT" for target in node.targets))
-    return tuple(ast.literal_eval(node.value))
-
-
-PRODUCT = _product()
+PRODUCT = PRODUCT_PACKAGES
 
 
 def test_mypy_checks_every_package_the_wheel_ships():

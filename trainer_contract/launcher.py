@@ -5,7 +5,9 @@ syntax: the Job's args list, the Slurm script's srun line).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 # The module every process of the built-in worker runs: python -m worker (torchrun ... -m worker).
@@ -21,6 +23,20 @@ SHARED_MOUNT = "/pvc-home"
 
 # The launcher's warnings start so: the status views (local-job status, run.sh --status) show them.
 LAUNCHER_WARNING = "launcher: warning: "
+
+# Where the kubelet reads a container's termination message (the container's terminationMessagePath, a file
+# it provides): `kubectl get pods` / `describe` then say why this pod ended, without its logs.
+TERMINATION_MESSAGE = Path("/dev/termination-log")
+
+
+def write_termination_message(message: str, path: Path = TERMINATION_MESSAGE) -> None:
+    """Only where the kubelet provides the file: never create one in /dev of a machine or a plain container."""
+    if path.is_file() and os.access(path, os.W_OK):
+        try:
+            path.write_text(message[:4096] + "\n")  # the kubelet keeps at most 4096 bytes
+        except OSError:
+            pass
+
 
 # What a flag is about; a target may lay the command line out by it (the Slurm script: one line per group,
 # the node's rank inside each task's shell).

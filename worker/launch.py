@@ -40,15 +40,12 @@ from torch.distributed.run import run as torchrun
 
 from trainer_contract import exit_codes, launcher, variables
 from trainer_contract.exit_codes import signal_exit_code
-from trainer_contract.launcher import BUILT_IN_WORKER
+from trainer_contract.launcher import BUILT_IN_WORKER, write_termination_message
 from trainer_contract.variables import ConfigError
 from worker import settings
 from worker.config import build_parser, load_config
 from worker.gang_ledger import WAIT_SECONDS, GangLedger
 
-# Where the kubelet reads a container's termination message (the container's terminationMessagePath, a file
-# it provides): `kubectl get pods` / `describe` then say why this pod ended, without its logs.
-TERMINATION_MESSAGE = Path("/dev/termination-log")
 _said: list[str] = []
 _warned: list[str] = []  # warnings the termination message carries too, whatever the ending
 
@@ -73,15 +70,6 @@ def termination_message(code: int, args) -> str:
             return f"{line}: test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs{warnings}"
         return line + warnings
     return (f"{line}; {_said[-1]}" if _said else line) + warnings
-
-
-def write_termination_message(message: str, path: Path = TERMINATION_MESSAGE) -> None:
-    """Only where the kubelet provides the file: never create one in /dev of a machine or a plain container."""
-    if path.is_file() and os.access(path, os.W_OK):
-        try:
-            path.write_text(message[:4096] + "\n")  # the kubelet keeps at most 4096 bytes
-        except OSError:
-            pass
 
 
 def container_code(exitcode: int) -> int:

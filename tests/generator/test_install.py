@@ -12,7 +12,7 @@ import yaml
 from tests.conftest import OUTSIDE, PRODUCT_PACKAGES, ROOT
 
 # The source folders and where their files land in the installed package (setup.cfg's package_dir).
-SHIPPED = {"generator": "generator", "worker": "worker", "localjob": "localjob",
+SHIPPED = {**{package: package for package in PRODUCT_PACKAGES},
            "templates": "generator/templates", "variables": "generator/variables"}
 SHIPPED_SUFFIXES = (".py", ".j2", ".json", ".gz")
 

@@ -27,15 +27,18 @@ def volume(tmp_path, files, name="volume"):
     return directory
 
 
-def local_job_args(tmp_path, claim_dir, claim="mnist-train-data", source="-", env: dict | None = None):
-    """local-job's command line; ``env``: extra variables for every container (--env), e.g. fault_env()."""
+def local_job_args(tmp_path, claim_dir, claim="mnist-train-data", source="-", env: dict | None = None,
+                   extra: list[str] | None = None):
+    """local-job's command line; ``env``: extra variables for every container (--env), e.g. fault_env();
+    ``extra``: more options (--secret=...)."""
     return [str(BIN / "local-job"), str(source), "--volume-root", str(tmp_path / "root"), "--volume",
             f"{claim}={claim_dir}", "--status-file", str(tmp_path / "status.json"), "--backoff-seconds", "0.2",
-            *[f"--env={name}={value}" for name, value in (env or {}).items()]]
+            *[f"--env={name}={value}" for name, value in (env or {}).items()], *(extra or [])]
 
 
-def run_local_job(tmp_path, manifests, claim_dir, claim="mnist-train-data", timeout=600, env: dict | None = None):
-    result = subprocess.run(local_job_args(tmp_path, claim_dir, claim, env=env), input=manifests,
+def run_local_job(tmp_path, manifests, claim_dir, claim="mnist-train-data", timeout=600, env: dict | None = None,
+                  extra: list[str] | None = None):
+    result = subprocess.run(local_job_args(tmp_path, claim_dir, claim, env=env, extra=extra), input=manifests,
                             capture_output=True, timeout=timeout, cwd=OUTSIDE)
     status = json.loads((tmp_path / "status.json").read_text()) if (tmp_path / "status.json").exists() else None
     return result, result.stdout.decode(), status

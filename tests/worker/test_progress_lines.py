@@ -3,6 +3,7 @@
 import pytest
 
 from trainer_contract import exit_codes
+from trainer_contract.launcher import write_termination_message
 from worker import launch
 from worker.progress import Progress, format_duration
 
@@ -40,10 +41,10 @@ def test_the_termination_message_is_written_only_where_the_kubelet_provides_the_
                        "with exit code 78; the pod exits 78")
     provided = tmp_path / "termination-log"
     provided.write_text("")
-    launch.write_termination_message(message, provided)
+    write_termination_message(message, provided)
     assert provided.read_text() == message + "\n"
     missing = tmp_path / "dev" / "termination-log"
-    launch.write_termination_message(message, missing)
+    write_termination_message(message, missing)
     assert not missing.exists()
 
 

@@ -1,0 +1,55 @@
+"""Staging through local-job, as on a cluster: 2 pods, each with the rendered "stage" init container; MNIST's
+digits in moto's S3 (a real S3 server on 127.0.0.1), credentials from a Secret (local-job --secret): index 0
+stages them once, index 1 waits, both train to the documented accuracy; a second run fetches nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.localjob.test_local_job_runs import run_local_job
+from tests.mnist_data import dataset_files
+from tests.rendering import gen_manifests
+from tests.storage_servers import S3Server
+from trainer_contract import storage
+
+pytestmark = pytest.mark.slow
+CLAIM = "staged-mnist-data"
+
+
+def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accuracy(tmp_path):
+    s3 = S3Server()
+    try:
+        client = s3.client()
+        client.create_bucket(Bucket="team-data")
+        for name, data in dataset_files().items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        secret = tmp_path / "s3-credentials.env"
+        secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        manifests = gen_manifests("name=staged-mnist", "replicas=2", "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
+                                  "initializer.dataset.storage_uri=s3://team-data/mnist",
+                                  "env_from_secrets=[s3-credentials]")
+        claim = tmp_path / "volume"
+        claim.mkdir()
+        env = {"AWS_ENDPOINT_URL": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
+        extra = [f"--secret=s3-credentials={secret}"]
+        result, log, status = run_local_job(tmp_path, manifests, claim, CLAIM, env=env, extra=extra)
+        assert result.returncode == 0, log[-4000:] + result.stderr.decode()[-2000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: dataset s3://team-data/mnist staged at ", log, re.M)
+        assert re.search(r"^\[staged-mnist-1-\w{5}/stage\] stage: (waiting for index 0|dataset s3://team-data/mnist "
+                         r"staged at .* by index 0)", log, re.M)
+        place = claim / "staged/datasets/s3/team-data/mnist"
+        assert json.loads((place / storage.MARKER).read_text())["bucket"] == "team-data"
+        summary = json.loads((claim / "runs/staged-mnist/model.json").read_text())
+        assert summary["accuracy"] >= 0.95, summary  # 2 epochs; the 5-epoch run reaches 0.985
+        assert "testing" not in log.replace("s3://", "")  # the Secret's values are never printed
+    finally:
+        s3.close()
+
+    # the bucket is gone: the rerun stages nothing (the marker) and finds the run complete
+    rerun, log, _ = run_local_job(tmp_path, manifests, claim, CLAIM,
+                                  env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, extra=extra)
+    assert rerun.returncode == 0, log[-3000:]
+    assert "is already staged at" in log and "nothing fetched" in log

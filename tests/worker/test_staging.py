@@ -1,0 +1,245 @@
+"""The stager (python -m worker.staging) against real servers on 127.0.0.1: a Hub for huggingface_hub, moto's
+S3, a plain file server; as index 0 (fetches, verifies, renames into place, marks) and as an index that waits.
+Every fault of the issue: not found / 401 / 403 refused with one line, 5xx retried then the retryable exit,
+a volume too small, index 0 killed mid-download, offline."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, OUTSIDE
+from tests.storage_servers import FileServer, HubServer, S3Server
+from trainer_contract import storage
+from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE
+
+TINY_MODEL = {"config.json": b'{"model_type": "bert", "hidden_size": 32}\n', "vocab.txt": b"[PAD]\n[UNK]\nhello\n",
+              "model.safetensors": os.urandom(300_000)}
+
+
+def stager(environ: dict[str, str], *, index: int = 0, wait: bool = True, timeout: float = 120):
+    """Run python -m worker.staging as index ``index`` with ``environ`` (and nothing of the test's own)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(OUTSIDE), "JOB_COMPLETION_INDEX": str(index),
+           "INDEXED_TRAINER_STAGING_RETRY_SECONDS": "0.2", "HF_HUB_DISABLE_TELEMETRY": "1", **environ}
+    command = [str(BIN / "python"), "-m", "worker.staging"]
+    if not wait:
+        return subprocess.Popen(command, env=env, cwd=OUTSIDE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    return subprocess.run(command, env=env, cwd=OUTSIDE, capture_output=True, text=True, timeout=timeout)
+
+
+def sources(role: str, text: str, volume: Path) -> dict[str, str]:
+    uri = storage.parse(text, role)
+    return {storage.URI_VARIABLES[role]: text,
+            storage.PATH_VARIABLES[role]: uri.staged_path(str(volume), role)}
+
+
+@pytest.fixture
+def hub():
+    server = HubServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "served").mkdir()
+    server = FileServer(tmp_path / "served")
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    yield server
+    server.close()
+
+
+def test_a_hub_model_is_staged_once_verified_and_a_rerun_fetches_nothing(hub, tmp_path):
+    commit = hub.add("org/tiny-bert", TINY_MODEL)
+    environ = {**sources("model", "hf://org/tiny-bert", tmp_path), "HF_ENDPOINT": hub.url}
+    first = stager(environ)
+    assert first.returncode == 0, first.stdout + first.stderr
+    place = tmp_path / "staged/models/hf/org--tiny-bert/main"
+    assert {path.name for path in place.iterdir()} == {*TINY_MODEL, storage.MARKER}
+    assert (place / "model.safetensors").read_bytes() == TINY_MODEL["model.safetensors"]
+    marker = json.loads((place / storage.MARKER).read_text())
+    assert marker["commit"] == commit and marker["files"]["model.safetensors"]["bytes"] == 300_000
+    assert sorted(hub.fetched()) == sorted(f"/org/tiny-bert/resolve/{commit}/{name}" for name in TINY_MODEL)
+    assert not list(place.parent.glob(".tmp-*"))  # nothing left beside it
+
+    served = len(hub.log)
+    again = stager({**environ, "HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0 and "already staged" in again.stdout and "nothing fetched" in again.stdout
+    assert len(hub.log) == served  # not even a HEAD
+
+
+def test_a_new_revision_is_staged_beside_the_old_one(hub, tmp_path):
+    hub.add("org/tiny-bert", TINY_MODEL, revision="v1")
+    hub.add("org/tiny-bert", {**TINY_MODEL, "config.json": b'{"hidden_size": 64}\n'}, revision="v2")
+    for revision in ("v1", "v2"):
+        result = stager({**sources("model", f"hf://org/tiny-bert@{revision}", tmp_path), "HF_ENDPOINT": hub.url})
+        assert result.returncode == 0, result.stdout
+    staged = tmp_path / "staged/models/hf/org--tiny-bert"
+    assert sorted(path.name for path in staged.iterdir()) == ["v1", "v2"]
+    assert b"64" in (staged / "v2/config.json").read_bytes() and b"32" in (staged / "v1/config.json").read_bytes()
+
+
+def test_a_hub_dataset_is_staged_and_the_other_index_waits_for_it_saying_what_for(hub, tmp_path):
+    hub.add("org/squad-tiny", {"train.json": b'{"data": []}\n' * 2000}, repo_type="dataset")
+    hub.faults.slow_bytes_per_second = 8_000  # a few seconds of transfer, so that index 1 waits
+    environ = {**sources("dataset", "hf://datasets/org/squad-tiny", tmp_path), "HF_ENDPOINT": hub.url}
+    follower = stager(environ, index=1, wait=False)
+    leader = stager(environ)
+    output, _ = follower.communicate(timeout=120)
+    assert leader.returncode == 0, leader.stdout
+    assert follower.returncode == 0, output
+    assert "waiting for index 0 to stage dataset dataset org/squad-tiny@main" in output
+    assert "staged at" in output and "by index 0" in output
+    assert len(hub.fetched("/train.json")) == 1  # fetched once, by index 0
+
+
+@pytest.mark.parametrize(("fault", "uri", "words"), [
+    ({}, "hf://org/missing", "not found, or private"),
+    ({"status": 404, "count": 100}, "hf://org/tiny-bert", "not found, or private"),
+    ({"token": "hf_secret"}, "hf://org/tiny-bert", ": 401"),
+    ({}, "hf://org/tiny-bert@v9", "no revision 'v9'"),
+])
+def test_what_the_hub_refuses_ends_at_once_with_one_line_naming_the_uri(hub, tmp_path, fault, uri, words):
+    hub.add("org/tiny-bert", TINY_MODEL)
+    for key, value in fault.items():
+        setattr(hub.faults, key, value)
+    result = stager({**sources("model", uri, tmp_path), "HF_ENDPOINT": hub.url})
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    errors = [line for line in result.stdout.splitlines() if line.startswith("stage: error:")]
+    assert len(errors) == 1 and uri in errors[0] and words in errors[0], result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "staged/models/hf").exists() or not any((tmp_path / "staged/models/hf").rglob("config.json"))
+
+
+def test_a_private_repository_is_staged_with_the_token_from_the_environment(hub, tmp_path):
+    hub.add("org/private-bert", TINY_MODEL)
+    hub.faults.token = "hf_secret"
+    result = stager({**sources("model", "hf://org/private-bert", tmp_path), "HF_ENDPOINT": hub.url,
+                     "HF_TOKEN": "hf_secret"})
+    assert result.returncode == 0, result.stdout
+    assert "hf_secret" not in result.stdout + result.stderr
+
+
+def test_server_errors_are_retried_with_back_off_then_the_retryable_exit(hub, tmp_path):
+    hub.add("org/tiny-bert", TINY_MODEL)
+    environ = {**sources("model", "hf://org/tiny-bert", tmp_path), "HF_ENDPOINT": hub.url,
+               "INDEXED_TRAINER_STAGING_ATTEMPTS": "3"}
+    hub.faults.status, hub.faults.count = 503, 2  # fewer than the attempts (huggingface_hub retries too)
+    recovered = stager(environ)
+    assert recovered.returncode == 0, recovered.stdout
+    hub.faults.status, hub.faults.count = 500, 10_000
+    given_up = stager({**sources("model", "hf://org/tiny-bert@other", tmp_path), "HF_ENDPOINT": hub.url,
+                       "INDEXED_TRAINER_STAGING_ATTEMPTS": "2"})
+    assert given_up.returncode == DATA_UNAVAILABLE, given_up.stdout
+    assert "retrying in" in given_up.stdout and given_up.stdout.count("stage: error:") == 1
+
+
+def _tarball(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_an_https_archive_is_unpacked_and_staged_once(files, tmp_path):
+    (files.root / "squad.tar.gz").write_bytes(_tarball({"squad/train.json": b"{}", "squad/dev.json": b"[]"}))
+    environ = sources("dataset", f"{files.url}/squad.tar.gz", tmp_path / "volume")
+    assert stager(environ).returncode == 0
+    assert stager(environ).returncode == 0
+    place = Path(environ["DATASET_DIR"])
+    assert (place / "squad/train.json").read_bytes() == b"{}" and not (place / "squad.tar.gz").exists()
+    assert files.fetched() == ["/squad.tar.gz"]
+
+
+def test_an_archive_member_that_would_escape_is_refused(files, tmp_path):
+    (files.root / "evil.tar.gz").write_bytes(_tarball({"../../escaped.txt": b"x"}))
+    result = stager(sources("dataset", f"{files.url}/evil.tar.gz", tmp_path / "volume"))
+    assert result.returncode == BAD_CONFIG and "cannot unpack" in result.stdout
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+@pytest.mark.parametrize(("status", "code", "words"), [(404, BAD_CONFIG, "no such file"),
+                                                       (403, BAD_CONFIG, "refuses this download"),
+                                                       (502, DATA_UNAVAILABLE, "502")])
+def test_an_https_failure_says_what_happened(files, tmp_path, status, code, words):
+    (files.root / "data.json").write_bytes(b"{}")
+    files.faults.status, files.faults.count = status, 100
+    result = stager({**sources("dataset", f"{files.url}/data.json", tmp_path), "INDEXED_TRAINER_STAGING_ATTEMPTS": "2"})
+    assert result.returncode == code and words in result.stdout, result.stdout
+
+
+def test_a_volume_too_small_is_refused_before_the_download(files, tmp_path):
+    (files.root / "huge.bin").write_bytes(b"x")
+    files.announce = 10**17  # 100 PB: no volume here has that much room
+    result = stager(sources("model", f"{files.url}/huge.bin", tmp_path))
+    assert result.returncode == BAD_CONFIG
+    assert "raise shared_volume.size" in result.stdout and "MB free" in result.stdout
+
+
+def test_index_0_killed_mid_download_leaves_nothing_visible_and_its_restart_completes(files, tmp_path):
+    payload = os.urandom(64_000)
+    (files.root / "weights.bin").write_bytes(payload)
+    files.faults.slow_bytes_per_second = 8_000
+    environ = sources("model", f"{files.url}/weights.bin", tmp_path)
+    place = Path(environ["MODEL_DIR"])
+    leader = stager(environ, wait=False)
+    deadline = time.monotonic() + 30
+    while not list(place.parent.glob(".tmp-*/weights.bin")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)
+    leader.send_signal(signal.SIGKILL)
+    leader.wait(timeout=30)
+    assert not place.exists()  # only the temporary directory, which nothing reads
+    files.faults.slow_bytes_per_second = 0
+    restarted = stager(environ)
+    assert restarted.returncode == 0, restarted.stdout
+    assert (place / "weights.bin").read_bytes() == payload and not list(place.parent.glob(".tmp-*"))
+
+
+def test_a_bucket_prefix_is_staged_verified_and_a_rerun_needs_no_bucket(s3, tmp_path):
+    client = s3.client()
+    client.create_bucket(Bucket="team-data")
+    objects = {"mnist/MNIST/raw/a.gz": os.urandom(2000), "mnist/MNIST/raw/b.gz": b"bb", "other/c": b"c"}
+    for key, data in objects.items():
+        client.put_object(Bucket="team-data", Key=key, Body=data)
+    environ = {**sources("dataset", "s3://team-data/mnist", tmp_path), **s3.environ}
+    result = stager(environ)
+    assert result.returncode == 0, result.stdout + result.stderr
+    place = Path(environ["DATASET_DIR"])
+    assert (place / "MNIST/raw/a.gz").read_bytes() == objects["mnist/MNIST/raw/a.gz"]
+    assert not (place / "c").exists() and not (place / "other").exists()
+    gone = stager({**environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})  # nothing answers there
+    assert gone.returncode == 0 and "nothing fetched" in gone.stdout
+
+
+def test_a_missing_bucket_or_an_empty_prefix_is_refused_naming_the_uri(s3, tmp_path):
+    for uri in ("s3://no-such-bucket/x", "s3://team-data/nothing-here"):
+        s3.client().create_bucket(Bucket="team-data")
+        result = stager({**sources("model", uri, tmp_path), **s3.environ})
+        assert result.returncode == BAD_CONFIG and f"stage: error: {uri}" in result.stdout, result.stdout
+
+
+def test_offline_with_nothing_staged_says_how_to_stage(hub, tmp_path):
+    hub.add("org/tiny-bert", TINY_MODEL)
+    result = stager({**sources("model", "hf://org/tiny-bert", tmp_path), "HF_ENDPOINT": hub.url,
+                     "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == BAD_CONFIG and "HF_HUB_OFFLINE" in result.stdout, result.stdout
+    assert hub.log == []

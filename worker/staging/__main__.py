@@ -1,0 +1,125 @@
+"""python -m worker.staging: stage the model and dataset the environment names (INDEXED_TRAINER_MODEL_URI,
+INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), as index 0 or as an index that waits."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from trainer_contract import exit_codes
+from trainer_contract.launcher import write_termination_message
+from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, StorageUri, StorageUriError, parse
+from worker.staging import place
+from worker.staging.errors import StagingError, with_retries
+
+# How often index 0 tries a source before it gives up and lets the pod restart (retryable failures only), and
+# how long it waits first (doubling).
+ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED_TRAINER_STAGING_RETRY_SECONDS"
+
+
+def say(message: str) -> None:
+    print(f"stage: {message}", flush=True)
+
+
+def index_of(environ: Mapping[str, str]) -> int:
+    """This pod's or node's index: the Indexed Job's completion index, Slurm's node id, else 0."""
+    return int(environ.get("JOB_COMPLETION_INDEX") or environ.get("SLURM_NODEID") or 0)
+
+
+# The library each scheme needs (the staging extra: pip install 'indexed-trainer[staging]').
+LIBRARIES = {"hf": "huggingface_hub", "s3": "boto3"}
+
+
+def _fetcher(uri: StorageUri) -> Callable:
+    try:
+        if uri.scheme == "hf":
+            import huggingface_hub  # noqa: F401
+
+            from worker.staging import fetch_hf
+
+            return fetch_hf.fetch
+        if uri.scheme == "s3":
+            import boto3  # noqa: F401
+
+            from worker.staging import fetch_s3
+
+            return fetch_s3.fetch
+    except ImportError:
+        raise StagingError(f"{uri.text}: {LIBRARIES[uri.scheme]} is not installed here: pip install "
+                           "'indexed-trainer[staging]' (the image has it)", retryable=False) from None
+    from worker.staging import fetch_https
+
+    return fetch_https.fetch
+
+
+def stage(role: str, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
+    """Index 0's part: nothing when the marker is there, else fetch, verify, publish."""
+    what = f"{role} {uri.describe}"
+    marker = place.marker_of(where)
+    if marker is not None:
+        say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
+        return
+    started = time.monotonic()
+    fetch = _fetcher(uri)
+
+    def attempt() -> dict:
+        temporary = place.temporary_for(where)
+        progress = place.Progress(where, what, say)
+        return {"source": fetch(uri, temporary, progress), "temporary": temporary}
+
+    done = with_retries(attempt, attempts=int(environ.get(ATTEMPTS_VARIABLE, "4")),
+                        first_delay=float(environ.get(DELAY_VARIABLE, "2")), say=say)
+    record = {"uri": uri.text, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **done["source"]}
+    place.publish(done["temporary"], where, record)
+    seconds = time.monotonic() - started
+    say(f"{what} staged at {where} in {seconds:.1f} s")
+
+
+def run(environ: Mapping[str, str]) -> int:
+    index = index_of(environ)
+    for role in STAGED_ROLES:
+        text = environ.get(URI_VARIABLES[role])
+        if not text:
+            continue
+        uri = parse(text, role)
+        where = Path(environ.get(PATH_VARIABLES[role]) or uri.staged_path(os.getcwd(), role))
+        if uri.scheme == "path":
+            if not where.exists():
+                raise StagingError(f"{role} {uri.text}: no such path on the shared volume; copy it there, or "
+                                   "give an hf://, s3:// or https:// URI to stage", retryable=False)
+            say(f"{role} is read from {where}, already on the shared volume")
+        elif index == 0:
+            stage(role, uri, where, environ)
+        else:
+            marker = place.wait_for(where, f"{role} {uri.describe}", say)
+            say(f"{role} {uri.describe} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+    return exit_codes.OK
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    try:
+        return run(environ)
+    except (StorageUriError, StagingError) as error:
+        retryable = getattr(error, "retryable", False)
+        code = exit_codes.DATA_UNAVAILABLE if retryable else exit_codes.BAD_CONFIG
+        say(f"error: {error}; exiting {code}")
+        write_termination_message(f"exit {code}: staging failed: {error}")
+        return code
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            message = (f"the shared volume is full ({error.filename or ''}): raise shared_volume.size or free "
+                       "space there")
+            say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")
+            write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
+            return exit_codes.BAD_CONFIG
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
