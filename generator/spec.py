@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from trainer_contract import variables
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
-from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, Role, StorageUri
+from trainer_contract.storage import EXPORT_VARIABLE, PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, Role, StorageUri
 from trainer_contract.storage import parse as parse_storage_uri
 
 Launcher = Literal["indexed-trainer", "torchrun"]
@@ -135,7 +135,9 @@ class JobSpec:
                   if role in STAGED_ROLES}
         # a staged dataset is the data (the built-in worker reads DATA_DIR/MNIST/raw/)
         data = staged.get(PATH_VARIABLES["dataset"], f"{shared}/data")
-        return {"DATA_DIR": data, "OUTPUT_DIR": f"{shared}/runs/{self.name}", **staged}
+        output = f"{shared}/runs/{self.name}"
+        export = {EXPORT_VARIABLE: f"{output}/export"} if "export" in self.storage else {}
+        return {"DATA_DIR": data, "OUTPUT_DIR": output, **staged, **export}
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's
@@ -206,7 +208,9 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         max_restarts=values["max_restarts"],
         grace_seconds=values["termination_grace_period_seconds"],
         working_dir=values["working_dir"],
-        launcher=entry["launcher"] or ("indexed-trainer" if built_in else "torchrun"),
+        # the indexed-trainer launcher passes the worker's exit codes on and uploads an export; torchrun alone
+        # is the default for another program that needs neither
+        launcher=entry["launcher"] or ("indexed-trainer" if built_in or "export" in sources else "torchrun"),
         built_in_worker=built_in,
         program=tuple((["-m", module] if module is not None else [entry["script"]]) + entry["args"]),
         environment=dict(sorted(environment.items())),

@@ -259,8 +259,19 @@ def name_length_problem(name: str, replicas: int | None) -> str | None:
 def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
-    return neutral_problems(values) + [problem for target in targets().values()
-                                       for problem in target.option_problems(spec)]
+    return neutral_problems(values) + list(_storage_use_problems(spec)) + [
+        problem for target in targets().values() for problem in target.option_problems(spec)]
+
+
+def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
+    """What the storage URIs need of the rest of the job."""
+    if "export" in spec.storage and spec.launcher != "indexed-trainer":
+        yield ("export.storage_uri: the indexed-trainer launcher uploads the export when training ends, and "
+               "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
+               "indexed-trainer)")
+    if "checkpoint" in spec.storage:
+        yield ("checkpoint.storage_uri: mirroring checkpoints to a bucket is not available yet: leave it null (the "
+               "checkpoints stay on the shared volume; export.storage_uri uploads the trained model)")
 
 
 def neutral_problems(values: dict) -> list[str]:

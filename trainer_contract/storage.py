@@ -34,6 +34,11 @@ PATH_VARIABLES = {"model": "MODEL_DIR", "dataset": "DATASET_DIR"}
 # What the stager reads: the URIs as the values give them (rendered into the ConfigMap with the rest).
 URI_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_URI", "dataset": "INDEXED_TRAINER_DATASET_URI",
                  "export": "INDEXED_TRAINER_EXPORT_URI", "checkpoint": "INDEXED_TRAINER_CHECKPOINT_URI"}
+# Where a program leaves what export.storage_uri uploads when training ends (the built-in worker: its model,
+# summary, metrics and a model card), and the object written last under the export's prefix, listing every
+# file: a reader takes the export as complete only when it is there.
+EXPORT_VARIABLE = "EXPORT_DIR"
+COMPLETE_OBJECT = ".indexed-trainer-complete.json"
 # The roles that are read before training (staged) and those written after (uploaded): uploads go to S3 only.
 STAGED_ROLES: tuple[Role, ...] = ("model", "dataset")
 UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")

@@ -128,6 +128,10 @@ class TrainConfig:
     mnist_checksums: Path | None = _setting(
         "MNIST_CHECKSUMS", _optional_path, None, "A sha256sum-format file of the mirror's .gz files, for a mirror "
         "serving other files than the official ones; empty: the official MD5s.")
+    export_dir: Path | None = _setting(
+        "EXPORT_DIR", _optional_path, None,
+        "Rank 0 exports the trained model here when training ends (model.pt, model.json, metrics.jsonl and a "
+        "README.md model card); export.storage_uri sets it and uploads it; empty: no export.")
     mnist_sample_fallback: bool = _setting(
         "MNIST_SAMPLE_FALLBACK", _boolean, False,
         "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "

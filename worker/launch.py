@@ -38,11 +38,11 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
-from trainer_contract import exit_codes, launcher, variables
+from trainer_contract import exit_codes, launcher, storage, variables
 from trainer_contract.exit_codes import signal_exit_code
 from trainer_contract.launcher import BUILT_IN_WORKER, write_termination_message
 from trainer_contract.variables import ConfigError
-from worker import settings
+from worker import export, settings
 from worker.config import build_parser, load_config
 from worker.gang_ledger import WAIT_SECONDS, GangLedger
 
@@ -156,9 +156,35 @@ def gang_ledger(args) -> GangLedger | None:
     return GangLedger(config.output_dir, int(args.node_rank), nodes)
 
 
+def upload_export(args, environ=os.environ) -> int:
+    """Node 0 of a completed run uploads EXPORT_DIR to export.storage_uri (the built-in worker's export is written
+    first if the run finished before one was asked for); the exit code the pod ends with."""
+    text = environ.get(storage.URI_VARIABLES["export"])
+    if not text or str(args.node_rank) != "0":
+        return exit_codes.OK
+    from worker.staging.errors import StagingError
+    from worker.staging.upload import upload_directory
+
+    directory = Path(environ.get(storage.EXPORT_VARIABLE) or ".")
+    try:
+        config = worker_config(args)
+        if config is not None and config.export_dir is not None and not any(directory.glob("*")) \
+                and settings.finished_run(config) is not None:
+            export.write_export(config.output_dir, directory)
+        upload_directory(storage.parse(text, "export"), directory, say)
+    except (StagingError, ConfigError, OSError) as error:
+        retryable = getattr(error, "retryable", False)
+        code = exit_codes.DATA_UNAVAILABLE if retryable else exit_codes.BAD_CONFIG
+        say(f"the export to {text} failed: {error}; exiting {code}")
+        return code
+    return exit_codes.OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     code = _launch(args)
+    if code == exit_codes.OK:
+        code = upload_export(args)
     write_termination_message(termination_message(code, args))
     return code
 

@@ -20,6 +20,7 @@ from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import ConfigError, TrainConfig
 from worker import (
     data,
+    export,
     gang_ledger,
     precision,
     previous_runs,
@@ -340,6 +341,9 @@ class Trainer:
             atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
             self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
                      f"{result.get('accuracy') or 0:.4f})")
+            if self.config.export_dir is not None:
+                names = export.write_export(self.config.output_dir, self.config.export_dir)
+                self.log(f"model exported to {self.config.export_dir} ({', '.join(names)})")
         if self.distributed:
             dist.barrier()
 

@@ -44,7 +44,6 @@ MATRIX = {
                                    "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@main",
                                    "initializer.dataset.storage_uri=s3://datasets/squad/v2",
                                    "export.storage_uri=s3://models/bert-squad",
-                                   "checkpoint.storage_uri=s3://checkpoints/bert-squad",
                                    "env_from_secrets=[s3-credentials]",
                                    "env=[{name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]"],
 }

@@ -1,6 +1,7 @@
-"""Staging through local-job, as on a cluster: 2 pods, each with the rendered "stage" init container; MNIST's
-digits in moto's S3 (a real S3 server on 127.0.0.1), credentials from a Secret (local-job --secret): index 0
-stages them once, index 1 waits, both train to the documented accuracy; a second run fetches nothing."""
+"""Staging and export through local-job, as on a cluster: 2 pods, each with the rendered "stage" init container;
+MNIST's digits in moto's S3 (a real S3 server on 127.0.0.1), credentials from a Secret (local-job --secret):
+index 0 stages them once, index 1 waits, both train; index 0's launcher uploads the export, which round-trips;
+a second run fetches nothing."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accurac
     try:
         client = s3.client()
         client.create_bucket(Bucket="team-data")
+        client.create_bucket(Bucket="team-models")
         for name, data in dataset_files().items():
             client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
         secret = tmp_path / "s3-credentials.env"
         secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         manifests = gen_manifests("name=staged-mnist", "replicas=2", "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
                                   "initializer.dataset.storage_uri=s3://team-data/mnist",
+                                  "export.storage_uri=s3://team-models/mnist/run-1",
                                   "env_from_secrets=[s3-credentials]")
         claim = tmp_path / "volume"
         claim.mkdir()
@@ -45,11 +48,22 @@ def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accurac
         summary = json.loads((claim / "runs/staged-mnist/model.json").read_text())
         assert summary["accuracy"] >= 0.95, summary  # 2 epochs; the 5-epoch run reaches 0.985
         assert "testing" not in log.replace("s3://", "")  # the Secret's values are never printed
+        # the export, in the bucket: every file as on the volume, the listing last
+        export = claim / "runs/staged-mnist/export"
+        listing = json.loads(client.get_object(Bucket="team-models", Key=f"mnist/run-1/{storage.COMPLETE_OBJECT}")
+                             ["Body"].read())
+        assert set(listing["files"]) == {"model.pt", "model.json", "metrics.jsonl", "README.md"}
+        for name in listing["files"]:
+            stored = client.get_object(Bucket="team-models", Key=f"mnist/run-1/{name}")["Body"].read()
+            assert stored == (export / name).read_bytes(), name
+        assert (export / "model.pt").read_bytes() == (claim / "runs/staged-mnist/model.pt").read_bytes()
+        assert re.search(r"^\[staged-mnist-0-\w{5}\] launcher: uploaded 4 files .* to s3://team-models/mnist/run-1",
+                         log, re.M)
+
+        # the rerun stages nothing (the marker), finds the run complete and the export already in the bucket
+        rerun, log, _ = run_local_job(tmp_path, manifests, claim, CLAIM, env=env, extra=extra)
+        assert rerun.returncode == 0, log[-3000:]
+        assert "is already staged at" in log and "nothing fetched" in log
+        assert "already holds these 4 files: nothing uploaded" in log
     finally:
         s3.close()
-
-    # the bucket is gone: the rerun stages nothing (the marker) and finds the run complete
-    rerun, log, _ = run_local_job(tmp_path, manifests, claim, CLAIM,
-                                  env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, extra=extra)
-    assert rerun.returncode == 0, log[-3000:]
-    assert "is already staged at" in log and "nothing fetched" in log

@@ -1,0 +1,91 @@
+"""Exports to a bucket (worker/staging/upload.py) against moto's S3 server: every file, then the listing object
+last; the same files again transfer nothing; an upload cut off never shows as complete."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.storage_servers import S3Server
+from trainer_contract import storage
+from worker.staging import upload
+from worker.staging.errors import StagingError
+from worker.staging.upload import complete_record, upload_directory
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    saved = {key: os.environ.get(key) for key in server.environ}
+    os.environ.update(server.environ)  # boto3 in this process reaches moto
+    server.client().create_bucket(Bucket="team-models")
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.close()
+
+
+def _export(tmp_path, files: dict[str, bytes]):
+    directory = tmp_path / "export"
+    for name, data in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+    return directory
+
+
+def test_an_export_round_trips_and_its_listing_is_written_last(s3, tmp_path):
+    files = {"model.pt": os.urandom(50_000), "model.json": b"{}", "tokenizer/vocab.txt": b"a\nb\n"}
+    uri = storage.parse("s3://team-models/mnist/run-1", "export")
+    said: list[str] = []
+    upload_directory(uri, _export(tmp_path, files), said.append)
+    client = s3.client()
+    for name, data in files.items():
+        assert client.get_object(Bucket="team-models", Key=f"mnist/run-1/{name}")["Body"].read() == data
+    record = complete_record(client, uri)
+    assert set(record["files"]) == set(files) and record["files"]["model.pt"]["bytes"] == 50_000
+    assert said == ["uploaded 3 files (0.1 MB) to s3://team-models/mnist/run-1"]
+
+    again: list[str] = []
+    upload_directory(uri, _export(tmp_path, files), again.append)
+    assert again == ["s3://team-models/mnist/run-1 already holds these 3 files: nothing uploaded"]
+
+
+def test_an_upload_cut_off_never_shows_as_complete(s3, tmp_path, monkeypatch):
+    uri = storage.parse("s3://team-models/mnist/run-2", "export")
+    directory = _export(tmp_path, {"a.bin": b"a", "b.bin": b"b"})
+    upload_directory(uri, directory, lambda _: None)
+    (directory / "a.bin").write_bytes(b"a changed")
+
+    class CutOff:  # the real client, whose second file upload is cut off
+        def __init__(self, real):
+            self.real, self.uploads = real, 0
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def upload_file(self, *args, **kwargs):
+            self.uploads += 1
+            if self.uploads == 2:
+                raise ConnectionResetError("connection reset by peer")
+            return self.real.upload_file(*args, **kwargs)
+
+    real_client = upload.client
+    monkeypatch.setattr(upload, "client", lambda: CutOff(real_client()))
+    with pytest.raises(StagingError) as raised:
+        upload_directory(uri, directory, lambda _: None)
+    assert raised.value.retryable  # the launcher exits 69: the pod is restarted and uploads again
+    assert complete_record(s3.client(), uri) is None  # the old listing is gone, no new one was written
+    monkeypatch.setattr(upload, "client", real_client)
+    upload_directory(uri, directory, lambda _: None)  # the retry completes it
+    assert complete_record(s3.client(), uri)["files"]["a.bin"]["bytes"] == len(b"a changed")
+
+
+def test_nothing_to_upload_is_refused_with_the_directory_named(s3, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StagingError, match="holds no file") as raised:
+        upload_directory(storage.parse("s3://team-models/x", "export"), tmp_path / "empty", print)
+    assert not raised.value.retryable
