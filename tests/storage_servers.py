@@ -200,24 +200,31 @@ class HubServer(_Server):
         request._send(404, json.dumps({"error": code}).encode(),
                       {"Content-Type": "application/json", "X-Error-Code": code})
 
-    def _info(self, request: _Common, repo_type: str, repo_id: str, revision: str) -> None:
+    def _revision(self, request: _Common, repo_type: str, repo_id: str, revision: str):
+        """The revision's (commit, files), or None after answering 404 as the Hub does."""
         revisions = self.repos.get((repo_type, repo_id))
         if revisions is None:
-            return self._missing(request, "RepoNotFound")
-        if revision not in revisions:
-            return self._missing(request, "RevisionNotFound")
-        commit, files = revisions[revision]
+            self._missing(request, "RepoNotFound")
+        elif revision not in revisions:
+            self._missing(request, "RevisionNotFound")
+        else:
+            return revisions[revision]
+        return None
+
+    def _info(self, request: _Common, repo_type: str, repo_id: str, revision: str) -> None:
+        found = self._revision(request, repo_type, repo_id, revision)
+        if found is None:
+            return
+        commit, files = found
         body = {"id": repo_id, "sha": commit, "private": False,
                 "siblings": [self._sibling(name, data) for name, data in sorted(files.items())]}
         request._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
     def _file(self, request: _Common, repo_type: str, repo_id: str, revision: str, name: str, head: bool) -> None:
-        revisions = self.repos.get((repo_type, repo_id))
-        if revisions is None:
-            return self._missing(request, "RepoNotFound")
-        if revision not in revisions:
-            return self._missing(request, "RevisionNotFound")
-        commit, files = revisions[revision]
+        found = self._revision(request, repo_type, repo_id, revision)
+        if found is None:
+            return
+        commit, files = found
         if name not in files:
             return self._missing(request, "EntryNotFound")
         data = files[name]

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from trainer_contract.storage import StorageUri
 from worker.staging.errors import StagingError
-from worker.staging.place import Progress, check_room
-
-CHUNK = 1 << 20
+from worker.staging.place import CHUNK, Progress, check_room
 
 
 def classify(uri: StorageUri, error: Exception) -> StagingError:

@@ -13,9 +13,8 @@ from urllib.parse import urlparse
 
 from trainer_contract.storage import StorageUri
 from worker.staging.errors import StagingError
-from worker.staging.place import Progress, check_room
+from worker.staging.place import Progress, check_room, copy_stream
 
-CHUNK = 1 << 20
 TIMEOUT = 60.0  # seconds without a byte before a read gives up (retried)
 
 
@@ -38,7 +37,9 @@ def _download(uri: StorageUri, target: Path, progress: Progress) -> tuple[str, i
             expected = int(length) if length and length.isdigit() else None
             progress.total = expected
             check_room(target.parent, expected)
-            digest, size = _copy(response, target, progress)
+            sha256 = hashlib.sha256()
+            size = copy_stream(response, target, progress, sha256)
+            digest = sha256.hexdigest()
     except urllib.error.HTTPError as error:
         raise _http_error(uri, error.code, error.reason) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
@@ -47,17 +48,6 @@ def _download(uri: StorageUri, target: Path, progress: Progress) -> tuple[str, i
     if expected is not None and size != expected:
         raise StagingError(f"{uri.url}: got {size} bytes, the server announced {expected}", retryable=True)
     return digest, size
-
-
-def _copy(response, target: Path, progress: Progress) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(target, "wb") as out:
-        while chunk := response.read(CHUNK):
-            out.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
-            progress.add(len(chunk))
-    return digest.hexdigest(), size
 
 
 def _http_error(uri: StorageUri, status: int, reason: object) -> StagingError:

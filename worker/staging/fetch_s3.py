@@ -9,9 +9,8 @@ from pathlib import Path, PurePosixPath
 
 from trainer_contract.storage import StorageUri
 from worker.staging.errors import StagingError
-from worker.staging.place import Progress, check_room
+from worker.staging.place import Progress, check_room, copy_stream
 
-CHUNK = 1 << 20
 # botocore's error codes that retrying cannot fix
 _REFUSED = {"AccessDenied": 403, "InvalidAccessKeyId": 403, "SignatureDoesNotMatch": 403, "AllAccessDisabled": 403,
             "NoSuchBucket": 404, "NoSuchKey": 404, "403": 403, "404": 404, "401": 401}
@@ -82,13 +81,8 @@ def _relative(uri: StorageUri, key: str) -> str:
 def _download(s3, uri: StorageUri, item: dict, target: Path, progress: Progress) -> dict:
     target.parent.mkdir(parents=True, exist_ok=True)
     body = s3.get_object(Bucket=uri.bucket, Key=item["Key"])["Body"]
-    md5, size = hashlib.md5(usedforsecurity=False), 0
-    with open(target, "wb") as out:
-        while chunk := body.read(CHUNK):
-            out.write(chunk)
-            md5.update(chunk)
-            size += len(chunk)
-            progress.add(len(chunk))
+    md5 = hashlib.md5(usedforsecurity=False)
+    size = copy_stream(body, target, progress, md5)
     etag = item.get("ETag", "").strip('"')
     if size != item["Size"] or ("-" not in etag and etag and etag != md5.hexdigest()):
         raise StagingError(f"{uri.text}: {item['Key']} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; "

@@ -17,6 +17,7 @@ from trainer_contract.storage import MARKER
 from worker.staging.errors import StagingError
 
 MB = 1_000_000
+CHUNK = 1 << 20
 
 
 def progress_file(place: Path) -> Path:
@@ -61,6 +62,18 @@ class Progress:
     def _publish(self) -> None:
         record = {"what": self.what, "done": self.done, "total": self.total, "at": time.time()}
         atomic_write(progress_file(self.place), json.dumps(record).encode())
+
+
+def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
+    """Copy the readable ``stream`` into the file ``target``, feeding ``digest`` and ``progress``; the size."""
+    size = 0
+    with open(target, "wb") as out:
+        while chunk := stream.read(CHUNK):
+            out.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+            progress.add(len(chunk))
+    return size
 
 
 def check_room(place: Path, needed: int | None) -> None:
