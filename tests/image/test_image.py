@@ -177,6 +177,44 @@ def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tm
             podman("rm", "--force", name, check=False)
 
 
+def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(podman, image, tmp_path):
+    """The image's stager as the Job's "stage" init container runs it (read-only root, uid 10001, the Hub on
+    this machine through HF_ENDPOINT): the model lands on the volume, verified, once; nothing is written
+    outside /tmp and the volume; index 1 finds it staged."""
+    from tests.storage_servers import HubServer
+
+    hub = HubServer()
+    files = {"config.json": b'{"hidden_size": 32}\n', "model.safetensors": os.urandom(200_000)}
+    commit = hub.add("org/tiny-bert", files)
+    try:
+        rendered = subprocess.run(
+            [str(BIN / "gen-manifests"), "--set", "initializer.model.storage_uri=hf://org/tiny-bert",
+             "--set", f"env=[{{name: HF_ENDPOINT, value: '{hub.url}'}}]"],
+            capture_output=True, text=True, check=True, timeout=60)
+        documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout)}
+        job, config = documents["Job"], documents["ConfigMap"]
+        stage = next(c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "stage")
+        home = volume(tmp_path)
+        outputs = []
+        for index in (0, 1):
+            name = f"it-stage-{index}-{os.getpid()}"
+            args = pod_container_args(job, config, stage, index, home)
+            podman("run", "--name", name, *[image if a == "IMAGE" else a for a in args], timeout=300, check=False)
+            try:
+                outputs.append(logs(podman, name))
+                assert podman.exit_code(name) == 0, outputs[-1]
+                assert written_outside_the_volume(podman, name) == []
+            finally:
+                podman("rm", "--force", name, check=False)
+        place = home / "staged/models/hf/org--tiny-bert/main"
+        assert (place / "model.safetensors").read_bytes() == files["model.safetensors"]
+        assert sorted(hub.fetched()) == sorted(f"/org/tiny-bert/resolve/{commit}/{name}" for name in files)
+        assert "staged at /pvc-home/staged/models/hf/org--tiny-bert/main" in outputs[0]
+        assert "by index 0" in outputs[1]
+    finally:
+        hub.close()
+
+
 README_TAG = "indexed-trainer/worker:0.1.0"
 
 

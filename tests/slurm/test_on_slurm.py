@@ -165,3 +165,36 @@ def test_clean_slurm_cancels_the_job(cluster, tmp_path, digits, node_venv):
     assert result.returncode == 0, result.stderr
     assert "cancelled the Slurm jobs named mnist-train" in result.stderr
     assert wait_for(cluster, job_id, timeout=120)["JobState"] == "CANCELLED"
+
+
+def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_and_exported(cluster, tmp_path, node_venv):
+    """The seed's sbatch path with staging: one step before training stages the digits from moto's S3 (node 0
+    fetches, node 1 waits), the nodes train, node 0 exports the model to another bucket; the credentials come
+    from the environment sbatch runs in, as on a site."""
+    from tests.storage_servers import S3Server
+
+    s3 = S3Server()
+    try:
+        client = s3.client()
+        for bucket in ("team-data", "team-models"):
+            client.create_bucket(Bucket=bucket)
+        for name, data in dataset_files().items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        prepare(tmp_path, shared, node_venv, "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
+                "initializer.dataset.storage_uri=s3://team-data/mnist", "export.storage_uri=s3://team-models/run-1")
+        (shared / "logs").mkdir()
+        submitted = cluster.run(["sbatch", "--parsable", str(tmp_path / "build" / "job.sbatch")], cwd=shared,
+                                env=s3.environ)
+        state = wait_for(cluster, submitted.stdout.strip().split(";")[0])
+        log = job_log(shared)
+        assert state["JobState"] == "COMPLETED", log[-4000:]
+        assert log.count("stage: dataset s3://team-data/mnist staged at") == 2, log[-4000:]  # node 0, node 1
+        assert log.count("by index 0") == 1 and "waiting for index 0" in log
+        summary = json.loads((shared / "runs/mnist-train/model.json").read_text())
+        assert summary["accuracy"] >= 0.95 and summary["data"] == "mnist"
+        exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()
+        assert exported == (shared / "runs/mnist-train/model.pt").read_bytes()
+    finally:
+        s3.close()

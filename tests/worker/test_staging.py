@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import BIN, OUTSIDE
 from tests.storage_servers import FileServer, HubServer, S3Server
 from trainer_contract import storage
-from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE
+from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, PEER_LOST
 
 TINY_MODEL = {"config.json": b'{"model_type": "bert", "hidden_size": 32}\n', "vocab.txt": b"[PAD]\n[UNK]\nhello\n",
               "model.safetensors": os.urandom(300_000)}
@@ -124,6 +124,19 @@ def test_what_the_hub_refuses_ends_at_once_with_one_line_naming_the_uri(hub, tmp
     assert len(errors) == 1 and uri in errors[0] and words in errors[0], result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "staged/models/hf").exists() or not any((tmp_path / "staged/models/hf").rglob("config.json"))
+
+
+def test_the_waiting_index_stops_as_a_victim_when_index_0_fails(hub, tmp_path):
+    """A Slurm step's other tasks keep running when one fails: the waiters must end too, as victims (75, not
+    counted), while index 0's own code says why."""
+    environ = {**sources("model", "hf://org/missing", tmp_path), "HF_ENDPOINT": hub.url}
+    follower = stager(environ, index=1, wait=False)
+    time.sleep(1.0)  # waiting before index 0 starts
+    leader = stager(environ)
+    output, _ = follower.communicate(timeout=60)
+    assert leader.returncode == BAD_CONFIG
+    assert follower.returncode == PEER_LOST, output
+    assert "index 0 failed to stage: hf://org/missing" in output
 
 
 def test_a_private_repository_is_staged_with_the_token_from_the_environment(hub, tmp_path):

@@ -80,6 +80,11 @@ def stage(role: str, uri: StorageUri, where: Path, environ: Mapping[str, str]) -
     say(f"{what} staged at {where} in {seconds:.1f} s")
 
 
+def _code(error: Exception) -> int:
+    """Retryable: the pod is restarted (counted); not: the Job fails at once."""
+    return exit_codes.DATA_UNAVAILABLE if getattr(error, "retryable", False) else exit_codes.BAD_CONFIG
+
+
 def run(environ: Mapping[str, str]) -> int:
     index = index_of(environ)
     for role in STAGED_ROLES:
@@ -94,7 +99,11 @@ def run(environ: Mapping[str, str]) -> int:
                                    "give an hf://, s3:// or https:// URI to stage", retryable=False)
             say(f"{role} is read from {where}, already on the shared volume")
         elif index == 0:
-            stage(role, uri, where, environ)
+            try:
+                stage(role, uri, where, environ)
+            except StagingError as error:  # the waiting indexes stop with it
+                place.record_failure(where, str(error), _code(error))
+                raise
         else:
             marker = place.wait_for(where, f"{role} {uri.describe}", say)
             say(f"{role} {uri.describe} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
@@ -105,9 +114,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     try:
         return run(environ)
+    except place.LeaderFailed as error:  # a victim: index 0's own failure is the one counted
+        say(f"index 0 failed to stage: {error}; exiting {exit_codes.PEER_LOST}")
+        write_termination_message(f"exit {exit_codes.PEER_LOST}: index 0 failed to stage: {error}")
+        return exit_codes.PEER_LOST
     except (StorageUriError, StagingError) as error:
-        retryable = getattr(error, "retryable", False)
-        code = exit_codes.DATA_UNAVAILABLE if retryable else exit_codes.BAD_CONFIG
+        code = _code(error)
         say(f"error: {error}; exiting {code}")
         write_termination_message(f"exit {code}: staging failed: {error}")
         return code

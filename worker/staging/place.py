@@ -24,6 +24,20 @@ def progress_file(place: Path) -> Path:
     return place.parent / f".progress-{place.name}.json"
 
 
+def failure_file(place: Path) -> Path:
+    """Where index 0 says it failed, so that the waiting indexes stop too (a Slurm step's other tasks keep
+    running when one fails)."""
+    return place.parent / f".failed-{place.name}.json"
+
+
+class LeaderFailed(Exception):
+    """Index 0 failed to stage what this index waits for."""
+
+
+def record_failure(place: Path, message: str, code: int) -> None:
+    atomic_write(failure_file(place), json.dumps({"message": message, "code": code, "at": time.time()}).encode())
+
+
 def marker_of(place: Path) -> dict | None:
     """The marker of a staged place, or None where nothing is staged (yet)."""
     try:
@@ -102,6 +116,7 @@ def temporary_for(place: Path) -> Path:
     """An empty directory beside ``place`` to fetch into; what an interrupted fetch left there is removed (only
     index 0 fetches, and its previous pod has ended before a new one starts)."""
     place.parent.mkdir(parents=True, exist_ok=True)
+    failure_file(place).unlink(missing_ok=True)  # this attempt is not the one that failed
     temporary = place.parent / f"{TEMP_PREFIX}{place.name}"
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir()
@@ -111,14 +126,27 @@ def temporary_for(place: Path) -> Path:
 def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float = 10.0,
              poll: float = 0.5) -> dict:
     """Wait until index 0 has staged ``place``; say what for every ``every`` seconds."""
-    started = last = time.monotonic()
+    started, since = time.monotonic(), time.time()
+    last = started
     say(f"waiting for index 0 to stage {what} at {place}")
     while (marker := marker_of(place)) is None:
+        _raise_if_failed(place, since)
         time.sleep(poll)
         if time.monotonic() - last >= every:
             last = time.monotonic()
             say(_waiting_line(place, what, last - started))
     return marker
+
+
+def _raise_if_failed(place: Path, since: float) -> None:
+    """LeaderFailed when index 0 recorded a failure after this index began to wait (an older one is from an
+    attempt before, which index 0's next attempt clears)."""
+    try:
+        record = json.loads(failure_file(place).read_text())
+    except (OSError, ValueError):
+        return
+    if record.get("at", 0) >= since:
+        raise LeaderFailed(record.get("message", "index 0 failed"))
 
 
 def _waiting_line(place: Path, what: str, waited: float) -> str:
