@@ -101,7 +101,7 @@ def run(environ: Mapping[str, str]) -> int:
         elif index == 0:
             try:
                 stage(role, uri, where, environ)
-            except StagingError as error:  # the waiting indexes stop with it
+            except (StagingError, OSError) as error:  # the waiting indexes stop with it
                 place.record_failure(where, str(error), _code(error))
                 raise
         else:
@@ -123,14 +123,13 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         say(f"error: {error}; exiting {code}")
         write_termination_message(f"exit {code}: staging failed: {error}")
         return code
-    except OSError as error:
-        if error.errno == errno.ENOSPC:
-            message = (f"the shared volume is full ({error.filename or ''}): raise shared_volume.size or free "
-                       "space there")
-            say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")
-            write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
-            return exit_codes.BAD_CONFIG
-        raise
+    except OSError as error:  # the shared volume: full, or not writable by the pod's user
+        fix = ("raise shared_volume.size or free space there" if error.errno == errno.ENOSPC else
+               "check that the pod's user may write there (security.fs_group)")
+        message = f"the shared volume: {error.strerror or error} ({error.filename or ''}): {fix}"
+        say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")
+        write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
+        return exit_codes.BAD_CONFIG
 
 
 if __name__ == "__main__":
