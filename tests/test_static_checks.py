@@ -61,3 +61,7 @@ def test_the_image_builds_every_package_the_wheel_ships():
     dockerfile = (ROOT / "Dockerfile").read_text()
     missing = [package for package in PRODUCT if f"COPY {package} ./{package}\n" not in dockerfile]
     assert not missing, f"the Dockerfile does not copy {missing}"
+    # .dockerignore lets only what the Dockerfile copies into the build context
+    allowed = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    filtered = [package for package in PRODUCT if f"!{package}/" not in allowed]
+    assert not filtered, f".dockerignore keeps {filtered} out of the build context"
