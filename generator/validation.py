@@ -411,9 +411,9 @@ def validate_values(values: dict) -> JobSpec:
 
 
 def _storage_problems(values: dict) -> tuple[list[str], dict, list[str]]:
-    """Each storage URI that cannot be used, as ``key: why``; the values with those set to null (so that the
-    spec can be built and the other rules checked), and their keys."""
-    problems, replaced = [], []
+    """Each storage URI that cannot be used, as ``key: why``; the values with those set to null (a copy: so that
+    the spec can be built and the other rules checked), and their keys."""
+    problems, replaced, checked = [], [], values
     for role, keys in STORAGE_KEYS.items():
         text = storage_uri_text(values, role)
         if text is None:
@@ -424,12 +424,13 @@ def _storage_problems(values: dict) -> tuple[list[str], dict, list[str]]:
             where = ".".join(keys)
             problems.append(f"{where}: {exc}")
             replaced.append(where)
-            values = copy.deepcopy(values) if not replaced[:-1] else values
-            node = values
+            if checked is values:
+                checked = copy.deepcopy(values)
+            node = checked
             for key in keys[:-1]:
                 node = node[key]
             node[keys[-1]] = None
-    return problems, values, replaced
+    return problems, checked, replaced
 
 
 def _messages(error, values: Any, errors: list) -> list[str]:
