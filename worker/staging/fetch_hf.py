@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trainer_contract.storage import StorageUri
 from worker.staging.errors import StagingError
-from worker.staging.place import CHUNK, Progress, check_room
+from worker.staging.place import Progress, check_room, file_digest
 
 
 def classify(uri: StorageUri, error: Exception) -> StagingError:
@@ -75,18 +75,11 @@ def _verify(uri: StorageUri, path: Path, sibling) -> dict:
     size = path.stat().st_size
     lfs = getattr(sibling, "lfs", None)
     if lfs is not None:
-        digest, expected = _hash(path, hashlib.sha256()), lfs.sha256
+        digest, expected = file_digest(path, hashlib.sha256()), lfs.sha256
     else:
-        digest, expected = _hash(path, hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)), \
+        digest, expected = file_digest(path, hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)), \
             sibling.blob_id
     if (sibling.size is not None and size != sibling.size) or (expected and digest != expected):
         raise StagingError(f"{uri.text}: {sibling.rfilename} arrived damaged ({size} bytes, digest {digest}; the "
                            f"Hub lists {sibling.size} bytes, {expected})", retryable=True)
     return {"bytes": size, "sha256" if lfs is not None else "blob_id": digest}
-
-
-def _hash(path: Path, digest) -> str:
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -90,6 +90,14 @@ def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
     return size
 
 
+def file_digest(path: Path, digest) -> str:
+    """``digest`` (a hashlib object, maybe already fed a prefix) of the file at ``path``, in hex."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_room(place: Path, needed: int | None) -> None:
     """Refuse to start a download the volume cannot hold."""
     if not needed:

@@ -14,16 +14,9 @@ from pathlib import Path
 from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
 from worker.staging.errors import StagingError
 from worker.staging.fetch_s3 import classify, client
+from worker.staging.place import file_digest
 
 MB = 1_000_000
-
-
-def _md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _key(uri: StorageUri, relative: str) -> str:
@@ -50,7 +43,7 @@ def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None
     files = {str(path.relative_to(directory)): path for path in sorted(directory.rglob("*")) if path.is_file()}
     if not files:
         raise StagingError(f"{uri.text}: nothing to upload: {directory} holds no file", retryable=False)
-    listing: dict[str, dict] = {relative: {"bytes": path.stat().st_size, "md5": _md5(path)}
+    listing: dict[str, dict] = {relative: {"bytes": path.stat().st_size, "md5": file_digest(path, hashlib.md5(usedforsecurity=False))}
                                 for relative, path in files.items()}
     s3 = client()
     try:
