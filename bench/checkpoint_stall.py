@@ -25,7 +25,9 @@ import torch.nn.functional as F
 
 from bench.strategy_memory import build_mlp, train_steps
 from worker import process_group, strategies
-from worker.checkpoints import CheckpointManager, Position, TrainingState
+from worker.checkpoints.layout import Position
+from worker.checkpoints.manager import CheckpointManager
+from worker.checkpoints.state import TrainingState
 from worker.distenv import read_dist_env
 from worker.model import MnistCNN
 

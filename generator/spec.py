@@ -128,6 +128,12 @@ class JobSpec:
         return {role: uri for role, uri in self.storage.items()
                 if role in STAGED_ROLES and uri.scheme != "path"}
 
+    @property
+    def runs_stager(self) -> bool:
+        """Whether the stager runs before training: to stage a source, or to restore a checkpoint from the bucket
+        onto a volume that has none."""
+        return bool(self.staged) or "checkpoint" in self.storage
+
     def placement(self, shared: str) -> dict[str, str]:
         """Where data and results go by default, under the location every node shares, and where the model and
         dataset are staged (config_map overrides)."""

@@ -269,9 +269,10 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
         yield ("export.storage_uri: the indexed-trainer launcher uploads the export when training ends, and "
                "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
                "indexed-trainer)")
-    if "checkpoint" in spec.storage:
-        yield ("checkpoint.storage_uri: mirroring checkpoints to a bucket is not available yet: leave it null (the "
-               "checkpoints stay on the shared volume; export.storage_uri uploads the trained model)")
+    if "checkpoint" in spec.storage and not spec.built_in_worker:
+        yield ("checkpoint.storage_uri: the built-in worker mirrors its checkpoints to the bucket, and this job runs "
+               f"{' '.join(spec.program[:2])}, which keeps its own: remove checkpoint.storage_uri (or upload from "
+               "your program)")
 
 
 def neutral_problems(values: dict) -> list[str]:

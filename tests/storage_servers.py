@@ -23,6 +23,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 @dataclass
 class Faults:
     """What the next requests meet: ``status`` for the next ``count`` of them; a token required; a body sent
@@ -237,10 +246,10 @@ class HubServer(_Server):
 class S3Server:
     """moto's S3 in server mode on 127.0.0.1, and the environment a process needs to reach it."""
 
-    def __init__(self):
+    def __init__(self, port: int | None = None):
         from moto.server import ThreadedMotoServer
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -15,6 +15,7 @@ knows it: MODEL_DIR and DATASET_DIR), with the revision in it: a new revision la
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -76,6 +77,11 @@ class StorageUri:
             kind = "dataset " if self.repo_type == "dataset" else ""
             return f"{kind}{self.repo}@{self.revision}"
         return self.text
+
+    def below(self, name: str) -> StorageUri:
+        """The s3:// URI of ``name`` under this one's prefix (a checkpoint's place under checkpoint.storage_uri)."""
+        prefix = f"{self.prefix}/{name}" if self.prefix else name
+        return dataclasses.replace(self, text=f"s3://{self.bucket}/{prefix}", prefix=prefix)
 
     @property
     def is_archive(self) -> bool:

@@ -10,7 +10,9 @@ from typing import Any
 
 from trainer_contract.variables import TrainConfig
 from worker import settings
-from worker.checkpoints import Checkpoint, CheckpointManager, Position
+from worker.checkpoints.found import Checkpoint
+from worker.checkpoints.layout import Position
+from worker.checkpoints.manager import CheckpointManager
 
 
 @dataclass(frozen=True)

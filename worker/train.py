@@ -29,7 +29,10 @@ from worker import (
     settings,
     strategies,
 )
-from worker.checkpoints import CheckpointManager, Position, TrainingState
+from worker.checkpoints.layout import Position
+from worker.checkpoints.manager import CheckpointManager
+from worker.checkpoints.mirror import mirror_from
+from worker.checkpoints.state import TrainingState
 from worker.distenv import DistEnv
 from worker.metrics import EpochTally, epoch_record
 from worker.model import MnistCNN, parameter_count
@@ -75,7 +78,8 @@ class Trainer:
         self.checkpoints = CheckpointManager(
             cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
             rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
-            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout)
+            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout,
+            mirror=mirror_from(os.environ, cfg.checkpoint_dir, self.log) if self.env.is_rank0 else None)
         self.start = self.decide_start()
         self.record_gang()
         self._load_data(store)

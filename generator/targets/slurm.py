@@ -148,7 +148,7 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
                              for name, group in groupby(flags, key=lambda flag: flag.group) if name != "node"),
         program=shlex.join(spec.program),
         working_dir=shlex.quote(spec.working_dir) if spec.working_dir is not None else None,
-        stage_command=" ".join(launcher.STAGE_COMMAND) if spec.staged else None,
+        stage_command=" ".join(launcher.STAGE_COMMAND) if spec.runs_stager else None,
         fail_codes=exit_codes.taking("fail"),
         stop_codes=exit_codes.taking("stop"),
     )

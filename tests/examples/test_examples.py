@@ -103,3 +103,46 @@ def test_the_example_values_render_for_a_cluster(tmp_path):
         text = render(tmp_path, example).read_text()
         assert '- "torchrun"' in text and "workingDir: \"/app\"" in text
         assert "initContainers:" not in text  # only the built-in worker has a configuration to check
+
+
+def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
+    """The README's block for examples/staged-mnist/, line by line in a new shell, against moto's S3 at the
+    127.0.0.1:9000 the values name: staged, trained, checkpoints mirrored, exported; the second local-job fetches
+    and uploads nothing. (The install line is what .ci/run did to this environment.)"""
+    from tests.mnist_data import dataset_files
+    from tests.storage_servers import S3Server, port_is_free
+    from tests.test_readme import README
+    from trainer_contract import storage
+
+    block = re.search(r"after the quick start, with `s3-credentials.env`[^\n]*\n[^\n]*\n\n```sh\n(.*?)```", README,
+                      re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    assert lines[0] == ". .venv/bin/activate" and lines[1].startswith("scripts/install.sh .venv/bin/python")
+    assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the example's S3 there"
+    s3 = S3Server(port=9000)
+    try:
+        client = s3.client()
+        for bucket in ("team-data", "team-checkpoints", "team-models"):
+            client.create_bucket(Bucket=bucket)
+        for name, data in dataset_files().items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        (tmp_path / "s3-credentials.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        (tmp_path / "examples").symlink_to(EXAMPLES)
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path),  # a new shell, .venv active
+               "XDG_STATE_HOME": str(tmp_path / "state")}
+        outputs = []
+        for line in lines[2:]:
+            result = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                    timeout=600)
+            assert result.returncode == 0, f"{line}: {result.stdout[-3000:]}{result.stderr[-2000:]}"
+            outputs.append(result.stdout)
+        first, again = outputs[1], outputs[2]
+        assert "stage: dataset s3://team-data/mnist staged at" in first
+        assert "checkpoint mirror: uploaded 1 file" in first and "launcher: uploaded 4 files" in first
+        checkpoints = client.list_objects_v2(Bucket="team-checkpoints", Prefix="mnist/")["Contents"]
+        assert f"mnist/ckpt-e0002-s000000.pt/{storage.COMPLETE_OBJECT}" in {item["Key"] for item in checkpoints}
+        assert client.get_object(Bucket="team-models", Key=f"mnist/run-1/{storage.COMPLETE_OBJECT}")
+        assert "is already staged at" in again and "already holds these 4 files: nothing uploaded" in again
+        assert "uploaded 1 file" not in again
+    finally:
+        s3.close()

@@ -131,3 +131,22 @@ def test_slurm_stages_before_training_and_a_staging_failure_ends_there():
     assert "export MODEL_DIR=\"$shared_dir/staged/models/hf/org--tiny-bert/main\"" in script
     stage = next(line for line in script.splitlines() if "worker.staging" in line)
     assert stage.startswith("srun --ntasks-per-node=1 ") and stage.endswith(" && \\")
+
+
+def test_a_checkpoint_bucket_runs_the_stager_everywhere_to_restore_onto_an_empty_volume():
+    secret = "env_from_secrets=[s3]"
+    job, config = _job_and_config("checkpoint.storage_uri=s3://team-ckpt/mnist", secret)
+    assert config["INDEXED_TRAINER_CHECKPOINT_URI"] == "s3://team-ckpt/mnist"
+    init = job["spec"]["template"]["spec"]["initContainers"]
+    assert [container["name"] for container in init] == ["check-config", "stage"]
+    script = run_main("--target", "slurm", "--set", "checkpoint.storage_uri=s3://team-ckpt/mnist").stdout
+    assert any("worker.staging" in line and line.endswith(" && \\") for line in script.splitlines())
+    assert "restores the newest complete one from checkpoint.storage_uri" in script
+
+
+def test_a_checkpoint_bucket_is_refused_for_a_program_that_keeps_its_own_checkpoints():
+    result = run_main("--set", "checkpoint.storage_uri=s3://team-ckpt/x", "--set", "env_from_secrets=[s3]",
+                      "--set", "entrypoint.module=team.train")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("gen-manifests: error: checkpoint.storage_uri: the built-in worker mirrors its "
+                                    "checkpoints to the bucket, and this job runs -m team.train")

@@ -1,7 +1,8 @@
-"""Staging and export through local-job, as on a cluster: 2 pods, each with the rendered "stage" init container;
-MNIST's digits in moto's S3 (a real S3 server on 127.0.0.1), credentials from a Secret (local-job --secret):
-index 0 stages them once, index 1 waits, both train; index 0's launcher uploads the export, which round-trips;
-a second run fetches nothing."""
+"""Staging, export and checkpoint mirroring through local-job, as on a cluster: 2 pods, each with the rendered
+"stage" init container; moto's S3 (a real S3 server on 127.0.0.1), credentials from a Secret (local-job --secret).
+MNIST from a bucket: index 0 stages it once, index 1 waits, both train; index 0's launcher uploads the export,
+which round-trips; a second run fetches nothing. Checkpoints mirrored: a run killed on one volume resumes on a
+new, empty volume from the newest complete checkpoint in the bucket, at the epoch it holds."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import re
 
 import pytest
 
-from tests.localjob.test_local_job_runs import run_local_job
+from tests.localjob.test_local_job_runs import run_local_job, volume
 from tests.mnist_data import dataset_files
 from tests.rendering import gen_manifests
 from tests.storage_servers import S3Server
+from tests.worker.launch import fault_env, recorded_epochs
 from trainer_contract import storage
+from trainer_contract.exit_codes import BAD_CONFIG
 
 pytestmark = pytest.mark.slow
 CLAIM = "staged-mnist-data"
@@ -65,5 +68,45 @@ def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accurac
         assert rerun.returncode == 0, log[-3000:]
         assert "is already staged at" in log and "nothing fetched" in log
         assert "already holds these 4 files: nothing uploaded" in log
+    finally:
+        s3.close()
+
+
+def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_path):
+    s3 = S3Server()
+    try:
+        s3.client().create_bucket(Bucket="team-ckpt")
+        secret = tmp_path / "s3-credentials.env"
+        secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        manifests = gen_manifests("name=staged-mnist", "replicas=2", "config_map={EPOCHS: '3', DOWNLOAD: 'false'}",
+                                  "checkpoint.storage_uri=s3://team-ckpt/mnist", "env_from_secrets=[s3-credentials]")
+        env = {"AWS_ENDPOINT_URL": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
+        extra = [f"--secret=s3-credentials={secret}"]
+        # the first cluster: epoch 3 never ends there (78 fails the Job at once); its checkpoints are in the bucket
+        first = volume(tmp_path, dataset_files(), "first-volume")
+        fault = fault_env(f"sleep=3@batch=3.1,rank=0; exit={BAD_CONFIG}@batch=3.1,rank=0")
+        killed, log, _ = run_local_job(tmp_path, manifests, first, CLAIM, env={**env, **fault}, extra=extra)
+        assert killed.returncode != 0, log[-3000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}\] Rank 0: checkpoint mirror: uploaded 1 file \(.* MB\) to "
+                         r"s3://team-ckpt/mnist/ckpt-e0002-s000000\.pt$", log, re.M), log[-3000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: s3://team-ckpt/mnist holds no complete "
+                         r"checkpoint: training starts from the beginning$", log, re.M)
+        mirrored = s3.client().get_object(Bucket="team-ckpt", Key="mnist/ckpt-e0002-s000000.pt/ckpt-e0002-s000000.pt")
+        assert mirrored["Body"].read() == (first / "runs/staged-mnist/checkpoints/ckpt-e0002-s000000.pt").read_bytes()
+
+        # another cluster, a new volume: the stager restores epoch 2's checkpoint, the run trains epoch 3 only
+        second = volume(tmp_path, dataset_files(), "second-volume")
+        resumed, log, status = run_local_job(tmp_path, manifests, second, CLAIM, env=env, extra=extra)
+        assert resumed.returncode == 0, log[-4000:] + resumed.stderr.decode()[-2000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: checkpoint ckpt-e0002-s000000\.pt restored from "
+                         r"s3://team-ckpt/mnist into .*/runs/staged-mnist/checkpoints \(", log, re.M), log[-4000:]
+        assert re.search(r"^\[staged-mnist-1-\w{5}/stage\] stage: index 0 decided: checkpoint ckpt-e0002", log, re.M)
+        assert "Rank 0: resuming from ckpt-e0002-s000000.pt" in log
+        output = second / "runs/staged-mnist"
+        assert recorded_epochs(output) == [3]  # no epoch twice, none missing: 1 and 2 are the first cluster's
+        assert json.loads((output / "model.json").read_text())["accuracy"] >= 0.95
+        listed = s3.client().list_objects_v2(Bucket="team-ckpt", Prefix="mnist/")["Contents"]
+        assert {item["Key"].split("/")[1] for item in listed} >= {"ckpt-e0002-s000000.pt", "ckpt-e0003-s000000.pt"}
+        assert "testing" not in log.replace("s3://", "")
     finally:
         s3.close()

@@ -168,10 +168,10 @@ def test_clean_slurm_cancels_the_job(cluster, tmp_path, digits, node_venv):
     assert wait_for(cluster, job_id, timeout=120)["JobState"] == "CANCELLED"
 
 
-def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_and_exported(cluster, tmp_path, node_venv):
+def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_exported(cluster, tmp_path, node_venv):
     """The seed's sbatch path with staging: one step before training stages the digits from moto's S3 (node 0
-    fetches, node 1 waits), the nodes train, node 0 exports the model to another bucket; the credentials come
-    from the environment sbatch runs in, as on a site."""
+    fetches, node 1 waits), the nodes train, rank 0 mirrors each checkpoint and node 0 exports the model to
+    another bucket; the credentials come from the environment sbatch runs in, as on a site."""
     from tests.storage_servers import S3Server
 
     s3 = S3Server()
@@ -184,7 +184,8 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_and_exported(cl
         shared = tmp_path / "shared"
         shared.mkdir()
         prepare(tmp_path, shared, node_venv, "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
-                "initializer.dataset.storage_uri=s3://team-data/mnist", "export.storage_uri=s3://team-models/run-1")
+                "initializer.dataset.storage_uri=s3://team-data/mnist", "export.storage_uri=s3://team-models/run-1",
+                "checkpoint.storage_uri=s3://team-models/checkpoints/run-1")
         (shared / "logs").mkdir()
         submitted = cluster.run(["sbatch", "--parsable", str(tmp_path / "build" / "job.sbatch")], cwd=shared,
                                 env=s3.environ)
@@ -197,5 +198,11 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_and_exported(cl
         assert summary["accuracy"] >= 0.95 and summary["data"] == "mnist"
         exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()
         assert exported == (shared / "runs/mnist-train/model.pt").read_bytes()
+        # the checkpoints, mirrored by rank 0 beside the training (node 0 found none to restore first)
+        assert "stage: s3://team-models/checkpoints/run-1 holds no complete checkpoint" in log
+        assert "Rank 0: checkpoint mirror: uploaded 1 file" in log
+        mirrored = client.get_object(Bucket="team-models",
+                                     Key="checkpoints/run-1/ckpt-e0002-s000000.pt/ckpt-e0002-s000000.pt")["Body"].read()
+        assert mirrored == (shared / "runs/mnist-train/checkpoints/ckpt-e0002-s000000.pt").read_bytes()
     finally:
         s3.close()

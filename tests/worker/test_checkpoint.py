@@ -7,7 +7,10 @@ import torch.nn.functional as F
 
 from trainer_contract import atomic
 from worker import strategies
-from worker.checkpoints import CheckpointManager, Position, TrainingState, layout, load_newest, single_file
+from worker.checkpoints import layout, single_file
+from worker.checkpoints.layout import Position
+from worker.checkpoints.manager import CheckpointManager, load_newest
+from worker.checkpoints.state import TrainingState
 from worker.distenv import DistEnv
 from worker.model import MnistCNN
 

@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from trainer_contract import hooks
-from worker.checkpoints import Position, TrainingState, layout, load_newest, sharded, single_file
+from worker.checkpoints import layout, sharded, single_file
+from worker.checkpoints.layout import Position
+from worker.checkpoints.manager import load_newest
+from worker.checkpoints.state import TrainingState
 
 
 def write(directory, epoch, record=None):

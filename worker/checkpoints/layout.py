@@ -32,14 +32,20 @@ class Position:
         return f"ckpt-e{self.epoch:04d}-s{self.step:06d}{suffix}"
 
 
+def position_of(name: str) -> Position | None:
+    """Where the checkpoint named ``name`` stands; None for a name that is not a checkpoint's."""
+    match = _NAME.match(name)
+    return Position(int(match.group(1)), int(match.group(2))) if match else None
+
+
 def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
     """Checkpoints in ``directory`` (files and sharded directories), newest first."""
     found = []
     if directory.is_dir():
         for path in directory.iterdir():
-            match = _NAME.match(path.name)
-            if match:
-                found.append((Position(int(match.group(1)), int(match.group(2))), path))
+            position = position_of(path.name)
+            if position is not None:
+                found.append((position, path))
     return sorted(found, key=lambda item: item[0], reverse=True)
 
 

@@ -8,6 +8,9 @@ hash, fsync, rename, prune) runs in a thread beside it. The guarantees stay: eac
 verified on reading, so the newest valid checkpoint wins whatever moment a crash picks; one write at a time, in
 order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is written before save returns; the
 model is saved only after the last checkpoint is on disk (``wait``).
+
+With checkpoint.storage_uri, rank 0 offers each published checkpoint to the mirror (mirror.py), which uploads it
+beside the training; ``close`` waits for the newest to be in the bucket.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from worker.checkpoints.staging import StagingBuffers
 from worker.checkpoints.state import TrainingState
 
 if TYPE_CHECKING:
+    from worker.checkpoints.mirror import CheckpointMirror
     from worker.strategies.base import Strategy
 
 FORMATS: tuple[ModuleType, ...] = (single_file, sharded)  # each: SUFFIX, EVERY_RANK_WRITES, begin, read, restore
@@ -70,7 +74,8 @@ class BackgroundWrite:
 
 class CheckpointManager:
     def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
-                 log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0):
+                 log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0,
+                 mirror: CheckpointMirror | None = None):
         self.directory, self.keep, self.every, self.epochs, self.rank = directory, keep, every, epochs, rank
         self.format = sharded if sharded_format else single_file
         self.log = log
@@ -78,6 +83,7 @@ class CheckpointManager:
         self.pending: BackgroundWrite | None = None
         self.group = None  # the process group of sharded writes beside the training, made on first use
         self.staging = StagingBuffers()
+        self.mirror = mirror  # rank 0's, when checkpoint.storage_uri is set
 
     def due(self, epochs_done: int, stopping: bool) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
@@ -103,6 +109,8 @@ class CheckpointManager:
                 layout.prune(self.directory, self.keep)
                 took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
                 self.log(f"checkpoint {path.name} written ({took})")
+                if self.mirror is not None:
+                    self.mirror.offer(path)
             hooks.point("checkpoint-written")
 
         if beside:
@@ -124,6 +132,8 @@ class CheckpointManager:
                 self.wait()
             except Exception as exc:  # the run's own outcome is what the process reports
                 self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
+        if self.mirror is not None:  # no collective: waiting for the upload is safe after a failure too
+            self.mirror.close()
 
     def _write_group(self):
         """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""

@@ -1,23 +1,27 @@
 """python -m worker.staging: stage the model and dataset the environment names (INDEXED_TRAINER_MODEL_URI,
-INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), as index 0 or as an index that waits."""
+INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with INDEXED_TRAINER_CHECKPOINT_URI restore
+the newest checkpoint onto a volume that has none (restore.py), as index 0 or as an index that waits."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, StorageUri, StorageUriError, parse
-from worker.staging import place
+from worker.staging import place, restore
 from worker.staging.errors import StagingError, with_retries
 
 # How often index 0 tries a source before it gives up and lets the pod restart (retryable failures only), and
 # how long it waits first (doubling).
+T = TypeVar("T")
 ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED_TRAINER_STAGING_RETRY_SECONDS"
 
 
@@ -71,13 +75,18 @@ def stage(role: str, uri: StorageUri, where: Path, environ: Mapping[str, str]) -
         progress = place.Progress(where, what, say)
         return {"source": fetch(uri, temporary, progress), "temporary": temporary}
 
-    done = with_retries(attempt, attempts=int(environ.get(ATTEMPTS_VARIABLE, "4")),
-                        first_delay=float(environ.get(DELAY_VARIABLE, "2")), say=say)
+    done = retrying(environ)(attempt)
     record = {"uri": uri.text, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **done["source"]}
     place.publish(done["temporary"], where, record)
     seconds = time.monotonic() - started
     say(f"{what} staged at {where} in {seconds:.1f} s")
+
+
+def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
+    """``action()`` tried as index 0 tries a source: retryable failures again after a back-off."""
+    attempts, first_delay = int(environ.get(ATTEMPTS_VARIABLE, "4")), float(environ.get(DELAY_VARIABLE, "2"))
+    return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
 
 
 def _code(error: Exception) -> int:
@@ -99,15 +108,26 @@ def run(environ: Mapping[str, str]) -> int:
                                    "give an hf://, s3:// or https:// URI to stage", retryable=False)
             say(f"{role} is read from {where}, already on the shared volume")
         elif index == 0:
-            try:
+            with failure_recorded(where):
                 stage(role, uri, where, environ)
-            except (StagingError, OSError) as error:  # the waiting indexes stop with it
-                place.record_failure(where, str(error), _code(error))
-                raise
         else:
             marker = place.wait_for(where, f"{role} {uri.describe}", say)
             say(f"{role} {uri.describe} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+    text = environ.get(URI_VARIABLES["checkpoint"])
+    if text:
+        with failure_recorded(restore.decision_place(environ)) if index == 0 else contextlib.nullcontext():
+            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ))
     return exit_codes.OK
+
+
+@contextlib.contextmanager
+def failure_recorded(where: Path) -> Iterator[None]:
+    """Index 0's failure is recorded at ``where``, so that the indexes waiting for it stop too."""
+    try:
+        yield
+    except (StagingError, OSError) as error:
+        place.record_failure(where, str(error), _code(error))
+        raise
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

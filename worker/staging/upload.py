@@ -38,18 +38,25 @@ def complete_record(s3, uri: StorageUri) -> dict | None:
 
 def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None]) -> dict:
     """Upload every file below ``directory`` to ``uri``; the record written last (or already there)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
     files = {str(path.relative_to(directory)): path for path in sorted(directory.rglob("*")) if path.is_file()}
     if not files:
         raise StagingError(f"{uri.text}: nothing to upload: {directory} holds no file", retryable=False)
+    return upload_files(uri, files, say)
+
+
+def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], None]) -> dict:
+    """Upload ``files`` (each under its key below ``uri``'s prefix), then the record listing them; the record
+    (or the one already there, when it lists the same files)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     listing: dict[str, dict] = {relative: {"bytes": path.stat().st_size, "md5": file_digest(path, hashlib.md5(usedforsecurity=False))}
                                 for relative, path in files.items()}
     s3 = client()
     try:
         previous = complete_record(s3, uri)
         if previous is not None and previous.get("files") == listing:
-            say(f"{uri.text} already holds these {len(files)} files: nothing uploaded")
+            say(f"{uri.text} already holds {'these' if len(files) != 1 else 'this'} {len(files)} "
+                f"file{'s' if len(files) != 1 else ''}: nothing uploaded")
             return previous
         if previous is not None:  # another upload's files: it is no longer complete from here on
             s3.delete_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT))
@@ -67,5 +74,5 @@ def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None
         raise StagingError(f"{uri.text}: {error}", retryable=isinstance(error, (ConnectionError, TimeoutError))) \
             from None
     total = sum(item["bytes"] for item in listing.values())
-    say(f"uploaded {len(files)} files ({total / MB:.1f} MB) to {uri.text}")
+    say(f"uploaded {len(files)} file{'s' if len(files) != 1 else ''} ({total / MB:.1f} MB) to {uri.text}")
     return record

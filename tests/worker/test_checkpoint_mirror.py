@@ -1,0 +1,191 @@
+"""Checkpoints mirrored to a bucket (checkpoint.storage_uri) against moto's S3 server: the mirror thread
+(worker/checkpoints/mirror.py) uploads each published checkpoint, the listing last, and keeps in the bucket what
+the volume keeps; the stager (python -m worker.staging, restore.py) restores the newest complete one onto a
+volume with none, as index 0 while index 1 waits; a checkpoint cut off in the bucket is never restored."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.storage_servers import S3Server
+from tests.worker.test_staging import stager
+from trainer_contract import storage
+from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, OK, PEER_LOST
+from worker.checkpoints import layout, remote
+from worker.checkpoints.mirror import CheckpointMirror
+from worker.staging.place import Progress
+
+BUCKET = "team-ckpt"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    saved = {key: os.environ.get(key) for key in server.environ}
+    os.environ.update(server.environ)  # the mirror's boto3 in this process reaches moto
+    server.client().create_bucket(Bucket=BUCKET)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.close()
+
+
+def publish(directory: Path, name: str, size: int = 40_000) -> Path:
+    """A checkpoint as the manager publishes it: a file, or (.dcp) a directory of shards and a manifest."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    if name.endswith(".dcp"):
+        path.mkdir()
+        for part in ("__0_0.distcp", "__1_0.distcp", ".metadata", "manifest.json"):
+            (path / part).write_bytes(os.urandom(size // 4))
+    else:
+        path.write_bytes(os.urandom(size))
+    return path
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    return {str(item.relative_to(path)): item.read_bytes() for item in sorted(path.rglob("*")) if item.is_file()}
+
+
+def mirror_of(prefix: str, directory: Path) -> tuple[CheckpointMirror, list[str]]:
+    said: list[str] = []
+    return CheckpointMirror(storage.parse(f"s3://{BUCKET}/{prefix}", "checkpoint"), directory, said.append), said
+
+
+def test_each_checkpoint_is_mirrored_and_the_bucket_keeps_what_the_volume_keeps(s3, tmp_path):
+    directory = tmp_path / "checkpoints"
+    uri = storage.parse(f"s3://{BUCKET}/run-a", "checkpoint")
+    mirror, said = mirror_of("run-a", directory)
+    for epoch in (1, 2):
+        mirror.offer(publish(directory, f"ckpt-e{epoch:04d}-s000000.pt"))
+    newest = publish(directory, "ckpt-e0003-s000000.pt")
+    layout.prune(directory, 1)  # as the manager does (KEEP_CHECKPOINTS=1) before it offers the new one
+    mirror.offer(newest)
+    mirror.close()
+    assert remote.listed(uri) == {"ckpt-e0003-s000000.pt": True}
+    record = json.loads(s3.client().get_object(
+        Bucket=BUCKET, Key=f"run-a/ckpt-e0003-s000000.pt/{storage.COMPLETE_OBJECT}")["Body"].read())
+    assert record["files"]["ckpt-e0003-s000000.pt"]["bytes"] == 40_000
+    restored = tmp_path / "restored"
+    remote.download(uri, "ckpt-e0003-s000000.pt", restored, Progress(restored, "checkpoint", print))
+    assert tree(restored / "ckpt-e0003-s000000.pt") == tree(newest)
+    assert "checkpoint mirror: uploaded 1 file (0.0 MB) to s3://team-ckpt/run-a/ckpt-e0003-s000000.pt" in said, said
+
+
+def test_a_sharded_checkpoint_round_trips_file_by_file(s3, tmp_path):
+    directory = tmp_path / "checkpoints"
+    mirror, said = mirror_of("run-sharded", directory)
+    mirror.offer(publish(directory, "ckpt-e0001-s000000.dcp"))
+    mirror.close()
+    uri = storage.parse(f"s3://{BUCKET}/run-sharded", "checkpoint")
+    assert remote.newest_complete(uri) == "ckpt-e0001-s000000.dcp"
+    place = remote.download(uri, "ckpt-e0001-s000000.dcp", tmp_path / "new", Progress(tmp_path, "c", print))
+    assert place.is_dir() and tree(place) == tree(directory / "ckpt-e0001-s000000.dcp")
+    assert not list((tmp_path / "new").glob(".tmp-*"))
+
+
+def test_close_uploads_the_newest_checkpoint_when_the_bucket_lacks_it(s3, tmp_path):
+    """A process that restarts finds a checkpoint the previous one could not upload: close tries it again, and
+    one already in the bucket is not uploaded twice."""
+    directory = tmp_path / "checkpoints"
+    publish(directory, "ckpt-e0004-s000000.pt")
+    mirror, said = mirror_of("run-close", directory)
+    mirror.close()
+    assert remote.listed(storage.parse(f"s3://{BUCKET}/run-close", "checkpoint")) == {"ckpt-e0004-s000000.pt": True}
+    again, said = mirror_of("run-close", directory)
+    again.close()
+    assert said == ["checkpoint mirror: s3://team-ckpt/run-close/ckpt-e0004-s000000.pt already holds this 1 file: "
+                    "nothing uploaded"]
+
+
+def test_a_bucket_that_refuses_stops_the_mirror_with_one_line_and_training_goes_on(s3, tmp_path):
+    directory = tmp_path / "checkpoints"
+    said: list[str] = []
+    mirror = CheckpointMirror(storage.parse("s3://no-such-bucket/x", "checkpoint"), directory, said.append)
+    mirror.offer(publish(directory, "ckpt-e0001-s000000.pt"))
+    mirror.close()
+    assert len(said) == 1 and said[0].startswith("checkpoint mirror stopped: s3://no-such-bucket/x/ckpt-e0001-s000000.pt: "
+                                                 "NoSuchBucket: no such bucket or object; check the URI")
+    assert mirror.stopped is not None
+    mirror.offer(publish(directory, "ckpt-e0002-s000000.pt"))  # ignored from now on: no thread, no line
+    assert len(said) == 1
+
+
+def cut_off_upload(client, uri, checkpoint: Path) -> None:
+    """What an upload cut off leaves: the checkpoint's files, no listing."""
+    for relative, path in remote.files_of(checkpoint).items():
+        client.put_object(Bucket=uri.bucket, Key=f"{uri.below(checkpoint.name).prefix}/{relative}", Body=path.read_bytes())
+
+
+def restore_environ(s3, volume: Path, prefix: str, **extra: str) -> dict[str, str]:
+    return {**s3.environ, "OUTPUT_DIR": str(volume / "runs/job"),
+            storage.URI_VARIABLES["checkpoint"]: f"s3://{BUCKET}/{prefix}", **extra}
+
+
+def test_an_empty_volume_restores_the_newest_complete_checkpoint_while_index_1_waits(s3, tmp_path):
+    written = tmp_path / "first-volume/runs/job/checkpoints"
+    mirror, _ = mirror_of("run-restore", written)
+    for epoch in (1, 2):
+        mirror.offer(publish(written, f"ckpt-e{epoch:04d}-s000000.pt", size=3_000_000))
+    mirror.close()
+    uri = storage.parse(f"s3://{BUCKET}/run-restore", "checkpoint")
+    cut_off_upload(s3.client(), uri, publish(tmp_path / "elsewhere", "ckpt-e0003-s000000.pt"))  # newer, never complete
+
+    volume = tmp_path / "new-volume"
+    environ = restore_environ(s3, volume, "run-restore")
+    follower = stager(environ, index=1, wait=False)
+    leader = stager(environ)
+    assert leader.returncode == OK, leader.stdout + leader.stderr
+    assert follower.wait(60) == OK
+    restored = volume / "runs/job/checkpoints/ckpt-e0002-s000000.pt"
+    assert restored.read_bytes() == (written / "ckpt-e0002-s000000.pt").read_bytes()
+    assert [path.name for _, path in layout.list_checkpoints(restored.parent)] == ["ckpt-e0002-s000000.pt"]
+    assert "stage: checkpoint ckpt-e0002-s000000.pt restored from s3://team-ckpt/run-restore into " in leader.stdout
+    follower_said = follower.stdout.read()
+    assert "index 0 decided: checkpoint ckpt-e0002-s000000.pt restored" in follower_said, follower_said
+
+    again = stager(environ)  # the volume holds one now: the bucket is not read for it
+    assert "stage: the volume holds ckpt-e0002-s000000.pt: nothing restored" in again.stdout
+    fresh = stager(restore_environ(s3, tmp_path / "third-volume", "run-restore", RESUME="false"))
+    assert "RESUME=false: no checkpoint restored" in fresh.stdout
+    assert not (tmp_path / "third-volume/runs/job/checkpoints").exists()
+
+
+def test_an_empty_bucket_starts_from_the_beginning_and_a_damaged_object_is_never_restored(s3, tmp_path):
+    empty = stager(restore_environ(s3, tmp_path / "v1", "run-nothing-yet"))
+    assert empty.returncode == OK
+    assert "s3://team-ckpt/run-nothing-yet holds no complete checkpoint: training starts from the beginning" in empty.stdout
+
+    written = tmp_path / "written"
+    mirror, _ = mirror_of("run-damaged", written)
+    mirror.offer(publish(written, "ckpt-e0001-s000000.pt"))
+    mirror.close()
+    key = "run-damaged/ckpt-e0001-s000000.pt/ckpt-e0001-s000000.pt"
+    s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"garbage of another size")
+    volume = tmp_path / "v2"
+    follower = stager(restore_environ(s3, volume, "run-damaged"), index=1, wait=False)
+    damaged = stager(restore_environ(s3, volume, "run-damaged", INDEXED_TRAINER_STAGING_ATTEMPTS="2"))
+    assert damaged.returncode == DATA_UNAVAILABLE, damaged.stdout  # retried, then the pod restarts
+    assert "arrived damaged" in damaged.stdout
+    assert not layout.list_checkpoints(volume / "runs/job/checkpoints")  # nothing partial is ever visible
+    assert follower.wait(60) == PEER_LOST  # the waiting index stops with index 0
+
+
+def test_a_bad_worker_variable_is_refused_before_anything_is_fetched(s3, tmp_path):
+    result = stager(restore_environ(s3, tmp_path, "run-x", RESUME="maybe"))
+    assert result.returncode == BAD_CONFIG and "RESUME" in result.stdout
+
+
+def test_the_restore_marker_says_what_index_0_decided(s3, tmp_path):
+    stager(restore_environ(s3, tmp_path, "run-never"))
+    marker = json.loads((tmp_path / "runs/job" / storage.MARKER).read_text())
+    assert marker["uri"] == "s3://team-ckpt/run-never" and "holds no complete checkpoint" in marker["outcome"]
