@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import distributed_cost, generator_cost, gradsync_cost, machine, training
+from bench import distributed_cost, generator_cost, gradsync_cost, machine, staging_cost, training
 from bench.stats import alternate
 from trainer_contract.variables import STRATEGIES
 
@@ -75,6 +75,8 @@ def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
     log("generator start-up and render scale...")
     results["generator_startup"] = generator_cost.startup(3 if quick else 15)
     results["render_scale"] = generator_cost.render_scale(3 if quick else 30)
+    log("staging from the Hub and S3 vs the libraries' own downloads...")
+    results["staging"] = staging_cost.measure(20 if quick else 200, 3 if quick else 7)
     log("peak memory per rank...")
     results["memory_mib"] = {str(world): training.peak_memory_per_rank(data_dir, world, quick) for world in (1, 2, 4)}
     results["distributed_cost"] = distributed_cost.measure(data_dir, quick, repeats, log)
@@ -150,6 +152,8 @@ def table(r: dict) -> str:
     rows.append((f"training GFLOP/s vs matmul GFLOP/s, {m['threads']} threads", f"{m['training_gflops']:.1f}",
                  f"{m['matmul_gflops']:.1f}", f"{m['fraction']:.2f}", ""))
     rows.extend(generator_cost.rows(r["generator_startup"], r["render_scale"], verdict))
+    if "staging" in r:  # results of runs before issue 29 have none
+        rows.extend(staging_cost.rows(r["staging"], verdict))
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
     rows.extend(distributed_cost_rows(r["distributed_cost"]))

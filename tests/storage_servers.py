@@ -194,10 +194,12 @@ class HubServer(_Server):
             return
         path = unquote(urlparse(request.path).path)
         parts = path.strip("/").split("/")
-        if parts[0] == "api":  # /api/{models,datasets}/<repo...>/revision/<revision>
+        if parts[0] == "api":  # /api/{models,datasets}/<repo...>/{revision,tree}/<revision>
             repo_type = "dataset" if parts[1] == "datasets" else "model"
-            at = parts.index("revision")
-            self._info(request, repo_type, "/".join(parts[2:at]), "/".join(parts[at + 1:]))
+            kind = "tree" if "tree" in parts else "revision"
+            at = parts.index(kind)
+            answer = self._tree if kind == "tree" else self._info
+            answer(request, repo_type, "/".join(parts[2:at]), "/".join(parts[at + 1:]))
             return
         repo_type = "dataset" if parts[0] == "datasets" else "model"
         parts = parts[1:] if repo_type == "dataset" else parts
@@ -228,6 +230,20 @@ class HubServer(_Server):
         body = {"id": repo_id, "sha": commit, "private": False,
                 "siblings": [self._sibling(name, data) for name, data in sorted(files.items())]}
         request._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+    def _tree(self, request: _Common, repo_type: str, repo_id: str, revision: str) -> None:
+        """Every file of the revision (list_repo_tree, which snapshot_download reads), recursively."""
+        found = self._revision(request, repo_type, repo_id, revision)
+        if found is None:
+            return
+        entries = []
+        for name, data in sorted(found[1].items()):
+            sibling = self._sibling(name, data)
+            entry = {"type": "file", "oid": sibling["blobId"], "size": len(data), "path": name}
+            if "lfs" in sibling:
+                entry["lfs"] = {"oid": sibling["lfs"]["sha256"], "size": len(data), "pointerSize": 134}
+            entries.append(entry)
+        request._send(200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
 
     def _file(self, request: _Common, repo_type: str, repo_id: str, revision: str, name: str, head: bool) -> None:
         found = self._revision(request, repo_type, repo_id, revision)

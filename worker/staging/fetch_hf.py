@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from trainer_contract.storage import StorageUri
 from worker.staging.errors import StagingError
 from worker.staging.place import Progress, check_room, file_digest
+
+PARALLEL_FILES = 8  # huggingface_hub's snapshot_download default (max_workers)
 
 
 def classify(uri: StorageUri, error: Exception) -> StagingError:
@@ -55,12 +58,22 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
         siblings = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
         progress.total = sum(sibling.size or 0 for sibling in siblings)
         check_room(into, progress.total)
-        files = {}
-        for sibling in siblings:
+
+        def fetch_one(sibling) -> dict:
             hf_hub_download(uri.repo, sibling.rfilename, repo_type=uri.repo_type, revision=info.sha,
                             local_dir=into)
-            files[sibling.rfilename] = _verify(uri, into / sibling.rfilename, sibling)
-            progress.add(files[sibling.rfilename]["bytes"])
+            verified = _verify(uri, into / sibling.rfilename, sibling)
+            progress.add(verified["bytes"])
+            return verified
+
+        # a few files at a time, as snapshot_download does: one file's hashing overlaps another's transfer
+        with ThreadPoolExecutor(max_workers=PARALLEL_FILES) as pool:
+            futures = {sibling.rfilename: pool.submit(fetch_one, sibling) for sibling in siblings}
+            try:
+                files = {name: future.result() for name, future in futures.items()}
+            finally:
+                for future in futures.values():
+                    future.cancel()  # after a failure, the files not begun yet are not fetched
     except StagingError:
         raise
     except Exception as error:  # huggingface_hub's and httpx's errors: classified, never a traceback

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,16 +63,18 @@ class Progress:
     done: int = 0
     _published: float = field(default=0.0)
     _said: float = field(default=0.0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, count: int) -> None:
-        self.done += count
-        now = time.monotonic()
-        if now - self._published >= min(self.every, 2.0):
-            self._publish()
-            self._published = now
-        if now - self._said >= self.every:
-            self.say(f"staging {self.what}: {amount(self.done, self.total)}")
-            self._said = now
+        with self._lock:  # files are fetched a few at a time
+            self.done += count
+            now = time.monotonic()
+            if now - self._published >= min(self.every, 2.0):
+                self._publish()
+                self._published = now
+            if now - self._said >= self.every:
+                self.say(f"staging {self.what}: {amount(self.done, self.total)}")
+                self._said = now
 
     def _publish(self) -> None:
         record = {"what": self.what, "done": self.done, "total": self.total, "at": time.time()}
