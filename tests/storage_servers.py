@@ -6,11 +6,14 @@ slow body to interrupt)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -280,3 +283,20 @@ class S3Server:
 
     def close(self) -> None:
         self.server.stop()
+
+
+@contextlib.contextmanager
+def s3_in_this_process() -> Iterator[S3Server]:
+    """moto's S3, with this process's environment pointing boto3 at it (restored afterwards)."""
+    server = S3Server()
+    saved = {key: os.environ.get(key) for key in server.environ}
+    os.environ.update(server.environ)
+    try:
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_servers import S3Server
+from tests.storage_servers import s3_in_this_process
 from tests.worker.test_staging import stager
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, OK, PEER_LOST
@@ -24,17 +24,9 @@ BUCKET = "team-ckpt"
 
 @pytest.fixture(scope="module")
 def s3():
-    server = S3Server()
-    saved = {key: os.environ.get(key) for key in server.environ}
-    os.environ.update(server.environ)  # the mirror's boto3 in this process reaches moto
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.close()
+    with s3_in_this_process() as server:  # the code under test runs in this process
+        server.client().create_bucket(Bucket=BUCKET)
+        yield server
 
 
 def publish(directory: Path, name: str, size: int = 40_000) -> Path:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.storage_servers import S3Server
+from tests.storage_servers import s3_in_this_process
 from trainer_contract import storage
 from worker.staging import upload
 from worker.staging.errors import StagingError
@@ -16,17 +16,9 @@ from worker.staging.upload import complete_record, upload_directory
 
 @pytest.fixture(scope="module")
 def s3():
-    server = S3Server()
-    saved = {key: os.environ.get(key) for key in server.environ}
-    os.environ.update(server.environ)  # boto3 in this process reaches moto
-    server.client().create_bucket(Bucket="team-models")
-    yield server
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.close()
+    with s3_in_this_process() as server:  # the code under test runs in this process
+        server.client().create_bucket(Bucket="team-models")
+        yield server
 
 
 def _export(tmp_path, files: dict[str, bytes]):
