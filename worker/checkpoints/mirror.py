@@ -18,6 +18,7 @@ from pathlib import Path
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
 from trainer_contract.variables import ConfigError
 from worker.checkpoints import layout
+from worker.staging.errors import missing_library
 
 
 def mirror_from(environ: Mapping[str, str], directory: Path, log: Callable[[str], None]) -> CheckpointMirror | None:
@@ -26,8 +27,7 @@ def mirror_from(environ: Mapping[str, str], directory: Path, log: Callable[[str]
     if not text:
         return None
     if importlib.util.find_spec("boto3") is None:
-        raise ConfigError([f"checkpoint.storage_uri {text}: boto3 is not installed here: pip install "
-                           "'indexed-trainer[staging]' (the image has it)"])
+        raise ConfigError([f"checkpoint.storage_uri {missing_library(text, 'boto3')}"])
     return CheckpointMirror(parse(text, "checkpoint"), directory, log)
 
 

@@ -92,7 +92,7 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
         if record is None:
             raise StagingError(f"{place.text}: no longer complete (removed while restoring?)", retryable=True)
         files = record["files"]
-        progress.total = sum(item["bytes"] for item in files.values())
+        progress.total, progress.done = sum(item["bytes"] for item in files.values()), 0  # an attempt again: anew
         directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir()

@@ -17,11 +17,11 @@ from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, StorageUri, StorageUriError, parse
 from worker.staging import place, restore
-from worker.staging.errors import StagingError, with_retries
+from worker.staging.errors import StagingError, missing_library, with_retries
 
+T = TypeVar("T")
 # How often index 0 tries a source before it gives up and lets the pod restart (retryable failures only), and
 # how long it waits first (doubling).
-T = TypeVar("T")
 ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED_TRAINER_STAGING_RETRY_SECONDS"
 
 
@@ -53,8 +53,7 @@ def _fetcher(uri: StorageUri) -> Callable:
 
             return fetch_s3.fetch
     except ImportError:
-        raise StagingError(f"{uri.text}: {LIBRARIES[uri.scheme]} is not installed here: pip install "
-                           "'indexed-trainer[staging]' (the image has it)", retryable=False) from None
+        raise missing_library(uri.text, LIBRARIES[uri.scheme]) from None
     from worker.staging import fetch_https
 
     return fetch_https.fetch

@@ -16,6 +16,12 @@ class StagingError(Exception):
         self.retryable = retryable
 
 
+def missing_library(what: str, library: str) -> StagingError:
+    """``what`` (a URI) needs ``library``, which is not installed here."""
+    return StagingError(f"{what}: {library} is not installed here: pip install 'indexed-trainer[staging]' (the image "
+                        "has it)", retryable=False)
+
+
 def with_retries(action: Callable[[], T], *, attempts: int, first_delay: float, say: Callable[[str], None],
                  sleep: Callable[[float], None] = time.sleep) -> T:
     """``action()``, again after a retryable StagingError, waiting ``first_delay`` seconds, doubling, at most

@@ -9,6 +9,7 @@ nothing, everywhere (the worker starts over). Torch-free.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from trainer_contract.variables import ConfigError
 from worker.checkpoints import layout
 from worker.config import load_config
 from worker.staging import place
-from worker.staging.errors import StagingError
+from worker.staging.errors import StagingError, missing_library
 
 
 def decision_place(environ: Mapping[str, str]) -> Path:
@@ -60,7 +61,9 @@ def _restore(uri: StorageUri, directory: Path, decision: Path, say: Callable[[st
     if on_volume:
         return f"the volume holds {on_volume[0][1].name}: nothing restored from {uri.text}"
     (decision / MARKER).unlink(missing_ok=True)  # an earlier decision: the indexes wait for this one
-    from worker.checkpoints import remote  # boto3
+    if importlib.util.find_spec("boto3") is None:
+        raise missing_library(uri.text, "boto3")
+    from worker.checkpoints import remote
 
     name = retries(lambda: remote.newest_complete(uri))
     if name is None:
