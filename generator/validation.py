@@ -270,9 +270,9 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
                "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
                "indexed-trainer)")
     if "checkpoint" in spec.storage and not spec.built_in_worker:
+        program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
         yield ("checkpoint.storage_uri: the built-in worker mirrors its checkpoints to the bucket, and this job runs "
-               f"{' '.join(spec.program[:2])}, which keeps its own: remove checkpoint.storage_uri (or upload from "
-               "your program)")
+               f"{program}, which keeps its own: remove checkpoint.storage_uri (or upload from your program)")
 
 
 def neutral_problems(values: dict) -> list[str]:

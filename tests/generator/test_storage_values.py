@@ -150,3 +150,10 @@ def test_a_checkpoint_bucket_is_refused_for_a_program_that_keeps_its_own_checkpo
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("gen-manifests: error: checkpoint.storage_uri: the built-in worker mirrors its "
                                     "checkpoints to the bucket, and this job runs -m team.train")
+
+
+def test_a_script_is_named_without_its_arguments_when_a_checkpoint_bucket_is_refused():
+    result = run_main("--set", "checkpoint.storage_uri=s3://team-ckpt/x", "--set", "env_from_secrets=[s3]",
+                      "--set", "entrypoint.script=train.py", "--set", "entrypoint.args=[--epochs, '3']")
+    assert result.exit_code == 2
+    assert "this job runs train.py, which keeps its own" in result.stderr

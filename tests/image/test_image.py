@@ -140,6 +140,33 @@ def pod_container_args(job: dict, config: dict, container: dict, index: int, hom
     return [*args, "--entrypoint", argv[0], "IMAGE", *argv[1:]]
 
 
+def run_job_pods(podman, image, job: dict, config: dict, home: Path, secret: dict[str, str] | None = None):
+    """The Job's pods as kubelet runs them, on the host network: every pod's init containers in order, each
+    to completion, then the main containers together; ``secret``: the variables a Secret gives (envFrom). The
+    main containers' names, their exit codes and every container's output."""
+    pod = job["spec"]["template"]["spec"]
+    # The rendezvous address <job>-0.<service> names pod 0: on the host network, that is this machine.
+    leader = f"--add-host={job['metadata']['name']}-0.{pod['subdomain']}:127.0.0.1"
+    secret_args = [arg for name, value in (secret or {}).items() for arg in ("-e", f"{name}={value}")]
+    names, outputs = [], []
+    for index in range(job["spec"]["completions"]):
+        for init in pod["initContainers"]:
+            args = pod_container_args(job, config, init, index, home)
+            checked = podman("run", "--rm", leader, *secret_args, *[image if a == "IMAGE" else a for a in args],
+                             timeout=300, check=False)
+            outputs.append(checked.stdout + checked.stderr)
+            assert checked.returncode == 0, outputs[-1]
+    for index in range(job["spec"]["completions"]):
+        (main,) = pod["containers"]
+        names.append(f"it-pod-{index}-{os.getpid()}")
+        args = pod_container_args(job, config, main, index, home)
+        podman("run", "--detach", "--name", names[-1], leader, *secret_args,
+               *[image if a == "IMAGE" else a for a in args])
+    codes = [wait(podman, name) for name in names]
+    outputs += [logs(podman, name) for name in names]
+    return names, codes, outputs
+
+
 def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tmp_path):
     port = free_port()
     rendered = subprocess.run([str(BIN / "gen-manifests"), "--set", f"master_port={port}",
@@ -147,27 +174,13 @@ def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tm
                               capture_output=True, text=True, check=True, timeout=60)
     documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout)}
     job, config = documents["Job"], documents["ConfigMap"]
-    pod = job["spec"]["template"]["spec"]
     home = volume(tmp_path)
     write_raw(home / "data", dataset_files())
     os.system(f"chown -R {UID}:{UID} {home}")
-    # The rendezvous address <job>-0.<service> names pod 0: on the host network, that is this machine.
-    leader = f"--add-host={job['metadata']['name']}-0.{pod['subdomain']}:127.0.0.1"
     names = []
     try:
-        for index in range(2):
-            (init,) = pod["initContainers"]
-            args = pod_container_args(job, config, init, index, home)
-            checked = podman("run", "--rm", leader, *[image if a == "IMAGE" else a for a in args], timeout=300,
-                             check=False)
-            assert checked.returncode == 0, checked.stdout + checked.stderr
-        for index in range(2):
-            (main,) = pod["containers"]
-            names.append(f"it-pod-{index}-{os.getpid()}")
-            args = pod_container_args(job, config, main, index, home)
-            podman("run", "--detach", "--name", names[-1], leader, *[image if a == "IMAGE" else a for a in args])
-        codes = [wait(podman, name) for name in names]
-        assert codes == [0, 0], "\n".join(logs(podman, name)[-2000:] for name in names)
+        names, codes, outputs = run_job_pods(podman, image, job, config, home)
+        assert codes == [0, 0], "\n".join(output[-2000:] for output in outputs)
         output_dir = Path(str(home) + config["data"]["OUTPUT_DIR"].removeprefix("/pvc-home"))
         assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
         for name in names:
@@ -175,6 +188,53 @@ def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tm
     finally:
         for name in names:
             podman("rm", "--force", name, check=False)
+
+
+def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, image, tmp_path):
+    """The image as a Job with a bucket for everything (moto on this machine, credentials as a Secret gives
+    them): index 0's stage init container fetches the digits once, index 1's waits for it; rank 0 mirrors each
+    checkpoint; index 0's launcher uploads the export, which round-trips."""
+    from tests.storage_servers import S3Server
+
+    s3 = S3Server()
+    names: list[str] = []
+    try:
+        client = s3.client()
+        for bucket in ("team-data", "team-ckpt", "team-models"):
+            client.create_bucket(Bucket=bucket)
+        for name, data in dataset_files().items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        rendered = subprocess.run(
+            [str(BIN / "gen-manifests"), "--set", f"master_port={free_port()}", "--set", "replicas=2",
+             "--set", "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
+             "--set", "initializer.dataset.storage_uri=s3://team-data/mnist",
+             "--set", "checkpoint.storage_uri=s3://team-ckpt/mnist", "--set", "export.storage_uri=s3://team-models/run-1",
+             "--set", "env_from_secrets=[s3-credentials]",
+             "--set", f"env=[{{name: AWS_ENDPOINT_URL, value: '{s3.url}'}}, {{name: AWS_DEFAULT_REGION, value: us-east-1}}]"],
+            capture_output=True, text=True, check=True, timeout=60)
+        documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout)}
+        job, config = documents["Job"], documents["ConfigMap"]
+        home = volume(tmp_path)
+        secret = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        names, codes, outputs = run_job_pods(podman, image, job, config, home, secret)
+        text = "\n".join(outputs)
+        assert codes == [0, 0], text[-4000:]
+        assert "stage: dataset s3://team-data/mnist staged at /pvc-home/staged/datasets/s3/team-data/mnist in" in text
+        assert "by index 0" in text  # index 1's stage container found it staged
+        assert "Rank 0: checkpoint mirror: uploaded 1 file" in text
+        output_dir = home / "runs" / job["metadata"]["name"]
+        checkpoint = "ckpt-e0002-s000000.pt"
+        mirrored = client.get_object(Bucket="team-ckpt", Key=f"mnist/{checkpoint}/{checkpoint}")["Body"].read()
+        assert mirrored == (output_dir / "checkpoints" / checkpoint).read_bytes()
+        exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()
+        assert exported == (output_dir / "model.pt").read_bytes()
+        assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
+        for name in names:
+            assert written_outside_the_volume(podman, name) == []
+    finally:
+        for name in names:
+            podman("rm", "--force", name, check=False)
+        s3.close()
 
 
 def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(podman, image, tmp_path):
