@@ -18,7 +18,7 @@ from pathlib import Path
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
 from trainer_contract.variables import ConfigError
 from worker.checkpoints import layout
-from worker.staging.errors import missing_library
+from worker.staging.errors import StagingError, missing_library
 
 
 def mirror_from(environ: Mapping[str, str], directory: Path, log: Callable[[str], None]) -> CheckpointMirror | None:
@@ -80,8 +80,6 @@ class CheckpointMirror:
             self.log(f"checkpoint mirror: {checkpoint.name} not mirrored: {type(error).__name__}: {error}")
 
     def _mirror(self, checkpoint: Path) -> None:
-        from worker.staging.errors import StagingError
-
         def say(line: str) -> None:
             self.log(f"checkpoint mirror: {line}")
 
