@@ -78,6 +78,10 @@ class StorageUri:
             return f"{kind}{self.repo}@{self.revision}"
         return self.text
 
+    def named(self, role: Role) -> str:
+        """The source as a line names it in its role: "model org/name@rev", "dataset s3://bucket/prefix"."""
+        return self.describe if self.describe.startswith(f"{role} ") else f"{role} {self.describe}"
+
     def below(self, name: str) -> StorageUri:
         """The s3:// URI of ``name`` under this one's prefix (a checkpoint's place under checkpoint.storage_uri)."""
         prefix = f"{self.prefix}/{name}" if self.prefix else name

@@ -193,7 +193,7 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
         log = job_log(shared)
         assert state["JobState"] == "COMPLETED", log[-4000:]
         assert log.count("stage: dataset s3://team-data/mnist staged at") == 2, log[-4000:]  # node 0, node 1
-        assert log.count("by index 0") == 1 and "waiting for index 0" in log
+        assert log.count("by index 0") == 1  # node 1 found node 0's staging (waiting for it, or after it)
         summary = json.loads((shared / "runs/mnist-train/model.json").read_text())
         assert summary["accuracy"] >= 0.95 and summary["data"] == "mnist"
         exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()

@@ -103,7 +103,7 @@ def test_a_hub_dataset_is_staged_and_the_other_index_waits_for_it_saying_what_fo
     output, _ = follower.communicate(timeout=120)
     assert leader.returncode == 0, leader.stdout
     assert follower.returncode == 0, output
-    assert "waiting for index 0 to stage dataset dataset org/squad-tiny@main" in output
+    assert "waiting for index 0 to stage dataset org/squad-tiny@main" in output
     assert "staged at" in output and "by index 0" in output
     assert len(hub.fetched("/train.json")) == 1  # fetched once, by index 0
 

@@ -15,7 +15,15 @@ from typing import TypeVar
 
 from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
-from trainer_contract.storage import PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, StorageUri, StorageUriError, parse
+from trainer_contract.storage import (
+    PATH_VARIABLES,
+    STAGED_ROLES,
+    URI_VARIABLES,
+    Role,
+    StorageUri,
+    StorageUriError,
+    parse,
+)
 from worker.staging import place, restore
 from worker.staging.errors import StagingError, missing_library, with_retries
 
@@ -59,9 +67,9 @@ def _fetcher(uri: StorageUri) -> Callable:
     return fetch_https.fetch
 
 
-def stage(role: str, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
+def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
     """Index 0's part: nothing when the marker is there, else fetch, verify, publish."""
-    what = f"{role} {uri.describe}"
+    what = uri.named(role)
     marker = place.marker_of(where)
     if marker is not None:
         say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
@@ -110,8 +118,8 @@ def run(environ: Mapping[str, str]) -> int:
             with failure_recorded(where):
                 stage(role, uri, where, environ)
         else:
-            marker = place.wait_for(where, f"{role} {uri.describe}", say)
-            say(f"{role} {uri.describe} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+            marker = place.wait_for(where, uri.named(role), say)
+            say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
     text = environ.get(URI_VARIABLES["checkpoint"])
     if text:
         with failure_recorded(restore.decision_place(environ)) if index == 0 else contextlib.nullcontext():

@@ -139,6 +139,8 @@ def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float
     """Wait until index 0 has staged ``place``; say what for every ``every`` seconds."""
     started, since = time.monotonic(), time.time()
     last = started
+    if (marker := marker_of(place)) is not None:  # staged before: nothing to wait for, nothing to say
+        return marker
     say(f"waiting for index 0 to stage {what} at {place}")
     while (marker := marker_of(place)) is None:
         _raise_if_failed(place, since)

@@ -45,7 +45,7 @@ def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[
         return
     decision = config.output_dir
     if index != 0:
-        marker = place.wait_for(decision, f"the checkpoint restore from {uri.text}", say)
+        marker = place.wait_for(decision, f"the newest checkpoint of {uri.text} (or decide there is none)", say)
         say(f"index 0 decided: {marker.get('outcome', '?')}")
         return
     outcome = _restore(uri, config.checkpoint_dir, decision, say, retries)
