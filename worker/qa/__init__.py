@@ -1,2 +1,2 @@
-"""Extractive question answering (seed 002: BERT on SQuAD): the SQuAD metrics now; the data, the Lightning
-trainer and the export come with issue 30."""
+"""Extractive question answering (seed 002: BERT on SQuAD). So far the SQuAD metrics (metrics.py) and the SQuAD
+JSON reader (squad.py); the tokenisation, the Lightning trainer and the export come with the rest of issue 30."""
