@@ -284,6 +284,18 @@ class S3Server:
         return boto3.client("s3", endpoint_url=self.url, aws_access_key_id="testing",
                             aws_secret_access_key="testing", region_name="us-east-1")
 
+    def with_mnist(self, *buckets: str):
+        """A client, with ``buckets`` made and MNIST's digits at s3://team-data/mnist/MNIST/raw/ (the first of
+        them is team-data)."""
+        from tests.mnist_data import dataset_files
+
+        client = self.client()
+        for bucket in ("team-data", *buckets):
+            client.create_bucket(Bucket=bucket)
+        for name, data in dataset_files().items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        return client
+
     def close(self) -> None:
         self.server.stop()
 

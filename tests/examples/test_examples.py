@@ -109,7 +109,6 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
     """The README's block for examples/staged-mnist/, line by line in a new shell, against moto's S3 at the
     127.0.0.1:9000 the values name: staged, trained, checkpoints mirrored, exported; the second local-job fetches
     and uploads nothing. (The install line is what .ci/run did to this environment.)"""
-    from tests.mnist_data import dataset_files
     from tests.storage_servers import S3Server, port_is_free
     from tests.test_readme import README
     from trainer_contract import storage
@@ -121,11 +120,7 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
     assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the example's S3 there"
     s3 = S3Server(port=9000)
     try:
-        client = s3.client()
-        for bucket in ("team-data", "team-checkpoints", "team-models"):
-            client.create_bucket(Bucket=bucket)
-        for name, data in dataset_files().items():
-            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        client = s3.with_mnist("team-checkpoints", "team-models")
         (tmp_path / "s3-credentials.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         (tmp_path / "examples").symlink_to(EXAMPLES)
         env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path),  # a new shell, .venv active

@@ -8,6 +8,7 @@ volume. Exit codes are read from podman itself (tests/image/podman.py says why).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -140,31 +141,37 @@ def pod_container_args(job: dict, config: dict, container: dict, index: int, hom
     return [*args, "--entrypoint", argv[0], "IMAGE", *argv[1:]]
 
 
-def run_job_pods(podman, image, job: dict, config: dict, home: Path, secret: dict[str, str] | None = None):
+@contextlib.contextmanager
+def job_pods(podman, image, job: dict, config: dict, home: Path, secret: dict[str, str] | None = None):
     """The Job's pods as kubelet runs them, on the host network: every pod's init containers in order, each
-    to completion, then the main containers together; ``secret``: the variables a Secret gives (envFrom). The
-    main containers' names, their exit codes and every container's output."""
+    to completion, then the main containers together; ``secret``: the variables a Secret gives (envFrom).
+    Yields the main containers' names, their exit codes and every container's output; removes them after."""
     pod = job["spec"]["template"]["spec"]
     # The rendezvous address <job>-0.<service> names pod 0: on the host network, that is this machine.
     leader = f"--add-host={job['metadata']['name']}-0.{pod['subdomain']}:127.0.0.1"
     secret_args = [arg for name, value in (secret or {}).items() for arg in ("-e", f"{name}={value}")]
-    names, outputs = [], []
-    for index in range(job["spec"]["completions"]):
-        for init in pod["initContainers"]:
-            args = pod_container_args(job, config, init, index, home)
-            checked = podman("run", "--rm", leader, *secret_args, *[image if a == "IMAGE" else a for a in args],
-                             timeout=300, check=False)
-            outputs.append(checked.stdout + checked.stderr)
-            assert checked.returncode == 0, outputs[-1]
-    for index in range(job["spec"]["completions"]):
-        (main,) = pod["containers"]
-        names.append(f"it-pod-{index}-{os.getpid()}")
-        args = pod_container_args(job, config, main, index, home)
-        podman("run", "--detach", "--name", names[-1], leader, *secret_args,
-               *[image if a == "IMAGE" else a for a in args])
-    codes = [wait(podman, name) for name in names]
-    outputs += [logs(podman, name) for name in names]
-    return names, codes, outputs
+    names: list[str] = []
+    outputs: list[str] = []
+    try:
+        for index in range(job["spec"]["completions"]):
+            for init in pod["initContainers"]:
+                args = pod_container_args(job, config, init, index, home)
+                checked = podman("run", "--rm", leader, *secret_args, *[image if a == "IMAGE" else a for a in args],
+                                 timeout=300, check=False)
+                outputs.append(checked.stdout + checked.stderr)
+                assert checked.returncode == 0, outputs[-1]
+        for index in range(job["spec"]["completions"]):
+            (main,) = pod["containers"]
+            names.append(f"it-pod-{index}-{os.getpid()}")
+            args = pod_container_args(job, config, main, index, home)
+            podman("run", "--detach", "--name", names[-1], leader, *secret_args,
+                   *[image if a == "IMAGE" else a for a in args])
+        codes = [wait(podman, name) for name in names]
+        outputs += [logs(podman, name) for name in names]
+        yield names, codes, outputs
+    finally:
+        for name in names:
+            podman("rm", "--force", name, check=False)
 
 
 def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tmp_path):
@@ -177,17 +184,12 @@ def test_the_rendered_jobs_two_pods_check_config_then_complete(podman, image, tm
     home = volume(tmp_path)
     write_raw(home / "data", dataset_files())
     os.system(f"chown -R {UID}:{UID} {home}")
-    names = []
-    try:
-        names, codes, outputs = run_job_pods(podman, image, job, config, home)
+    with job_pods(podman, image, job, config, home) as (names, codes, outputs):
         assert codes == [0, 0], "\n".join(output[-2000:] for output in outputs)
         output_dir = Path(str(home) + config["data"]["OUTPUT_DIR"].removeprefix("/pvc-home"))
         assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
         for name in names:
             assert written_outside_the_volume(podman, name) == []
-    finally:
-        for name in names:
-            podman("rm", "--force", name, check=False)
 
 
 def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, image, tmp_path):
@@ -197,13 +199,8 @@ def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, ima
     from tests.storage_servers import S3Server
 
     s3 = S3Server()
-    names: list[str] = []
     try:
-        client = s3.client()
-        for bucket in ("team-data", "team-ckpt", "team-models"):
-            client.create_bucket(Bucket=bucket)
-        for name, data in dataset_files().items():
-            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        client = s3.with_mnist("team-ckpt", "team-models")
         rendered = subprocess.run(
             [str(BIN / "gen-manifests"), "--set", f"master_port={free_port()}", "--set", "replicas=2",
              "--set", "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
@@ -216,24 +213,22 @@ def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, ima
         job, config = documents["Job"], documents["ConfigMap"]
         home = volume(tmp_path)
         secret = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-        names, codes, outputs = run_job_pods(podman, image, job, config, home, secret)
-        text = "\n".join(outputs)
-        assert codes == [0, 0], text[-4000:]
-        assert "stage: dataset s3://team-data/mnist staged at /pvc-home/staged/datasets/s3/team-data/mnist in" in text
-        assert "by index 0" in text  # index 1's stage container found it staged
-        assert "Rank 0: checkpoint mirror: uploaded 1 file" in text
-        output_dir = home / "runs" / job["metadata"]["name"]
-        checkpoint = "ckpt-e0002-s000000.pt"
-        mirrored = client.get_object(Bucket="team-ckpt", Key=f"mnist/{checkpoint}/{checkpoint}")["Body"].read()
-        assert mirrored == (output_dir / "checkpoints" / checkpoint).read_bytes()
-        exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()
-        assert exported == (output_dir / "model.pt").read_bytes()
-        assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
-        for name in names:
-            assert written_outside_the_volume(podman, name) == []
+        with job_pods(podman, image, job, config, home, secret) as (names, codes, outputs):
+            text = "\n".join(outputs)
+            assert codes == [0, 0], text[-4000:]
+            assert "stage: dataset s3://team-data/mnist staged at /pvc-home/staged/datasets/s3/team-data/mnist in" in text
+            assert "by index 0" in text  # index 1's stage container found it staged
+            assert "Rank 0: checkpoint mirror: uploaded 1 file" in text
+            output_dir = home / "runs" / job["metadata"]["name"]
+            checkpoint = "ckpt-e0002-s000000.pt"
+            mirrored = client.get_object(Bucket="team-ckpt", Key=f"mnist/{checkpoint}/{checkpoint}")["Body"].read()
+            assert mirrored == (output_dir / "checkpoints" / checkpoint).read_bytes()
+            exported = client.get_object(Bucket="team-models", Key="run-1/model.pt")["Body"].read()
+            assert exported == (output_dir / "model.pt").read_bytes()
+            assert json.loads((output_dir / "model.json").read_text())["accuracy"] > 0.9
+            for name in names:
+                assert written_outside_the_volume(podman, name) == []
     finally:
-        for name in names:
-            podman("rm", "--force", name, check=False)
         s3.close()
 
 

@@ -26,11 +26,7 @@ CLAIM = "staged-mnist-data"
 def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accuracy(tmp_path):
     s3 = S3Server()
     try:
-        client = s3.client()
-        client.create_bucket(Bucket="team-data")
-        client.create_bucket(Bucket="team-models")
-        for name, data in dataset_files().items():
-            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        client = s3.with_mnist("team-models")
         secret = tmp_path / "s3-credentials.env"
         secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         manifests = gen_manifests("name=staged-mnist", "replicas=2", "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",

@@ -176,11 +176,7 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
 
     s3 = S3Server()
     try:
-        client = s3.client()
-        for bucket in ("team-data", "team-models"):
-            client.create_bucket(Bucket=bucket)
-        for name, data in dataset_files().items():
-            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        client = s3.with_mnist("team-models")
         shared = tmp_path / "shared"
         shared.mkdir()
         prepare(tmp_path, shared, node_venv, "config_map={EPOCHS: '2', DOWNLOAD: 'false'}",
