@@ -56,9 +56,10 @@ RUN groupadd --gid 10001 trainer \
     && mkdir -p /pvc-home \
     && chown 10001:10001 /pvc-home
 COPY --from=package /dist /tmp/dist
-# Its [worker,staging] requirements are already in the venv: pip installs the package alone, and fails offline
-# if setup.cfg gained a dependency that constraints.txt does not pin.
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /tmp/dist "$(ls /tmp/dist/*.whl)[worker,staging]" \
+# Its [worker,staging,hf,lightning] requirements are already in the venv: pip installs the package alone, and
+# fails offline if setup.cfg gained a dependency that constraints.txt does not pin.
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /tmp/dist \
+        "$(ls /tmp/dist/*.whl)[worker,staging,hf,lightning]" \
     && rm -rf /tmp/dist
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

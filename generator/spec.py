@@ -101,7 +101,7 @@ class JobSpec:
     grace_seconds: int
     working_dir: str | None
     launcher: Launcher
-    built_in_worker: bool
+    built_in_worker: bool  # the program is one of this project's (BUILT_IN_PROGRAMS): the MNIST worker or a workload
     program: tuple[str, ...]  # what torchrun runs: -m MODULE or SCRIPT, then the program's arguments
     environment: Mapping[str, str]  # every process's variables (config_map over the defaults shown), sorted
     env: tuple[EnvVar, ...] = ()  # values env: they override environment, and may come from Secrets
@@ -191,9 +191,10 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     gpu = values["resources"]["gpu"]
     entry = values["entrypoint"]
     module = entry_module(entry)
-    built_in = module == BUILT_IN_WORKER
-    # the built-in worker's hyper-parameters are shown with their defaults; another program gets none of them
-    shown = variables.shown_defaults() if built_in else {}
+    config_class = variables.BUILT_IN_PROGRAMS.get(module or "")
+    built_in = config_class is not None
+    # a built-in program's hyper-parameters are shown with their defaults; another program gets none of them
+    shown = variables.shown_defaults(config_class) if config_class is not None else {}
     request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     sources = _storage(values)
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)

@@ -25,11 +25,12 @@ from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.storage import CREDENTIAL_VARIABLES, StorageUriError
 from trainer_contract.storage import parse as parse_storage_uri
 from trainer_contract.variables import (
+    BUILT_IN_PROGRAMS,
     FP16_NEEDS_CUDA,
     RUNTIME_PREFIXES,
-    WORKER_CHOICES,
-    WORKER_VARIABLES,
+    program_variables,
     reserved,
+    variable_choices,
     variable_problem,
 )
 
@@ -192,7 +193,8 @@ def _key_paths() -> tuple[tuple[str | None, ...], ...]:
             walk(sub, at + (key,), refs)
 
     walk(root, (), frozenset())
-    paths.extend(("config_map", variable) for variable in sorted(WORKER_VARIABLES))
+    every_variable = frozenset().union(*(program_variables(module) or () for module in BUILT_IN_PROGRAMS))
+    paths.extend(("config_map", variable) for variable in sorted(every_variable))
     return tuple(dict.fromkeys(paths))
 
 
@@ -269,10 +271,11 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
         yield ("export.storage_uri: the indexed-trainer launcher uploads the export when training ends, and "
                "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
                "indexed-trainer)")
-    if "checkpoint" in spec.storage and not spec.built_in_worker:
+    if "checkpoint" in spec.storage and spec.program[:2] != ("-m", BUILT_IN_WORKER):
         program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
-        yield ("checkpoint.storage_uri: the built-in worker mirrors its checkpoints to the bucket, and this job runs "
-               f"{program}, which keeps its own: remove checkpoint.storage_uri (or upload from your program)")
+        yield ("checkpoint.storage_uri: the MNIST worker (python -m worker) mirrors its checkpoints to the bucket, and "
+               f"this job runs {program}, which keeps its own on the volume: remove checkpoint.storage_uri (or upload "
+               "from your program)")
 
 
 def neutral_problems(values: dict) -> list[str]:
@@ -318,19 +321,23 @@ def _reserved_problem(where: str, name: str) -> str:
 
 
 def _environment_problems(values: dict) -> Iterable[str]:
-    built_in = entry_module(values["entrypoint"]) == BUILT_IN_WORKER
+    module = entry_module(values["entrypoint"])
+    known = program_variables(module)  # None: the user's program, whose variables are free-form
+    built_in = known is not None
+    program = f"python -m {module}"
+    known = known or frozenset()
     for key, value in sorted(values["config_map"].items()):
         if value is None:  # removes the variable: nothing to check
             continue
         if reserved(key):
             yield _reserved_problem(f"config_map.{key}", key)
-        elif built_in and key not in WORKER_VARIABLES and not key.startswith(RUNTIME_PREFIXES) \
+        elif built_in and key not in known and not key.startswith(RUNTIME_PREFIXES) \
                 and key not in CREDENTIAL_VARIABLES:  # those have their own rule
-            close = closest(key, WORKER_VARIABLES)
-            hint = f"did you mean {close!r}?" if close else "see `python -m worker --help`"
-            yield (f"config_map.{key}: not a variable of the built-in worker ({hint}); another entry point's "
+            close = closest(key, known)
+            hint = f"did you mean {close!r}?" if close else f"see `{program} --help`"
+            yield (f"config_map.{key}: not a variable of {program} ({hint}); another entry point's "
                    "variables are free-form")
-        elif built_in and key in WORKER_VARIABLES:
+        elif key in known:
             yield from _worker_value_problems(values, f"config_map.{key}", key, value)
     seen: set[str] = set()
     for index, variable in enumerate(values["env"]):
@@ -340,13 +347,13 @@ def _environment_problems(values: dict) -> Iterable[str]:
         if name in seen:
             yield f"{where}.name: {name} is set twice in env"
         seen.add(name)
-        close = closest(name, WORKER_VARIABLES, cutoff=0.8) if built_in and name not in WORKER_VARIABLES else None
+        close = closest(name, known, cutoff=0.8) if built_in and name not in known else None
         if close is not None and not name.startswith(RUNTIME_PREFIXES):
-            yield (f"{where}.name: {name} is not a variable of the built-in worker (did you mean {close!r}?); "
-                   "the worker would never read it")
+            yield (f"{where}.name: {name} is not a variable of {program} (did you mean {close!r}?); "
+                   "it would never read it")
         if ("value" in variable) == ("valueFrom" in variable):
             yield f"{where}: needs exactly one of value and valueFrom"
-        elif built_in and name in WORKER_VARIABLES and "value" in variable:
+        elif name in known and "value" in variable:
             yield from _worker_value_problems(values, f"{where}.value", name, variable["value"])
 
 
@@ -363,11 +370,12 @@ def _credential_problems(values: dict) -> Iterable[str]:
 
 
 def _worker_value_problems(values: dict, where: str, name: str, value: str | int | float | bool) -> Iterable[str]:
-    """What the built-in worker would refuse in its pod (exit 78), found at render time by its own check."""
+    """What the built-in program would refuse in its pod (exit 78), found at render time by its own check."""
+    config_class = BUILT_IN_PROGRAMS[entry_module(values["entrypoint"]) or ""]
     text = environment_text(value)
-    reason = variable_problem(name, text)
+    reason = variable_problem(name, text, config_class)
     if reason is not None:
-        close = closest(text.strip().lower(), WORKER_CHOICES.get(name, ()))  # the choices are lower case
+        close = closest(text.strip().lower(), variable_choices(config_class).get(name, ()))  # lower-case words
         hint = f" (did you mean {close!r}?)" if close else ""
         yield f"{where}: {value!r} {reason}{hint}"
     elif name == "PRECISION" and text.strip().lower() == "fp16" \

@@ -14,8 +14,14 @@ from typing import Literal
 BUILT_IN_WORKER = "worker"
 # The container command of the indexed-trainer launcher: torchrun's own, exiting with the worker's code.
 LAUNCHER_COMMAND = ("python", "-m", "worker.launch")
-# The init container's command: validate the variables, exit 0 or BAD_CONFIG.
-CHECK_CONFIG_COMMAND = ("python", "-m", BUILT_IN_WORKER, "--check-config")
+
+
+def check_config_command(module: str) -> tuple[str, ...]:
+    """The init container's command for built-in program ``module``: validate its variables, exit 0 or
+    BAD_CONFIG."""
+    return ("python", "-m", module, "--check-config")
+
+
 # The stager's command (worker/staging/, torch-free): index 0 stages the model and dataset, the others wait.
 STAGE_COMMAND = ("python", "-m", "worker.staging")
 # Where the shared volume is mounted in the pod (the image's WORKDIR; DATA_DIR and OUTPUT_DIR live under it).

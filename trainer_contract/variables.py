@@ -157,14 +157,91 @@ class TrainConfig:
         return self.output_dir / "checkpoints"
 
 
-def config_fields() -> list[dataclasses.Field]:
-    return list(dataclasses.fields(TrainConfig))
+@dataclass(frozen=True)
+class QaConfig:
+    """The question-answering workload's variables (seed 002: `python -m worker.qa`, BERT on SQuAD with
+    Lightning): what it shares with the MNIST worker (epochs, batch size, strategy, precision, the directories,
+    checkpoints) reads the same variable the same way; the rest is its own. The README's table comes from here."""
+
+    model_dir: Path = _setting(
+        "MODEL_DIR", _path, Path("model"),
+        "The pretrained model and its tokenizer, as `save_pretrained` writes them (any "
+        "AutoModelForQuestionAnswering); initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = _setting(
+        "DATASET_DIR", _path, Path("data"),
+        "SQuAD-format data: train-v1.1.json and dev-v1.1.json (or train.json and validation.json), or the Hub "
+        "dataset's parquet files (plain_text/train-*.parquet, plain_text/validation-*.parquet); "
+        "initializer.dataset.storage_uri stages it here.")
+    output_dir: Path = _setting(
+        "OUTPUT_DIR", _path, Path("runs/local"),
+        "Checkpoints, metrics.jsonl, TensorBoard's events, the usage log and <model type>_squad_trained/.")
+    export_dir: Path | None = _setting(
+        "EXPORT_DIR", _optional_path, None,
+        "Where rank 0 writes the trained model and tokenizer (`save_pretrained`); export.storage_uri sets it and "
+        "uploads it; empty: OUTPUT_DIR/<model type>_squad_trained.")
+    epochs: int = _setting("EPOCHS", _positive_int, 2, "Passes over the training questions.")
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Features (question and context window) per "
+                               "process and step.")
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 3e-5,
+                                    "Peak learning rate of AdamW, decayed linearly to 0.", "--lr")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle and of the new answer layer.")
+    strategy: str = _setting(
+        "STRATEGY", _choice("fsdp", "ddp"), "fsdp",
+        "fsdp (FSDP2 through Lightning: parameters, gradients and optimizer state sharded per transformer layer) "
+        "or ddp (DistributedDataParallel).")
+    precision: str = _setting(
+        "PRECISION", _choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).")
+    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 384,
+                                   "Tokens per feature: question and a window of its context.")
+    doc_stride: int = _setting("DOC_STRIDE", _positive_int, 128,
+                               "Tokens the windows of a long context share.")
+    max_answer_length: int = _setting("MAX_ANSWER_LENGTH", _positive_int, 30,
+                                      "Longest answer, in tokens, the evaluation may predict.")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.")
+    eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N questions; 0: all.")
+    log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N steps (and the epoch's last).")
+    checkpoint_every_steps: int = _setting(
+        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 0,
+        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 2, "Checkpoints kept on the volume.")
+    resume: bool = _setting("RESUME", _boolean, True,
+                            "Resume from the newest checkpoint in OUTPUT_DIR/checkpoints (refused if the model, "
+                            "the tokenizer or a shaping setting changed).")
+    tensorboard: bool = _setting("TENSORBOARD", _boolean, True,
+                                 "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard.")
+    usage_log_seconds: float = _setting(
+        "USAGE_LOG_SECONDS", _positive_float, 5.0,
+        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this "
+        "often.")
+    collective_timeout: float = _setting(
+        "COLLECTIVE_TIMEOUT", _positive_float, 300.0,
+        "Seconds a collective may wait for a peer before the process gives up.")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
 
 
-def variable_choices() -> dict[str, tuple[str, ...]]:
+# The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
+# program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
+BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig}
+
+
+def config_fields(config_class: type = TrainConfig) -> list[dataclasses.Field]:
+    return list(dataclasses.fields(config_class))
+
+
+def variable_choices(config_class: type = TrainConfig) -> dict[str, tuple[str, ...]]:
     """The variables that take one of a few words (STRATEGY, PRECISION), with their words."""
-    return {item.metadata["env"]: item.metadata["parse"].choices for item in config_fields()
+    return {item.metadata["env"]: item.metadata["parse"].choices for item in config_fields(config_class)
             if isinstance(item.metadata["parse"], _choice)}
+
+
+def program_variables(module: str | None) -> frozenset[str] | None:
+    """The variables built-in program ``module`` reads; None for a program of the user's (free-form)."""
+    config_class = BUILT_IN_PROGRAMS.get(module or "")
+    return None if config_class is None else frozenset(item.metadata["env"] for item in config_fields(config_class))
 
 
 def flag_name(item: dataclasses.Field) -> str:
@@ -179,8 +256,6 @@ def parse_value(item: dataclasses.Field, raw: str) -> Any:
         if str(exc).startswith(("invalid literal", "could not convert")):  # int() and float()'s own words
             raise ValueError("must be a number" if item.type in ("float", float) else "must be a whole number") from None
         raise
-
-
 
 
 # Every variable the built-in worker reads, and those that take one of a few words (checked at render time,
@@ -213,16 +288,16 @@ RESERVED_PREFIXES = ("PET_", "TORCHELASTIC_", "INDEXED_TRAINER_")
 
 
 
-def shown_defaults() -> dict[str, str]:
-    """SHOWN_DEFAULTS with the worker's own defaults, as ConfigMap strings."""
-    defaults = {item.metadata["env"]: item.default for item in config_fields()}
+def shown_defaults(config_class: type = TrainConfig) -> dict[str, str]:
+    """SHOWN_DEFAULTS with the program's own defaults, as ConfigMap strings."""
+    defaults = {item.metadata["env"]: item.default for item in config_fields(config_class)}
     return {name: str(defaults[name]) for name in SHOWN_DEFAULTS}
 
 
-def variable_problem(name: str, text: str) -> str | None:
-    """Why ``text`` is not a value the worker accepts for its variable ``name`` (its own check, so that a render
+def variable_problem(name: str, text: str, config_class: type = TrainConfig) -> str | None:
+    """Why ``text`` is not a value the program accepts for its variable ``name`` (its own check, so that a render
     refuses what the pod would: "must be at least 1"), or None."""
-    item = next(item for item in config_fields() if item.metadata["env"] == name)
+    item = next(item for item in config_fields(config_class) if item.metadata["env"] == name)
     try:
         parse_value(item, text)
     except ValueError as exc:

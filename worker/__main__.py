@@ -11,54 +11,25 @@ Settings come from environment variables (the Job's ConfigMap) and flags; `pytho
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-
-from trainer_contract import exit_codes
-from trainer_contract.variables import ConfigError
-from worker.config import build_parser, load_config
-from worker.distenv import read_dist_env
+from trainer_contract.variables import TrainConfig
+from worker.distenv import DistEnv
+from worker.entry import leave, start
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # a bad flag is bad configuration, not a usage error of some other tool
-        raise ConfigError([message])
+def _checked(config: TrainConfig) -> str:
+    return (f"epochs={config.epochs} batch_size={config.batch_size} learning_rate={config.learning_rate} "
+            f"data_dir={config.data_dir} output_dir={config.output_dir}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    parser.__class__ = _Parser
-    try:
-        args = parser.parse_args(argv)
-        config = load_config(os.environ, vars(args))
-        env = read_dist_env(os.environ)
-    except ConfigError as error:
-        rank = os.environ.get("RANK", "0")
-        for problem in error.problems:
-            print(f"Rank {rank}: configuration error: {problem}", file=sys.stderr, flush=True)
-        print(f"Rank {rank}: exiting with code {exit_codes.BAD_CONFIG} (bad configuration); see "
-              "`python -m worker --help`", file=sys.stderr, flush=True)
-        return exit_codes.BAD_CONFIG
-    if args.check_config:
-        print(f"worker: configuration is valid: epochs={config.epochs} batch_size={config.batch_size} "
-              f"learning_rate={config.learning_rate} data_dir={config.data_dir} output_dir={config.output_dir}",
-              flush=True)
-        return exit_codes.OK
+def _run(config: TrainConfig, env: DistEnv) -> int:
     from worker.train import run  # torch is imported only now: --check-config and --help stay fast
 
     return run(config, env)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return start(argv, TrainConfig, "python -m worker", "Train the MNIST CNN", _checked, _run)
+
+
 if __name__ == "__main__":
-    code = main()
-    if code == exit_codes.OK:
-        # Finished: everything the run wrote is synced and closed and its process group destroyed. Leave
-        # without the interpreter's teardown, where gloo's threads can still free the last collective's
-        # tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen in
-        # CI under fsdp; worker/process_group.py has the other half of this). A failing rank keeps the usual
-        # exit: its peers read its verdict from the store meanwhile, before torchrun stops them.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    leave(main())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from typing import Any
 
 from trainer_contract.variables import STRATEGIES, ConfigError, TrainConfig, config_fields, flag_name, parse_value
 
@@ -23,13 +24,14 @@ STRATEGY_CLASSES = {
 assert tuple(STRATEGY_CLASSES) == STRATEGIES, "each strategy word names one class"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(config_class: type = TrainConfig, prog: str = "python -m worker",
+                 what: str = "Train the MNIST CNN") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m worker",
-        description="Train the MNIST CNN (under torchrun, or alone as one process). Every flag overrides the "
+        prog=prog,
+        description=f"{what} (under torchrun, or alone as one process). Every flag overrides the "
         "environment variable named in its help.",
     )
-    for item in config_fields():
+    for item in config_fields(config_class):
         parser.add_argument(flag_name(item), dest=item.name, default=None, metavar="VALUE",
                             help=f"{item.metadata['help']} [env {item.metadata['env']}]")
     parser.add_argument("--check-config", action="store_true",
@@ -37,11 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> TrainConfig:
-    """Read every setting from ``flags`` (if given there) else ``environ`` else its default."""
+def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None,
+                config_class: type = TrainConfig) -> Any:
+    """Read every setting of ``config_class`` from ``flags`` (if given there) else ``environ`` else its default."""
     flags = flags or {}
     values, problems = {}, []
-    for item in config_fields():
+    for item in config_fields(config_class):
         env_name = item.metadata["env"]
         flag = flags.get(item.name)
         if flag is not None:
@@ -56,13 +59,13 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | No
             problems.append(f"{source}: {raw!r} {exc}")
     if problems:
         raise ConfigError(problems)
-    return TrainConfig(**values)
+    return config_class(**values)
 
 
-def config_reference() -> str:
-    """The worker's variables as a Markdown table (embedded in the README; a test keeps them equal)."""
+def config_reference(config_class: type = TrainConfig) -> str:
+    """A program's variables as a Markdown table (embedded in the README; a test keeps them equal)."""
     lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
-    for item in config_fields():
+    for item in config_fields(config_class):
         default = item.default
         shown = "(empty)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
         lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {item.metadata['help']} |")

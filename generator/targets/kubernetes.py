@@ -255,6 +255,7 @@ class JobObjects:
     tolerations: tuple[dict[str, Any], ...]
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
+    check_config_command: tuple[str, ...]  # a built-in program's (empty for the user's)
     # The worker's exit codes, which its launcher makes the pod's (trainer_contract/exit_codes.py): those whose
     # action is "fail" fail the whole Job instead of retrying what cannot work; "free" ones (a victim) are not
     # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
@@ -262,7 +263,6 @@ class JobObjects:
     exit_ignored: tuple[int, ...]
     shared_mount: str = launcher.SHARED_MOUNT
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
-    check_config_command: tuple[str, ...] = launcher.CHECK_CONFIG_COMMAND
     stage_command: tuple[str, ...] = launcher.STAGE_COMMAND
 
 
@@ -319,6 +319,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
         exit_fail_job=exit_codes.codes_taking("fail"),
         exit_ignored=exit_codes.codes_taking("free"),
+        check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
     )
 
 

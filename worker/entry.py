@@ -1,0 +1,57 @@
+"""How a built-in program starts, the same for each (the MNIST worker, the workloads of worker/qa/): its
+variables and flags read and checked in one place (every problem a line naming its variable, exit BAD_CONFIG),
+``--check-config``, then the training, imported only now so that --check-config and --help stay torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trainer_contract import exit_codes
+from trainer_contract.variables import ConfigError
+from worker.config import build_parser, load_config
+from worker.distenv import DistEnv, read_dist_env
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # a bad flag is bad configuration, not a usage error of some other tool
+        raise ConfigError([message])
+
+
+def start(argv: list[str] | None, config_class: type, prog: str, what: str, checked: Callable[[Any], str],
+          run: Callable[[Any, DistEnv], int]) -> int:
+    """Parse ``argv`` and the environment into ``config_class``; ``checked(config)`` is --check-config's line,
+    ``run(config, env)`` the training's exit code."""
+    parser = build_parser(config_class, prog, what)
+    parser.__class__ = _Parser
+    try:
+        args = parser.parse_args(argv)
+        config = load_config(os.environ, vars(args), config_class)
+        env = read_dist_env(os.environ)
+    except ConfigError as error:
+        rank = os.environ.get("RANK", "0")
+        for problem in error.problems:
+            print(f"Rank {rank}: configuration error: {problem}", file=sys.stderr, flush=True)
+        print(f"Rank {rank}: exiting with code {exit_codes.BAD_CONFIG} (bad configuration); see "
+              f"`{prog} --help`", file=sys.stderr, flush=True)
+        return exit_codes.BAD_CONFIG
+    if args.check_config:
+        print(f"{prog.removeprefix('python -m ')}: configuration is valid: {checked(config)}", flush=True)
+        return exit_codes.OK
+    return run(config, env)
+
+
+def leave(code: int) -> None:
+    """Exit the process with ``code``. Finished (0): everything the run wrote is synced and closed and its process
+    group destroyed; leave without the interpreter's teardown, where gloo's threads can still free the last
+    collective's tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen
+    in CI under fsdp; worker/process_group.py has the other half of this). A failing rank keeps the usual exit:
+    its peers read its verdict from the store meanwhile, before torchrun stops them."""
+    if code == exit_codes.OK:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -1,0 +1,191 @@
+"""Seed 002's job: fine-tune a pretrained model for extractive question answering with Lightning, under torchrun
+(one process per device, any number of nodes), FSDP or DDP, evaluate it by SQuAD's exact match and F1 and export
+it with ``save_pretrained``. This module only delegates: data (squad, features, batches), model (module),
+checkpoints, progress and export each live in their own."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.fabric.plugins.environments import LightningEnvironment, TorchElasticEnvironment
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+from trainer_contract import exit_codes, hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
+from worker.distenv import DistEnv
+from worker.qa import checkpoints, features, squad
+from worker.qa.batches import FeatureSet, RankBatches, ResumableLoader
+from worker.qa.export import export_model, full_state_dict
+from worker.qa.module import Evaluation, QuestionAnswering
+from worker.qa.progress import ProgressLines, say
+from worker.usage_log import UsageLog
+
+PREDICTIONS_FILE = "predictions.json"  # SQuAD's own format: question id -> answer text
+SUMMARY_FILE = "summary.json"
+
+
+class Refusal(Exception):
+    def __init__(self, code: int, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.code, self.problems = code, problems
+
+
+def export_dir(config: QaConfig, model_type: str) -> Path:
+    """EXPORT_DIR when export.storage_uri set it, else <OUTPUT_DIR>/<model type>_squad_trained (the seed's
+    bert_squad_trained/)."""
+    return config.export_dir or config.output_dir / f"{model_type}_squad_trained"
+
+
+def _quiet_lightning() -> None:
+    """Lightning's banners and tips are not this run's progress: keep its warnings, drop its chatter."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                 "lightning.fabric.utilities.distributed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
+    os.environ.setdefault("LITLOGGER_DISABLE_TIP", "1")
+
+
+def _data(config: QaConfig, tokenizer, log):
+    train = squad.load_split(config.dataset_dir, "train")
+    evaluation = squad.load_split(config.dataset_dir, "validation")
+    train = train[:config.train_samples] if config.train_samples else train
+    evaluation = evaluation[:config.eval_samples] if config.eval_samples else evaluation
+    train_features = features.featurize(tokenizer, train, config.max_seq_length, config.doc_stride)
+    eval_features = features.featurize(tokenizer, evaluation, config.max_seq_length, config.doc_stride)
+    log(f"{len(train)} training questions ({len(train_features)} windows, {train_features.tokens} tokens), "
+        f"{len(evaluation)} evaluation questions ({len(eval_features)} windows) from {config.dataset_dir}")
+    return evaluation, train_features, eval_features
+
+
+def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
+    timeout = timedelta(seconds=config.collective_timeout)
+    backend = "nccl" if cuda else "gloo"
+    if config.strategy == "fsdp":
+        if config.precision == "fp16":
+            raise Refusal(exit_codes.BAD_CONFIG, ["PRECISION: fp16 under STRATEGY=fsdp has no gradient scaler here; "
+                                                  "use bf16 (its mixed-precision policy) or STRATEGY=ddp"])
+        return ModelParallelStrategy(data_parallel_size=env.world_size, tensor_parallel_size=1,
+                                     save_distributed_checkpoint=False, process_group_backend=backend,
+                                     timeout=timeout), "32-true"
+    precision = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}[config.precision]
+    return DDPStrategy(process_group_backend=backend, timeout=timeout), precision
+
+
+def _resume(config: QaConfig, now: dict, log) -> Path | None:
+    checkpoints.remove_temporaries(config.checkpoint_dir) if config.checkpoint_dir.is_dir() else None
+    if not config.resume or not config.checkpoint_dir.is_dir():
+        return None
+    found = checkpoints.newest(config.checkpoint_dir, log)
+    if found is None:
+        return None
+    path, recorded = found
+    problems = checkpoints.changes(recorded, now, path.name, config)
+    if problems:
+        raise Refusal(exit_codes.BAD_CONFIG, problems)
+    log(f"resuming from {path.name}")
+    return path
+
+
+def run(config: QaConfig, env: DistEnv) -> int:
+    def log(message: str) -> None:
+        say(env.rank, message)
+
+    usage = UsageLog(config.output_dir / "logs" / f"usage-rank{env.rank}.log", f"rank {env.rank}",
+                     every=config.usage_log_seconds).start()
+    try:
+        return _train(config, env, log)
+    except Refusal as refusal:
+        for problem in refusal.problems:
+            log(f"{'configuration error' if refusal.code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
+        log(f"exiting with code {refusal.code} ({exit_codes.meaning(refusal.code)})")
+        return refusal.code
+    finally:
+        usage.stop()
+
+
+def _load(config: QaConfig):
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a bar per rank for loading a few files says nothing
+
+    if not (config.model_dir / "config.json").is_file():
+        raise Refusal(exit_codes.BAD_CONFIG, [f"MODEL_DIR: {config.model_dir} holds no model (no config.json): set "
+                                              "initializer.model.storage_uri, or MODEL_DIR to a save_pretrained "
+                                              "directory"])
+    tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
+    torch.manual_seed(config.seed)  # the new answer layer is the same on every rank (FSDP shards, never broadcasts)
+    model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir)
+    return tokenizer, model
+
+
+def _train(config: QaConfig, env: DistEnv, log) -> int:
+    hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
+    _quiet_lightning()
+    cuda = torch.cuda.is_available()
+    if config.precision == "fp16" and not cuda:
+        raise Refusal(exit_codes.BAD_CONFIG, [f"PRECISION: {FP16_NEEDS_CUDA}; use bf16 or fp32"])
+    tokenizer, model = _load(config)
+    try:
+        evaluation_questions, train_features, eval_features = _data(config, tokenizer, log)
+    except (squad.DatasetError, ValueError) as error:
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
+    now = checkpoints.record(config, env.world_size, checkpoints.revision(config.model_dir, False),
+                             checkpoints.revision(config.model_dir, True))
+    resume_from = _resume(config, now, log)
+    strategy, precision = _strategy(config, env, cuda)
+    train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
+    eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
+    pad = tokenizer.pad_token_id or 0
+    train_loader = ResumableLoader(FeatureSet(train_features, True), train_batches, pad)
+    eval_loader = ResumableLoader(FeatureSet(eval_features, False), eval_batches, pad)
+    evaluation = Evaluation(evaluation_questions, eval_features, config.max_answer_length)
+    progress = ProgressLines(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    module = QuestionAnswering(model, learning_rate=config.learning_rate,
+                               total_steps=len(train_batches) * config.epochs, shard=config.strategy == "fsdp",
+                               shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
+                               train_batches=train_batches, evaluation=evaluation, record=now,
+                               evaluated=progress.evaluated)
+    saving = ModelCheckpoint(dirpath=config.checkpoint_dir, filename="step-{step:08d}", auto_insert_metric_name=False,
+                             every_n_train_steps=config.checkpoint_every_steps or None, save_on_train_epoch_end=True,
+                             monitor="step", mode="max", save_top_k=config.keep_checkpoints)
+    saving.FILE_EXTENSION = ".ckpt"
+    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
+                        strategy=strategy, precision=precision, max_epochs=config.epochs,
+                        callbacks=[progress, saving], logger=False,
+                        # torchrun's ranks, even inside a Slurm step (Lightning would otherwise read SLURM_PROCID)
+                        plugins=[checkpoints.AtomicCheckpointIO(),
+                                 TorchElasticEnvironment() if env.under_launcher else LightningEnvironment()],
+                        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
+                        num_sanity_val_steps=0, default_root_dir=config.output_dir)
+    try:
+        trainer.fit(module, train_loader, eval_loader, ckpt_path=resume_from)
+        if not evaluation.scores:  # resumed at the very end: nothing trained, evaluate the model as it is
+            trainer.validate(module, eval_loader, verbose=False)
+        state = full_state_dict(module.model)
+    finally:
+        progress.close()
+    if env.is_rank0:
+        destination = export_dir(config, model.config.model_type)
+        export_model(config.model_dir, state, tokenizer, destination)
+        atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
+        summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"],
+                   "step": trainer.global_step, "export": str(destination), **now}
+        atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
+        log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
+    hooks.point("completed", rank=env.rank)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return exit_codes.OK
+
