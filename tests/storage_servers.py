@@ -199,6 +199,8 @@ class HubServer(_Server):
         path = unquote(urlparse(request.path).path)
         parts = path.strip("/").split("/")
         if parts[0] == "api":  # /api/{models,datasets}/<repo...>/{revision,tree}/<revision>
+            if "tree" not in parts and "revision" not in parts:  # an API this Hub does not serve
+                return self._missing(request, "NotFound")
             repo_type = "dataset" if parts[1] == "datasets" else "model"
             kind = "tree" if "tree" in parts else "revision"
             at = parts.index(kind)

@@ -23,6 +23,12 @@ def test_worker_table_matches_the_configuration():
     assert section("worker-reference") == config_reference()
 
 
+def test_question_answering_table_matches_its_configuration():
+    from trainer_contract.variables import QaConfig
+
+    assert section("qa-reference") == config_reference(QaConfig)
+
+
 def test_quick_start_commands_exist():
     assert "./prepare.sh && ./run.sh --local" in README
     assert "bash .ci/run" in README

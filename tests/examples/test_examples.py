@@ -141,3 +141,70 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
         assert "uploaded 1 file" not in again
     finally:
         s3.close()
+
+
+def hub_with_the_squad_example(hub) -> None:
+    """The example's two repositories on the tests' Hub: a tiny random BERT as google-bert/bert-base-uncased and
+    learnable SQuAD questions as rajpurkar/squad's parquet files."""
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    from tests.qa_data import make_model, squad_document
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model = make_model(Path(scratch) / "model")
+        hub.add("google-bert/bert-base-uncased", {path.name: path.read_bytes() for path in model.iterdir()})
+        files = {}
+        for split, count, seed in (("train", 512, 1), ("validation", 64, 2)):
+            rows = [{"id": qa["id"], "title": "synthetic", "context": paragraph["context"], "question": qa["question"],
+                     "answers": {"text": [qa["answers"][0]["text"]], "answer_start": [qa["answers"][0]["answer_start"]]}}
+                    for paragraph in squad_document(count, seed)["data"][0]["paragraphs"] for qa in paragraph["qas"]]
+            path = Path(scratch) / f"{split}.parquet"
+            pq.write_table(pyarrow.Table.from_pylist(rows), path)
+            files[f"plain_text/{split}-00000-of-00001.parquet"] = path.read_bytes()
+        hub.add("rajpurkar/squad", files, repo_type="dataset")
+
+
+def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
+    """The README's block for examples/bert-squad/, line by line in a new shell, with the tests' Hub as the mirror
+    the README says to give local-job (--env HF_ENDPOINT=...): both repositories staged once, two pods train with
+    FSDP in bf16, evaluate and export with save_pretrained; the export loads with from_pretrained."""
+    pytest.importorskip("transformers")
+    from tests.storage_servers import HubServer
+    from tests.test_readme import README
+
+    block = re.search(r"stages `google-bert/bert-base-uncased`[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    assert lines[0] == ". .venv/bin/activate" and lines[1].startswith("scripts/install.sh .venv/bin/python")
+    hub = HubServer()
+    try:
+        hub_with_the_squad_example(hub)
+        (tmp_path / "examples").symlink_to(EXAMPLES)
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+        outputs = []
+        for line in lines[2:]:
+            if line.startswith("local-job "):
+                line += f" --env HF_ENDPOINT={hub.url}"
+            result = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                    timeout=600)
+            assert result.returncode == 0, f"{line}: {result.stdout[-3000:]}{result.stderr[-2000:]}"
+            outputs.append(result.stdout)
+        log = outputs[1]
+        assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: model google-bert/bert-base-uncased@main staged at ",
+                         log, re.M), log[-3000:]
+        assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: dataset rajpurkar/squad@main staged at ", log, re.M)
+        assert re.search(r"^\[bert-squad-0-\w{5}/check-config\] worker.qa: configuration is valid", log, re.M)
+        assert re.search(r"^\[bert-squad-0-\w{5}\] Rank 0: epoch 1, evaluation: exact match \d+\.\d\d, F1 ", log, re.M)
+        output = next((tmp_path / "state").rglob("runs/bert-squad"))
+        summary = json.loads((output / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["config"]["max_seq_length"] == 256
+        transformers = __import__("transformers")
+        exported = transformers.AutoModelForQuestionAnswering.from_pretrained(output / "bert_squad_trained")
+        assert exported.config.model_type == "bert"
+        assert len(json.loads((output / "predictions.json").read_text())) == 64
+        assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "bert-squad.sbatch").read_text()
+    finally:
+        hub.close()

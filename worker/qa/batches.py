@@ -93,5 +93,7 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         # Lightning may start the resumed epoch's iterator before on_train_epoch_start sets the epoch
-        self.batches.epoch = state["epoch"]
-        self.batches.resume_at = (state["epoch"], state["consumed"])
+        if state["consumed"] >= len(self.batches):  # taken at the epoch's end: the next one starts afresh
+            self.batches.epoch, self.batches.resume_at = state["epoch"] + 1, None
+        else:
+            self.batches.epoch, self.batches.resume_at = state["epoch"], (state["epoch"], state["consumed"])

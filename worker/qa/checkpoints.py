@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
+from trainer_contract import hooks
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write
 from trainer_contract.variables import QaConfig, config_fields
 from worker.digests import file_digest
@@ -42,6 +44,31 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write(Path(path), buffer.getvalue())
+
+
+class Checkpointing(L.Callback):
+    """A checkpoint every ``every_steps`` optimizer steps (0: never mid-epoch) and at each epoch's end, after its
+    evaluation; rank 0 keeps the newest ``keep``. Every rank calls Lightning's save (FSDP gathers the whole model
+    for it); rank 0 writes the one file."""
+
+    def __init__(self, directory: Path, every_steps: int, keep: int):
+        self.directory, self.every_steps, self.keep = directory, every_steps, keep
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_index: int) -> None:
+        last = batch_index + 1 == trainer.num_training_batches  # the epoch's end saves it, loops and all
+        if self.every_steps and trainer.global_step % self.every_steps == 0 and not last:
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.save(trainer)
+
+    def save(self, trainer: L.Trainer) -> None:
+        hooks.point("checkpoint")
+        trainer.save_checkpoint(self.directory / checkpoint_name(trainer.global_step))
+        if trainer.is_global_zero:
+            for old in sorted(self.directory.glob("step-*.ckpt"), reverse=True)[self.keep:]:
+                old.unlink(missing_ok=True)
 
 
 def revision(directory: Path, tokenizer: bool) -> str:

@@ -38,14 +38,16 @@ class QuestionAnswering(L.LightningModule):
         self.model = model
         self.model.train()  # from_pretrained leaves it in eval mode
         self.learning_rate, self.total_steps = learning_rate, total_steps
-        self.shard, self.shard_dtype = shard, shard_dtype
+        self.shard, self.shard_dtype, self.sharded = shard, shard_dtype, False
         self.train_batches, self.evaluation = train_batches, evaluation
         self.record, self.evaluated = record, evaluated  # what every checkpoint records; told each evaluation
         self.step_losses: list[float] = []  # this rank's loss of each step since the last progress line
 
     def configure_model(self) -> None:
-        if not self.shard:
+        # Lightning calls this for every fit and validate; a module is sharded once
+        if not self.shard or self.sharded:
             return
+        self.sharded = True
         mesh = self.device_mesh["data_parallel"]
         policy = MixedPrecisionPolicy(param_dtype=self.shard_dtype, reduce_dtype=torch.float32) \
             if self.shard_dtype is not None else MixedPrecisionPolicy()

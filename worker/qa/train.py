@@ -15,7 +15,6 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, TorchElasticEnvironment
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from trainer_contract import exit_codes, hooks
@@ -52,6 +51,8 @@ def _quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
+    # under Slurm the processes are torchrun's inside an srun step, which Lightning cannot tell
+    warnings.filterwarnings("ignore", message=".*The `srun` command is available on your system.*")
     os.environ.setdefault("LITLOGGER_DISABLE_TIP", "1")
 
 
@@ -156,13 +157,10 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
                                train_batches=train_batches, evaluation=evaluation, record=now,
                                evaluated=progress.evaluated)
-    saving = ModelCheckpoint(dirpath=config.checkpoint_dir, filename="step-{step:08d}", auto_insert_metric_name=False,
-                             every_n_train_steps=config.checkpoint_every_steps or None, save_on_train_epoch_end=True,
-                             monitor="step", mode="max", save_top_k=config.keep_checkpoints)
-    saving.FILE_EXTENSION = ".ckpt"
+    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints)
     trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                         strategy=strategy, precision=precision, max_epochs=config.epochs,
-                        callbacks=[progress, saving], logger=False,
+                        callbacks=[progress, saving], logger=False, enable_checkpointing=False,
                         # torchrun's ranks, even inside a Slurm step (Lightning would otherwise read SLURM_PROCID)
                         plugins=[checkpoints.AtomicCheckpointIO(),
                                  TorchElasticEnvironment() if env.under_launcher else LightningEnvironment()],

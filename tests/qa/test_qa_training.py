@@ -1,0 +1,154 @@
+"""python -m worker.qa under the launcher with two processes (gloo, CPU), FSDP and DDP: it learns the tests'
+questions, exports a model that loads with from_pretrained and answers as the trained one did, resumes a killed
+run exactly, and refuses to resume with another tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import OUTSIDE
+from tests.qa_data import make_model, make_squad
+from tests.worker.launch import fault_env
+
+pytestmark = pytest.mark.slow
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.003", "MAX_SEQ_LENGTH": "64", "LOG_INTERVAL": "1",
+            "CHECKPOINT_EVERY_STEPS": "5", "USAGE_LOG_SECONDS": "0.5", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qa")
+    return make_model(root / "model"), make_squad(root / "data", train=256, validation=64)
+
+
+def run_qa(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in __import__("os").environ.items()
+           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
+    env.update(SETTINGS, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return subprocess.run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m",
+                           "worker.qa"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
+
+
+def logits(model, data, max_length=64):
+    """The start and end logits of ``model`` (a directory or a module) on the evaluation questions."""
+    import torch
+
+    from worker.qa import features, squad
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model if not hasattr(model, "forward") else data[1])
+    loaded = model if hasattr(model, "forward") else transformers.AutoModelForQuestionAnswering.from_pretrained(model)
+    questions = squad.load_split(data[0], "validation")
+    windows = features.featurize(tokenizer, questions, max_length, 16)
+    loaded.eval()
+    with torch.no_grad():
+        outputs = [loaded(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
+                   for ids, types in zip(windows.input_ids, windows.token_type_ids, strict=True)]
+    starts = [output.start_logits[0].numpy() for output in outputs]
+    ends = [output.end_logits[0].numpy() for output in outputs]
+    return questions, windows, starts, ends
+
+
+def untrained_f1(model, data) -> float:
+    from worker.qa import features, metrics
+
+    questions, windows, starts, ends = logits(model, (data, model))
+    predicted = features.answers(questions, windows, starts, ends, 30)
+    return metrics.score(predicted, {item.id: item.answers for item in questions})["f1"]
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
+def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tmp_path, strategy):
+    import torch
+
+    model, data = world
+    result = run_qa(model, data, tmp_path / "out", {"STRATEGY": strategy})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    baseline = untrained_f1(model, data)
+    assert summary["f1"] >= baseline + 50 and summary["exact_match"] >= 80, (summary, baseline)
+    assert "Rank 0: epoch 3/3, step 24/24" in result.stdout and "tokens/s" in result.stdout
+    exported = tmp_path / "out" / "bert_squad_trained"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
+
+    # from_pretrained(export) gives the logits of the trained weights (the last checkpoint's, step 24)
+    checkpoint = torch.load(tmp_path / "out" / "checkpoints" / "step-00000024.ckpt", weights_only=False)
+    trained = transformers.AutoModelForQuestionAnswering.from_pretrained(model)
+    trained.load_state_dict({key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()})
+    questions, windows, export_starts, export_ends = logits(exported, (data, exported))
+    _, _, trained_starts, trained_ends = logits(trained, (data, exported))
+    for ours, theirs in zip(export_starts + export_ends, trained_starts + trained_ends, strict=True):
+        assert (ours == theirs).all()
+    # and the answers the run wrote (SQuAD's predictions.json) are the export's
+    from worker.qa import features
+
+    predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert predictions == features.answers(questions, windows, export_starts, export_ends, 30)
+
+    steps = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in steps if "loss" in line] == list(range(1, 25))
+    assert [line["epoch"] for line in steps if "f1" in line] == [1, 2, 3]
+    for rank in (0, 1):
+        lines = (tmp_path / "out" / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
+        assert lines and all(f"rank {rank} cpu " in line and " rss " in line for line in lines)
+    assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize(("strategy", "batch", "checkpoint"), [
+    ("fsdp", "2.3", 10),  # rank 1 dies before batch 3 of epoch 2 (step 11), after the checkpoint of step 10
+    ("ddp", "2.3", 10),
+    ("fsdp", "3.1", 16),  # before epoch 3's first batch: the checkpoint of epoch 2's end (after its evaluation)
+])
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path, strategy, batch, checkpoint):
+    model, data = world
+    whole = run_qa(model, data, tmp_path / "whole", {"STRATEGY": strategy})
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    fault = fault_env(f"sigkill@batch={batch},rank=1,attempt=0")
+    killed = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy, **fault})
+    assert killed.returncode != 0
+    resumed = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy, **fault})
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from step-{checkpoint:08d}.ckpt" in resumed.stdout
+    assert f"Rank 0: training from step {checkpoint} of 24" in resumed.stdout
+
+    from safetensors.torch import load_file
+
+    whole_weights = load_file(tmp_path / "whole" / "bert_squad_trained" / "model.safetensors")
+    resumed_weights = load_file(tmp_path / "killed" / "bert_squad_trained" / "model.safetensors")
+    assert whole_weights.keys() == resumed_weights.keys()
+    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
+    lines = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))  # none twice, none missing
+    assert [line["epoch"] for line in lines if "f1" in line] == [1, 2, 3]
+
+    # a rerun of the finished run trains nothing: it evaluates and exports the same model again
+    again = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy})
+    assert again.returncode == 0 and "Rank 0: resuming from step-00000024.ckpt" in again.stdout, again.stdout[-3000:]
+    assert "loss" not in again.stdout
+    exported = load_file(tmp_path / "killed" / "bert_squad_trained" / "model.safetensors")
+    assert all((exported[key] == resumed_weights[key]).all() for key in exported)
+
+
+def test_resuming_with_another_tokenizer_or_batch_size_is_refused_naming_each(world, tmp_path):
+    model, data = world
+    assert run_qa(model, data, tmp_path / "out", {"EPOCHS": "1"}).returncode == 0
+    changed = tmp_path / "model"
+    shutil.copytree(model, changed)
+    config = json.loads((changed / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 77
+    (changed / "tokenizer_config.json").write_text(json.dumps(config))
+    result = run_qa(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
+    assert result.returncode == 78, result.stdout[-3000:]
+    assert "configuration error: MODEL_DIR: checkpoint step-00000008.ckpt was trained from another tokenizer" \
+        in result.stdout
+    assert "configuration error: BATCH_SIZE: checkpoint step-00000008.ckpt was trained with BATCH_SIZE=16, now 8" \
+        in result.stdout
+    assert "model revision" not in result.stdout and "another model " not in result.stdout
