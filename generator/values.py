@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -216,11 +217,43 @@ def resolve_values(
     """Defaults, then each values file in order, then ``--set``, then ``--set-string``."""
     values = load_values_file(default_path)
     for path in values_files:
-        values = deep_merge(values, load_values_file(path))
+        values = deep_merge(values, with_hyperparameters(load_values_file(path), Path(path)))
     for assignment in sets:
         values = apply_set(values, assignment, as_string=False)
     for assignment in set_strings:
         values = apply_set(values, assignment, as_string=True)
+    return values
+
+
+# A values file's key naming a YAML file of hyper-parameters (a seed's config.yaml: batch_size: 16, ...), relative
+# to the values file: each becomes the config_map variable of its name in capitals, so the job's settings are
+# that file and nothing else.
+HYPERPARAMETERS_KEY = "hyperparameters_file"
+HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def with_hyperparameters(values: dict, source: Path) -> dict:
+    """``values`` (read from ``source``) with the file its hyperparameters_file names merged into config_map."""
+    if HYPERPARAMETERS_KEY not in values:
+        return values
+    values = dict(values)
+    named = values.pop(HYPERPARAMETERS_KEY)
+    if not isinstance(named, str) or not named.strip():
+        raise ValuesError(f"{source}: {HYPERPARAMETERS_KEY} must name a YAML file (config.yaml), not "
+                          f"{describe_value(named)}")
+    path = source.parent / named
+    hyperparameters = load_values_file(path)
+    own = values.get("config_map") or {}
+    merged = dict(own)
+    for name, value in hyperparameters.items():
+        if not HYPERPARAMETER_NAME.match(name) or isinstance(value, (dict, list)):
+            raise ValuesError(f"{path}: {name}: each hyper-parameter must be a name (letters, digits, '_') with "
+                              f"a single value, not {type_name(value)}")
+        variable = name.upper()
+        if variable in own:
+            raise ValuesError(f"{source}: config_map.{variable} is also set by {path} ({name}): keep one")
+        merged[variable] = value
+    values["config_map"] = merged
     return values
 
 

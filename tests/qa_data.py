@@ -15,7 +15,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 QUESTION_WORDS = ["what", "is", "the", "answer", "?"]
 
 
-def make_model(directory: Path, hidden: int = 32, seed: int = 0) -> Path:
+def make_model(directory: Path, hidden: int = 32, seed: int = 0, dropout: float = 0.0) -> Path:
     """A random BertForQuestionAnswering and its tokenizer, as the Hub would serve them."""
     import torch
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
@@ -28,8 +28,8 @@ def make_model(directory: Path, hidden: int = 32, seed: int = 0) -> Path:
     config = BertConfig(vocab_size=len(SPECIAL + QUESTION_WORDS + FILLERS + ANSWERS), hidden_size=hidden,
                         num_hidden_layers=2, num_attention_heads=2, intermediate_size=2 * hidden,
                         max_position_embeddings=128,
-                        # no dropout: a resumed run computes exactly what an uninterrupted one does
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                        # dropout 0 by default: the question-answering run's resume is exact by its loader alone
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     BertForQuestionAnswering(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
@@ -57,3 +57,25 @@ def make_squad(directory: Path, train: int = 512, validation: int = 64) -> Path:
     (directory / "train-v1.1.json").write_text(json.dumps(squad_document(train, 1)))
     (directory / "dev-v1.1.json").write_text(json.dumps(squad_document(validation, 2)))
     return directory
+
+
+def serve_squad_example(hub) -> None:
+    """examples/bert-squad's two repositories on the tests' Hub (tests/storage_servers.py): a tiny random BERT as
+    google-bert/bert-base-uncased, and learnable questions as rajpurkar/squad's parquet files."""
+    import tempfile
+
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model = make_model(Path(scratch) / "model")
+        hub.add("google-bert/bert-base-uncased", {path.name: path.read_bytes() for path in model.iterdir()})
+        files = {}
+        for split, count, seed in (("train", 512, 1), ("validation", 64, 2)):
+            rows = [{"id": qa["id"], "title": "synthetic", "context": paragraph["context"], "question": qa["question"],
+                     "answers": {"text": [qa["answers"][0]["text"]], "answer_start": [qa["answers"][0]["answer_start"]]}}
+                    for paragraph in squad_document(count, seed)["data"][0]["paragraphs"] for qa in paragraph["qas"]]
+            path = Path(scratch) / f"{split}.parquet"
+            pq.write_table(pyarrow.Table.from_pylist(rows), path)
+            files[f"plain_text/{split}-00000-of-00001.parquet"] = path.read_bytes()
+        hub.add("rajpurkar/squad", files, repo_type="dataset")

@@ -29,6 +29,12 @@ def test_question_answering_table_matches_its_configuration():
     assert section("qa-reference") == config_reference(QaConfig)
 
 
+def test_fine_tuning_table_matches_its_configuration():
+    from trainer_contract.variables import FinetuneConfig
+
+    assert section("finetune-reference") == config_reference(FinetuneConfig)
+
+
 def test_quick_start_commands_exist():
     assert "./prepare.sh && ./run.sh --local" in README
     assert "bash .ci/run" in README

@@ -69,6 +69,19 @@ def _optional_path(text: str) -> Path | None:
     return Path(text) if text.strip() else None
 
 
+def _name(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text.strip()
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be 0 or a positive number")
+    return value
+
+
 def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
@@ -223,9 +236,77 @@ class QaConfig:
         return self.output_dir / "checkpoints"
 
 
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Seed 004's workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
+    classification with plain PyTorch, DistributedDataParallel and automatic mixed precision. A seed's config.yaml
+    of hyper-parameters sets these by their lower-case names (values' hyperparameters_file)."""
+
+    model_dir: Path = _setting(
+        "MODEL_DIR", _path, Path("model"),
+        "The pretrained model and its tokenizer, as `save_pretrained` writes them (any "
+        "AutoModelForSequenceClassification; a new classification head is made for the dataset's labels); "
+        "initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = _setting(
+        "DATASET_DIR", _path, Path("data"),
+        "Labelled texts: a train split and a validation (or test) split, each as parquet (the Hub's "
+        "plain_text/train-*.parquet), CSV or JSON lines files named after the split; "
+        "initializer.dataset.storage_uri stages it here.")
+    output_dir: Path = _setting(
+        "OUTPUT_DIR", _path, Path("runs/local"),
+        "Checkpoints, metrics.jsonl, TensorBoard's events, the usage log and <model type>_classifier_trained/.")
+    export_dir: Path | None = _setting(
+        "EXPORT_DIR", _optional_path, None,
+        "Where rank 0 writes the trained model and tokenizer (`save_pretrained`); export.storage_uri sets it and "
+        "uploads it; empty: OUTPUT_DIR/<model type>_classifier_trained.")
+    text_column: str = _setting("TEXT_COLUMN", _name, "text", "The column holding each example's text.")
+    text_pair_column: str = _setting("TEXT_PAIR_COLUMN", str, "",
+                                     "A second text per example (sentence pairs); empty: none.")
+    label_column: str = _setting("LABEL_COLUMN", _name, "label",
+                                 "The column holding each example's label: class numbers from 0, or names.")
+    epochs: int = _setting("EPOCHS", _positive_int, 3, "Passes over the training texts.")
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Texts per process and step.")
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-5,
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr")
+    weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.01,
+                                   "AdamW's weight decay (not applied to biases and norms).")
+    warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
+                                 "Optimizer steps over which the learning rate rises linearly from 0.")
+    max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
+                                    "Clip the gradients' global norm to this; 0: no clipping.")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the new head.")
+    precision: str = _setting(
+        "PRECISION", _choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast, on CPUs and GPUs) or fp16 (autocast and a gradient scaler, CUDA only).")
+    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.")
+    eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N texts; 0: all.")
+    log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N steps (and the epoch's last).")
+    checkpoint_every_steps: int = _setting(
+        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 500,
+        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 2, "Checkpoints kept on the volume.")
+    resume: bool = _setting("RESUME", _boolean, True,
+                            "Resume from the newest checkpoint in OUTPUT_DIR/checkpoints (refused if the model, "
+                            "the tokenizer or a shaping setting changed).")
+    tensorboard: bool = _setting("TENSORBOARD", _boolean, True,
+                                 "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard.")
+    usage_log_seconds: float = _setting(
+        "USAGE_LOG_SECONDS", _positive_float, 5.0,
+        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this "
+        "often.")
+    collective_timeout: float = _setting(
+        "COLLECTIVE_TIMEOUT", _positive_float, 300.0,
+        "Seconds a collective may wait for a peer before the process gives up.")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
 # The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
 # program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
-BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig}
+BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig}
 
 
 def config_fields(config_class: type = TrainConfig) -> list[dataclasses.Field]:

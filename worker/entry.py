@@ -55,3 +55,16 @@ def leave(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def missing_extras(prog: str, needs: dict[str, str], rank: int) -> bool:
+    """Whether a module the program imports is absent (``needs``: module -> the extra that brings it); if so one
+    line says what to install."""
+    import importlib.util
+
+    if all(importlib.util.find_spec(module) is not None for module in needs):
+        return False
+    extras = ",".join(dict.fromkeys(needs.values()))
+    print(f"Rank {rank}: error: {prog} needs {', '.join(needs)}: pip install 'indexed-trainer[{extras}]' (the image "
+          f"has them); exiting {exit_codes.BAD_CONFIG}", file=sys.stderr, flush=True)
+    return True

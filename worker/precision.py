@@ -47,6 +47,11 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Before clipping: the gradients as they are, not scaled by the loss scale."""
+        if self.scaler:
+            self.scaler.unscale_(optimizer)
+
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler:
             self.scaler.step(optimizer)  # unscales; skips the step when a gradient overflowed

@@ -1,7 +1,7 @@
 """The seeds' usage log (their gpu_usage.log): one line every few seconds from a thread beside the training, so
 that a user can see what the hardware is doing without a dashboard. Per GPU (nvidia-smi's utilization and
 memory) where nvidia-smi answers; this process's CPU (percent of one core, every thread) and resident memory
-otherwise. Appends, so that a restarted run's lines follow the first's. Torch-free."""
+otherwise; a last line when it stops. Appends, so that a restarted run's lines follow the first's. Torch-free."""
 
 from __future__ import annotations
 
@@ -80,6 +80,7 @@ class UsageLog:
             while not self.stopping.wait(self.every):
                 out.write(self.line() + "\n")
                 out.flush()
+            out.write(self.line() + "\n")  # the end's: a run shorter than the interval still has its line
 
     @staticmethod
     def _cpu_seconds() -> float:

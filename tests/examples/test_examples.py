@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -143,45 +144,19 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
         s3.close()
 
 
-def hub_with_the_squad_example(hub) -> None:
-    """The example's two repositories on the tests' Hub: a tiny random BERT as google-bert/bert-base-uncased and
-    learnable SQuAD questions as rajpurkar/squad's parquet files."""
-    import tempfile
-    from pathlib import Path
-
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    from tests.qa_data import make_model, squad_document
-
-    with tempfile.TemporaryDirectory() as scratch:
-        model = make_model(Path(scratch) / "model")
-        hub.add("google-bert/bert-base-uncased", {path.name: path.read_bytes() for path in model.iterdir()})
-        files = {}
-        for split, count, seed in (("train", 512, 1), ("validation", 64, 2)):
-            rows = [{"id": qa["id"], "title": "synthetic", "context": paragraph["context"], "question": qa["question"],
-                     "answers": {"text": [qa["answers"][0]["text"]], "answer_start": [qa["answers"][0]["answer_start"]]}}
-                    for paragraph in squad_document(count, seed)["data"][0]["paragraphs"] for qa in paragraph["qas"]]
-            path = Path(scratch) / f"{split}.parquet"
-            pq.write_table(pyarrow.Table.from_pylist(rows), path)
-            files[f"plain_text/{split}-00000-of-00001.parquet"] = path.read_bytes()
-        hub.add("rajpurkar/squad", files, repo_type="dataset")
-
-
-def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
-    """The README's block for examples/bert-squad/, line by line in a new shell, with the tests' Hub as the mirror
-    the README says to give local-job (--env HF_ENDPOINT=...): both repositories staged once, two pods train with
-    FSDP in bf16, evaluate and export with save_pretrained; the export loads with from_pretrained."""
-    pytest.importorskip("transformers")
+def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
+    """The README's block that follows the sentence naming ``stages``, line by line in a new shell, with the tests'
+    Hub (``serve(hub)`` fills it) as the mirror the README says to give local-job (--env HF_ENDPOINT=...): each
+    command's output, and the XDG state folder local-job keeps its volume in."""
     from tests.storage_servers import HubServer
     from tests.test_readme import README
 
-    block = re.search(r"stages `google-bert/bert-base-uncased`[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
+    block = re.search(rf"stages `{re.escape(stages)}`[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     assert lines[0] == ". .venv/bin/activate" and lines[1].startswith("scripts/install.sh .venv/bin/python")
     hub = HubServer()
     try:
-        hub_with_the_squad_example(hub)
+        serve(hub)
         (tmp_path / "examples").symlink_to(EXAMPLES)
         env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
         outputs = []
@@ -192,19 +167,52 @@ def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
                                     timeout=600)
             assert result.returncode == 0, f"{line}: {result.stdout[-3000:]}{result.stderr[-2000:]}"
             outputs.append(result.stdout)
-        log = outputs[1]
-        assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: model google-bert/bert-base-uncased@main staged at ",
-                         log, re.M), log[-3000:]
-        assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: dataset rajpurkar/squad@main staged at ", log, re.M)
-        assert re.search(r"^\[bert-squad-0-\w{5}/check-config\] worker.qa: configuration is valid", log, re.M)
-        assert re.search(r"^\[bert-squad-0-\w{5}\] Rank 0: epoch 1, evaluation: exact match \d+\.\d\d, F1 ", log, re.M)
-        output = next((tmp_path / "state").rglob("runs/bert-squad"))
-        summary = json.loads((output / "summary.json").read_text())
-        assert summary["world_size"] == 2 and summary["config"]["max_seq_length"] == 256
-        transformers = __import__("transformers")
-        exported = transformers.AutoModelForQuestionAnswering.from_pretrained(output / "bert_squad_trained")
-        assert exported.config.model_type == "bert"
-        assert len(json.loads((output / "predictions.json").read_text())) == 64
-        assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "bert-squad.sbatch").read_text()
+        return outputs, tmp_path / "state"
     finally:
         hub.close()
+
+
+def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
+    """examples/bert-squad/ as the README writes it: both repositories staged once, two pods train with FSDP in
+    bf16, evaluate and export with save_pretrained; the export loads with from_pretrained."""
+    transformers = pytest.importorskip("transformers")
+    from tests.qa_data import serve_squad_example
+
+    outputs, state = run_readme_block(tmp_path, "google-bert/bert-base-uncased", serve_squad_example)
+    log = outputs[1]
+    assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: model google-bert/bert-base-uncased@main staged at ",
+                     log, re.M), log[-3000:]
+    assert re.search(r"^\[bert-squad-0-\w{5}/stage\] stage: dataset rajpurkar/squad@main staged at ", log, re.M)
+    assert re.search(r"^\[bert-squad-0-\w{5}/check-config\] worker.qa: configuration is valid", log, re.M)
+    assert re.search(r"^\[bert-squad-0-\w{5}\] Rank 0: epoch 1, evaluation: exact match \d+\.\d\d, F1 ", log, re.M)
+    output = next(state.rglob("runs/bert-squad"))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["config"]["max_seq_length"] == 256
+    exported = transformers.AutoModelForQuestionAnswering.from_pretrained(output / "bert_squad_trained")
+    assert exported.config.model_type == "bert"
+    assert len(json.loads((output / "predictions.json").read_text())) == 64
+    assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "bert-squad.sbatch").read_text()
+
+
+def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
+    """examples/hub-finetune/ as the README writes it: config.yaml's hyper-parameters in the rendered ConfigMap,
+    the model and IMDB's parquet staged once, two pods train with DDP and bf16 autocast on the train split,
+    evaluate on the test split (the unlabelled split left alone) and export with save_pretrained."""
+    transformers = pytest.importorskip("transformers")
+    from tests.text_data import serve_imdb_example
+
+    outputs, state = run_readme_block(tmp_path, "distilbert/distilbert-base-uncased", serve_imdb_example)
+    rendered = outputs[0]
+    assert '"BATCH_SIZE": "16"' in rendered and '"PRECISION": "bf16"' in rendered and '"WARMUP_STEPS": "10"' in rendered
+    log = outputs[1]
+    assert re.search(r"^\[hub-finetune-0-\w{5}/stage\] stage: dataset stanfordnlp/imdb@main staged at ", log, re.M)
+    assert re.search(r"^\[hub-finetune-0-\w{5}/check-config\] worker.finetune: configuration is valid", log, re.M)
+    assert re.search(r"^\[hub-finetune-0-\w{5}\] Rank 0: 256 training texts \(\d+ tokens\), 64 test texts, 2 classes",
+                     log, re.M), log[-3000:]
+    assert re.search(r"^\[hub-finetune-1-\w{5}\] Rank 1: epoch 1/1, step 8/8, loss ", log, re.M), log[-3000:]
+    output = next(state.rglob("runs/hub-finetune"))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["config"]["batch_size"] == 16 and 0 <= summary["accuracy"] <= 100
+    exported = transformers.AutoModelForSequenceClassification.from_pretrained(output / "bert_classifier_trained")
+    assert exported.config.num_labels == 2
+    assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "hub-finetune.sbatch").read_text()

@@ -40,6 +40,11 @@ MATRIX = {
                     "{name: scratch, mount_path: /scratch, empty_dir: {size: 10}}]"],
     "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
                                      "resources.gpu.accelerator_count=2"],
+    # a built-in workload: its own --check-config and the defaults it shows, its variables checked
+    "question-answering": ["name=bert-squad", "entrypoint.module=worker.qa",
+                           "initializer.model.storage_uri=hf://google-bert/bert-base-uncased",
+                           "initializer.dataset.storage_uri=hf://datasets/rajpurkar/squad",
+                           "config_map={STRATEGY: fsdp, PRECISION: bf16, MAX_SEQ_LENGTH: '256'}"],
     "staged-from-hub-and-bucket": ["entrypoint.module=my_pkg.finetune",
                                    "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@main",
                                    "initializer.dataset.storage_uri=s3://datasets/squad/v2",

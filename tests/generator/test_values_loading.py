@@ -99,3 +99,35 @@ def test_duplicate_keys_in_json_are_refused(tmp_path):
     path.write_text('{"replicas": 2, "replicas": 3}')
     with pytest.raises(ValuesError, match="duplicate key 'replicas'"):
         load_values_file(path)
+
+
+def test_a_hyperparameters_file_sets_config_map_by_its_names_in_capitals(tmp_path):
+    from tests.generator.helpers import run_main
+
+    (tmp_path / "config.yaml").write_text("batch_size: 8\nlearning_rate: 5.0e-5\nprecision: bf16\n")
+    values = tmp_path / "values.yaml"
+    values.write_text("entrypoint: {module: worker.finetune}\nhyperparameters_file: config.yaml\n")
+    result = run_main("--values", str(values), "--set", "config_map.EPOCHS=2")
+    assert result.exit_code == 0, result.output
+    for line in ('"BATCH_SIZE": "8"', '"LEARNING_RATE": "5e-05"', '"PRECISION": "bf16"', '"EPOCHS": "2"'):
+        assert line in result.stdout
+
+
+@pytest.mark.parametrize(("config", "values", "message"), [
+    ("batch_sze: 8\n", "", "config_map.BATCH_SZE: not a variable of python -m worker.finetune (did you mean "
+                           "'BATCH_SIZE'?)"),
+    ("batch_size: 8\n", "config_map: {BATCH_SIZE: '4'}\n", "values.yaml: config_map.BATCH_SIZE is also set by "),
+    ("layers: [1, 2]\n", "", "config.yaml: layers: each hyper-parameter must be a name (letters, digits, '_') with a "
+                             "single value, not a list"),
+    (None, "", "config.yaml: cannot read"),
+])
+def test_a_bad_hyperparameters_file_is_refused_naming_the_file_and_key(tmp_path, config, values, message):
+    from tests.generator.helpers import run_main
+
+    if config is not None:
+        (tmp_path / "config.yaml").write_text(config)
+    path = tmp_path / "values.yaml"
+    path.write_text("entrypoint: {module: worker.finetune}\nhyperparameters_file: config.yaml\n" + values)
+    result = run_main("--values", str(path))
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert message in result.stderr

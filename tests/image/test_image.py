@@ -270,6 +270,46 @@ def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(
         hub.close()
 
 
+@pytest.mark.parametrize(("example", "serve", "export", "score"), [
+    ("bert-squad", "tests.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
+    ("hub-finetune", "tests.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
+])
+def test_the_seeds_transformer_examples_stage_train_and_export_in_the_restricted_pods(podman, image, tmp_path,
+                                                                                      example, serve, export, score):
+    """examples/bert-squad (Lightning FSDP) and examples/hub-finetune (DDP + AMP) as the Job's two pods run them
+    from the image: index 0 stages the model and the dataset from the Hub (the tests' own, HF_ENDPOINT), both
+    train, evaluate and export with save_pretrained, writing nothing outside /tmp and the volume."""
+    import importlib
+
+    from tests.storage_servers import HubServer
+
+    hub = HubServer()
+    try:
+        module, function = serve.split(":")
+        getattr(importlib.import_module(module), function)(hub)
+        rendered = subprocess.run(
+            [str(BIN / "gen-manifests"), "--values", str(ROOT / "examples" / example / "values.yaml"),
+             "--set", f"master_port={free_port()}", "--set", "resources.cpu=1", "--set", "resources.memory=4",
+             "--set", f"env=[{{name: HF_ENDPOINT, value: '{hub.url}'}}]"],
+            capture_output=True, text=True, check=True, timeout=60)
+        documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout)}
+        job, config = documents["Job"], documents["ConfigMap"]
+        home = volume(tmp_path)
+        with job_pods(podman, image, job, config, home) as (names, codes, outputs):
+            text = "\n".join(outputs)
+            assert codes == [0, 0], text[-4000:]
+            assert "Traceback" not in text, text[-4000:]
+            output_dir = home / "runs" / example
+            summary = json.loads((output_dir / "summary.json").read_text())
+            assert summary["world_size"] == 2 and 0 <= summary[score] <= 100
+            assert {"config.json", "model.safetensors", "tokenizer.json"} <= \
+                {path.name for path in (output_dir / export).iterdir()}
+            for name in names:
+                assert written_outside_the_volume(podman, name) == []
+    finally:
+        hub.close()
+
+
 README_TAG = "indexed-trainer/worker:0.1.0"
 
 

@@ -28,8 +28,10 @@ def test_without_gpus_each_line_says_cpu_and_resident_memory_and_a_restart_appen
     assert max(int(match.group(1)) for match in figures if match) >= 50  # one core busy most of the time
     assert min(int(match.group(2)) for match in figures if match) >= before + 60
     assert len(ballast) == 64 << 20
-    usage_log.UsageLog(path, "rank 0", every=0.05, gpus=lambda: None).start().stop()
-    assert path.read_text().splitlines()[:len(lines)] == lines  # appended, never rewritten
+    usage_log.UsageLog(path, "rank 0", every=60, gpus=lambda: None).start().stop()
+    again = path.read_text().splitlines()
+    assert again[:len(lines)] == lines and len(again) == len(lines) + 1  # appended, never rewritten
+    assert CPU_LINE.match(again[-1])  # a run shorter than the interval still has its line, written as it stops
 
 
 def test_gpus_are_read_from_nvidia_smis_csv_and_a_failing_nvidia_smi_means_none(monkeypatch):

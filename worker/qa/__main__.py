@@ -9,13 +9,14 @@ Needs the `hf` extra: pip install 'indexed-trainer[worker,hf]'.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 from trainer_contract import exit_codes
 from trainer_contract.variables import QaConfig
 from worker.distenv import DistEnv
-from worker.entry import leave, start
+from worker.entry import leave, missing_extras, start
+
+PROG = "python -m worker.qa"
+# what the workload imports, and the extra that brings it
+NEEDS = {"torch": "worker", "transformers": "hf", "lightning": "lightning"}
 
 
 def _checked(config: QaConfig) -> str:
@@ -23,16 +24,8 @@ def _checked(config: QaConfig) -> str:
             f"precision={config.precision} epochs={config.epochs} output_dir={config.output_dir}")
 
 
-# what the workload imports, and the extra that brings it
-NEEDS = {"torch": "worker", "transformers": "hf", "lightning": "lightning"}
-
-
 def _run(config: QaConfig, env: DistEnv) -> int:
-    missing = [extra for module, extra in NEEDS.items() if importlib.util.find_spec(module) is None]
-    if missing:
-        print(f"Rank {env.rank}: error: python -m worker.qa needs {', '.join(NEEDS)}: pip install "
-              f"'indexed-trainer[{','.join(NEEDS.values())}]' (the image has them); exiting "
-              f"{exit_codes.BAD_CONFIG}", file=sys.stderr, flush=True)
+    if missing_extras(PROG, NEEDS, env.rank):
         return exit_codes.BAD_CONFIG
     from worker.qa.train import run  # torch, transformers and Lightning only now: --check-config stays fast
 
@@ -40,8 +33,7 @@ def _run(config: QaConfig, env: DistEnv) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return start(argv, QaConfig, "python -m worker.qa", "Fine-tune a model for SQuAD question answering", _checked,
-                 _run)
+    return start(argv, QaConfig, PROG, "Fine-tune a model for SQuAD question answering", _checked, _run)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import logging
 import os
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -21,27 +20,19 @@ from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
 from worker.distenv import DistEnv
+from worker.hub_models import checkpoint_record
+from worker.hub_models.batches import RankBatches
+from worker.hub_models.export import export_dir
+from worker.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from worker.hub_models.run_log import RunLog
 from worker.qa import checkpoints, features, squad
-from worker.qa.batches import FeatureSet, RankBatches, ResumableLoader
+from worker.qa.batches import FeatureSet, ResumableLoader
 from worker.qa.export import export_model, full_state_dict
 from worker.qa.module import Evaluation, QuestionAnswering
-from worker.qa.progress import ProgressLines, say
-from worker.usage_log import UsageLog
+from worker.qa.progress import ProgressLines
 
 PREDICTIONS_FILE = "predictions.json"  # SQuAD's own format: question id -> answer text
 SUMMARY_FILE = "summary.json"
-
-
-class Refusal(Exception):
-    def __init__(self, code: int, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.code, self.problems = code, problems
-
-
-def export_dir(config: QaConfig, model_type: str) -> Path:
-    """EXPORT_DIR when export.storage_uri set it, else <OUTPUT_DIR>/<model type>_squad_trained (the seed's
-    bert_squad_trained/)."""
-    return config.export_dir or config.output_dir / f"{model_type}_squad_trained"
 
 
 def _quiet_lightning() -> None:
@@ -82,48 +73,15 @@ def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
     return DDPStrategy(process_group_backend=backend, timeout=timeout), precision
 
 
-def _resume(config: QaConfig, now: dict, log) -> Path | None:
-    checkpoints.remove_temporaries(config.checkpoint_dir) if config.checkpoint_dir.is_dir() else None
-    if not config.resume or not config.checkpoint_dir.is_dir():
-        return None
-    found = checkpoints.newest(config.checkpoint_dir, log)
-    if found is None:
-        return None
-    path, recorded = found
-    problems = checkpoints.changes(recorded, now, path.name, config)
-    if problems:
-        raise Refusal(exit_codes.BAD_CONFIG, problems)
-    log(f"resuming from {path.name}")
-    return path
-
-
 def run(config: QaConfig, env: DistEnv) -> int:
-    def log(message: str) -> None:
-        say(env.rank, message)
-
-    usage = UsageLog(config.output_dir / "logs" / f"usage-rank{env.rank}.log", f"rank {env.rank}",
-                     every=config.usage_log_seconds).start()
-    try:
-        return _train(config, env, log)
-    except Refusal as refusal:
-        for problem in refusal.problems:
-            log(f"{'configuration error' if refusal.code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
-        log(f"exiting with code {refusal.code} ({exit_codes.meaning(refusal.code)})")
-        return refusal.code
-    finally:
-        usage.stop()
+    return run_logged(config, env, _train)
 
 
 def _load(config: QaConfig):
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-    from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()  # a bar per rank for loading a few files says nothing
-
-    if not (config.model_dir / "config.json").is_file():
-        raise Refusal(exit_codes.BAD_CONFIG, [f"MODEL_DIR: {config.model_dir} holds no model (no config.json): set "
-                                              "initializer.model.storage_uri, or MODEL_DIR to a save_pretrained "
-                                              "directory"])
+    quiet_transformers()
+    require_model(config.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     torch.manual_seed(config.seed)  # the new answer layer is the same on every rank (FSDP shards, never broadcasts)
     model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir)
@@ -141,9 +99,8 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
         evaluation_questions, train_features, eval_features = _data(config, tokenizer, log)
     except (squad.DatasetError, ValueError) as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
-    now = checkpoints.record(config, env.world_size, checkpoints.revision(config.model_dir, False),
-                             checkpoints.revision(config.model_dir, True))
-    resume_from = _resume(config, now, log)
+    now = checkpoint_record.record(config, checkpoints.SHAPING, env.world_size)
+    found = resume_from(config, now, log)
     strategy, precision = _strategy(config, env, cuda)
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
@@ -151,7 +108,8 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
     train_loader = ResumableLoader(FeatureSet(train_features, True), train_batches, pad)
     eval_loader = ResumableLoader(FeatureSet(eval_features, False), eval_batches, pad)
     evaluation = Evaluation(evaluation_questions, eval_features, config.max_answer_length)
-    progress = ProgressLines(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    progress = ProgressLines(run_log)
     module = QuestionAnswering(model, learning_rate=config.learning_rate,
                                total_steps=len(train_batches) * config.epochs, shard=config.strategy == "fsdp",
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
@@ -167,14 +125,14 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
                         enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                         num_sanity_val_steps=0, default_root_dir=config.output_dir)
     try:
-        trainer.fit(module, train_loader, eval_loader, ckpt_path=resume_from)
+        trainer.fit(module, train_loader, eval_loader, ckpt_path=found[0] if found else None)
         if not evaluation.scores:  # resumed at the very end: nothing trained, evaluate the model as it is
             trainer.validate(module, eval_loader, verbose=False)
         state = full_state_dict(module.model)
     finally:
-        progress.close()
+        run_log.close()
     if env.is_rank0:
-        destination = export_dir(config, model.config.model_type)
+        destination = export_dir(config, model.config.model_type, "squad")
         export_model(config.model_dir, state, tokenizer, destination)
         atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
         summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"],

@@ -1,0 +1,153 @@
+"""python -m worker.finetune (seed 004) under the launcher with two processes (gloo, CPU), DDP and bf16 autocast:
+it learns the tests' labelled texts (CSV and JSON lines, labels by name), exports a model that loads with
+from_pretrained and classifies as the trained one did, resumes a killed run bit-identically (dropout on: every
+step reseeds it), checkpoints and stops on SIGTERM, and refuses to resume with another model or batch size."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import OUTSIDE
+from tests.qa_data import make_model
+from tests.text_data import make_texts
+from tests.worker.launch import fault_env
+
+pytestmark = pytest.mark.slow
+transformers = pytest.importorskip("transformers")
+
+# 512 texts, 2 processes x 16: 16 steps per epoch, 48 in all
+SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.005", "PRECISION": "bf16", "LOG_INTERVAL": "1",
+            "CHECKPOINT_EVERY_STEPS": "5", "USAGE_LOG_SECONDS": "0.5", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetune")
+    return make_model(root / "model", dropout=0.1), make_texts(root / "data", train=512, validation=64)
+
+
+def run_finetune(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
+    env.update(SETTINGS, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return subprocess.run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m",
+                           "worker.finetune"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
+
+
+def logits(model, data):
+    """``model``'s logits (a directory, or a module) on the validation texts, one text at a time."""
+    import torch
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(data[1])
+    loaded = model if hasattr(model, "forward") else \
+        transformers.AutoModelForSequenceClassification.from_pretrained(model)
+    texts = [json.loads(line)["text"] for line in (data[0] / "validation.jsonl").read_text().splitlines()]
+    loaded.eval()
+    with torch.no_grad():
+        return torch.cat([loaded(**tokenizer(text, return_tensors="pt")).logits for text in texts])
+
+
+def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_path):
+    import torch
+
+    model, data = world
+    result = run_finetune(model, data, tmp_path / "out")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["accuracy"] >= 95 and summary["f1"] >= 95, summary  # two balanced classes: chance is 50
+    assert "Rank 0: epoch 3/3, step 48/48" in result.stdout and "tokens/s" in result.stdout
+    assert "Rank 0: new weights for the task: bert.pooler.dense.bias, bert.pooler.dense.weight, classifier.bias" \
+        in result.stdout
+    exported = tmp_path / "out" / "bert_classifier_trained"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
+    loaded = transformers.AutoConfig.from_pretrained(exported)
+    assert loaded.id2label == {0: "negative", 1: "positive"}
+
+    # from_pretrained(export) gives the logits of the last checkpoint's weights, and they classify as scored
+    checkpoint = torch.load(tmp_path / "out" / "checkpoints" / "step-00000048.ckpt", weights_only=False)
+    trained = transformers.AutoModelForSequenceClassification.from_pretrained(exported)
+    trained.load_state_dict(checkpoint["model"])
+    assert torch.equal(logits(exported, (data, exported)), logits(trained, (data, exported)))
+    from tests.text_data import LABELS
+
+    truth = [LABELS.index(json.loads(line)["label"]) for line in (data / "validation.jsonl").read_text().splitlines()]
+    predicted = logits(exported, (data, exported)).argmax(-1).tolist()
+    assert sum(p == t for p, t in zip(predicted, truth, strict=True)) >= 0.95 * len(truth)
+
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in records if "loss" in line and "accuracy" not in line] == list(range(1, 49))
+    assert [line["epoch"] for line in records if "accuracy" in line] == [1, 2, 3]
+    for rank in (0, 1):
+        lines = (tmp_path / "out" / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
+        assert lines and all(f"rank {rank} cpu " in line and " rss " in line for line in lines)
+    assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path):
+    from safetensors.torch import load_file
+
+    model, data = world
+    whole = run_finetune(model, data, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    fault = fault_env("sigkill@batch=2.8,rank=1,attempt=0")  # before step 24: mid-epoch, after the checkpoint of 20
+    killed = run_finetune(model, data, tmp_path / "killed", fault)
+    assert killed.returncode != 0
+    resumed = run_finetune(model, data, tmp_path / "killed", fault)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
+    assert "Rank 0: training from step 20 of 48" in resumed.stdout
+
+    whole_weights = load_file(tmp_path / "whole" / "bert_classifier_trained" / "model.safetensors")
+    resumed_weights = load_file(tmp_path / "killed" / "bert_classifier_trained" / "model.safetensors")
+    assert whole_weights.keys() == resumed_weights.keys()
+    assert all(torch_equal(whole_weights[key], resumed_weights[key]) for key in whole_weights)
+    records = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in records if "accuracy" not in line] == list(range(1, 49))  # none twice or lost
+    assert [line["epoch"] for line in records if "accuracy" in line] == [1, 2, 3]
+
+    again = run_finetune(model, data, tmp_path / "killed")  # the finished run: nothing to train
+    assert again.returncode == 0 and "Rank 0: resuming from step-00000048.ckpt" in again.stdout
+    assert "loss 0." not in again.stdout.replace("loss 0.0", "")  # no training line, only the evaluation's
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)
+
+
+def test_sigterm_checkpoints_the_step_reached_and_the_next_start_goes_on_from_it(world, tmp_path):
+    model, data = world
+    stopped = run_finetune(model, data, tmp_path / "out", {**fault_env("sigterm-pod@batch=1.4,rank=0,attempt=0"),
+                                                           "CHECKPOINT_EVERY_STEPS": "0"})
+    assert stopped.returncode != 0
+    assert "stopped on request at step" in stopped.stdout, stopped.stdout[-3000:]
+    saved = sorted(path.name for path in (tmp_path / "out" / "checkpoints").glob("step-*.ckpt"))
+    assert saved and saved[-1] < "step-00000016.ckpt"  # mid-epoch: only the stop could have written it
+    resumed = run_finetune(model, data, tmp_path / "out", {"CHECKPOINT_EVERY_STEPS": "0"})
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from {saved[-1]}" in resumed.stdout
+
+
+def test_resuming_with_another_model_or_batch_size_is_refused_naming_each(world, tmp_path):
+    model, data = world
+    assert run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1"}).returncode == 0
+    changed = tmp_path / "model"
+    shutil.copytree(model, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-6
+    (changed / "config.json").write_text(json.dumps(config))
+    result = run_finetune(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
+    assert result.returncode == 78, result.stdout[-3000:]
+    assert "configuration error: MODEL_DIR: checkpoint step-00000016.ckpt was trained from another model" \
+        in result.stdout
+    assert "configuration error: BATCH_SIZE: checkpoint step-00000016.ckpt was trained with BATCH_SIZE=16, now 8" \
+        in result.stdout
+    assert "another tokenizer" not in result.stdout

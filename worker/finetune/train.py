@@ -1,0 +1,160 @@
+"""Seed 004's job: fine-tune a pretrained Hub model for text classification with plain PyTorch under torchrun
+(one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
+end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
+``save_pretrained``. This module only delegates: data (texts), the loop (loop), evaluation, and what the
+transformer workloads share (worker.hub_models)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_contract import exit_codes, hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.variables import ConfigError, FinetuneConfig
+from worker import precision, process_group
+from worker.distenv import DistEnv
+from worker.finetune import texts as text_data
+from worker.finetune.evaluation import evaluate
+from worker.finetune.loop import Loop, Stopped, agreed
+from worker.hub_models import checkpoint_record
+from worker.hub_models.batches import RankBatches
+from worker.hub_models.export import export_dir, save_pretrained
+from worker.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from worker.hub_models.run_log import RunLog
+from worker.stop import StopRequest
+from worker.threads import threads_per_process
+
+SUMMARY_FILE = "summary.json"
+# Settings whose change makes a resumed run another run: the schedule, the batches, the texts, the seed.
+SHAPING = ("epochs", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed", "train_samples",
+           "max_seq_length", "text_column", "text_pair_column", "label_column")
+
+
+def run(config: FinetuneConfig, env: DistEnv) -> int:
+    return run_logged(config, env, _train)
+
+
+def _join(config: FinetuneConfig, env: DistEnv, log) -> torch.device:
+    """This process's device, checked against PRECISION before any rendezvous, and the gang's process group."""
+    torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
+    cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
+    device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    try:
+        precision.require_supported(config.precision, device)
+    except ConfigError as error:
+        raise Refusal(exit_codes.BAD_CONFIG, error.problems) from None
+    backend = "nccl" if cuda else "gloo"
+    if env.world_size > 1:
+        process_group.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout),
+                                         device_id=device if cuda else None)
+    else:  # DDP needs a process group, also of one process
+        process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    if env.is_rank0:
+        log(f"process group: {backend}, world size {env.world_size} ({env.nodes} nodes x {env.local_world_size}), "
+            f"{torch.get_num_threads()} threads each")
+    return device
+
+
+def _model(config: FinetuneConfig, data: text_data.Texts):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    quiet_transformers()
+    require_model(config.model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
+    names = data.label_names or [str(number) for number in
+                                 range(max(data.train.labels + data.evaluation.labels) + 1)]
+    torch.manual_seed(config.seed)  # the new head: the same on every rank
+    # ignore_mismatched_sizes: a checkpoint's own head for another number of classes is replaced, not an error
+    model, loading = AutoModelForSequenceClassification.from_pretrained(
+        config.model_dir, num_labels=len(names), id2label=dict(enumerate(names)),
+        label2id={name: number for number, name in enumerate(names)}, ignore_mismatched_sizes=True,
+        output_loading_info=True)
+    return tokenizer, model, loading
+
+
+def _load_data(config: FinetuneConfig, log):
+    try:
+        data = text_data.load(config)
+    except text_data.DatasetError as error:
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
+    tokenizer, model, loading = _model(config, data)
+    train = text_data.tokenized(tokenizer, data.train, config.max_seq_length)
+    evaluation = text_data.tokenized(tokenizer, data.evaluation, config.max_seq_length)
+    log(f"{len(train)} training texts ({sum(len(item['input_ids']) for item in train)} tokens), "
+        f"{len(evaluation)} {data.evaluation_split} texts, {model.config.num_labels} classes, from "
+        f"{config.dataset_dir}")
+    new = sorted(set(loading["missing_keys"]) | {key for key, *_ in loading.get("mismatched_keys", ())})
+    log(f"new weights for the task: {', '.join(new) or 'none'}; unused from the checkpoint: "
+        f"{', '.join(sorted(loading['unexpected_keys'])) or 'none'}")
+    return tokenizer, model, train, evaluation
+
+
+def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
+    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
+    hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
+    device = _join(config, env, log)
+    tokenizer, model, train, evaluation = _load_data(config, log if env.is_rank0 else lambda message: None)
+    now = checkpoint_record.record(config, SHAPING, env.world_size)
+    found = resume_from(config, now, log)
+    batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
+    loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id or 0, config, device, env.rank)
+    if found:
+        loop.load_state_dict(torch.load(found[0], map_location=device, weights_only=False))
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    stop.defer()
+    try:
+        result = _epochs(config, env, loop, run_log, evaluation, now, stop)
+    except Stopped:
+        log(f"stopped on request at step {loop.step}, checkpointed; exiting {exit_codes.TERMINATED}")
+        return exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+    finally:
+        run_log.close()
+    if env.is_rank0:
+        _export(config, model, tokenizer, {**result, "step": loop.step, **now}, log)
+    hooks.point("completed", rank=env.rank)
+    dist.barrier()
+    process_group.destroy_process_group()
+    return exit_codes.OK
+
+
+def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, now: dict, stop: StopRequest
+            ) -> dict[str, float]:
+    def checkpoint() -> None:
+        hooks.point("checkpoint")
+        if env.is_rank0:
+            config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            path = config.checkpoint_dir / checkpoint_record.checkpoint_name(loop.step)
+            checkpoint_record.write({**loop.state_dict(), checkpoint_record.RECORD_KEY: now}, path)
+            checkpoint_record.prune(config.checkpoint_dir, config.keep_checkpoints)
+        dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
+
+    def scored() -> dict[str, float]:
+        return evaluate(loop.model, evaluation, loop.model.config.num_labels, config.batch_size, loop.pad_id,
+                        loop.precision, loop.device, env.rank, env.world_size)
+
+    per_epoch = len(loop.batches)
+    run_log.start(loop.step, loop.total)
+    result: dict[str, float] = {}
+    for epoch in range(loop.step // per_epoch, config.epochs):
+        loop.run_epoch(epoch, run_log, checkpoint, lambda: agreed(stop.requested, loop.device))
+        result = scored()
+        run_log.evaluated(loop.step, epoch + 1, result, f"accuracy {result['accuracy']:.2f}%, macro F1 "
+                          f"{result['f1']:.2f}, loss {result['loss']:.4f}")
+        checkpoint()
+    return result or scored()  # resumed at the very end: nothing trained, the model as it is
+
+
+def _export(config: FinetuneConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
+    destination = export_dir(config, model.config.model_type, "classifier")
+    save_pretrained(model, tokenizer, destination)
+    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps({**summary, "export": str(destination)},
+                                                              indent=2).encode())
+    log(f"exported to {destination} (accuracy {summary['accuracy']:.2f}%, macro F1 {summary['f1']:.2f})")

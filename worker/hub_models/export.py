@@ -1,0 +1,30 @@
+"""The trained model as users load it: ``save_pretrained`` of the model and its tokenizer, written into a
+temporary directory beside the destination and renamed into place (an export is whole or absent; a rerun's
+replaces the previous one only once it is complete)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
+
+
+def export_dir(config: Any, model_type: str, task: str) -> Path:
+    """EXPORT_DIR when export.storage_uri set it, else <OUTPUT_DIR>/<model type>_<task>_trained (the seed's
+    bert_squad_trained/)."""
+    return config.export_dir or config.output_dir / f"{model_type}_{task}_trained"
+
+
+def save_pretrained(model: Any, tokenizer: Any, destination: Path) -> None:
+    temporary = destination.parent / f"{TEMP_PREFIX}{destination.name}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    previous = destination.parent / f"{TEMP_PREFIX}{destination.name}.previous"
+    if destination.exists():
+        destination.rename(previous)
+    temporary.rename(destination)
+    shutil.rmtree(previous, ignore_errors=True)
+    fsync_directory(destination.parent)

@@ -1,0 +1,92 @@
+"""What a transformer run shows while it trains: a line every LOG_INTERVAL steps with the loss, this process's
+tokens per second, the elapsed time and an ETA; rank 0's metrics.jsonl (a record per reported step and per
+evaluation) and TensorBoard scalars. A resumed run drops the records past its checkpoint first (TensorBoard's
+purge_step does the same for the curves), so that no step is recorded twice and none is missing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer_contract.progress import format_duration
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def say(rank: int, message: str) -> None:
+    # one write per line: the gang's processes share torchrun's stdout
+    sys.stdout.write(f"Rank {rank}: {message}\n")
+    sys.stdout.flush()
+
+
+def keep_records_up_to(output_dir: Path, step: int) -> None:
+    """Rank 0, before a resumed run writes: metrics.jsonl keeps only what happened up to ``step``."""
+    path = output_dir / METRICS_FILE
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+class RunLog:
+    def __init__(self, rank: int, output_dir: Path, log_interval: int, tensorboard: bool):
+        self.rank, self.output_dir, self.log_interval = rank, output_dir, log_interval
+        self.tensorboard = tensorboard and rank == 0
+        self.writer: Any = None
+        self.began = self.clock = time.monotonic()
+        self.steps_before = self.tokens = 0
+
+    def start(self, step: int, total: int) -> None:
+        """Training starts (or resumes) at optimizer step ``step`` of ``total``."""
+        self.began = self.clock = time.monotonic()
+        self.steps_before = step
+        if self.rank == 0:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            keep_records_up_to(self.output_dir, step)
+            if self.tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                # purge_step: a resumed run's curves replace what was written after its checkpoint
+                self.writer = SummaryWriter(str(self.output_dir / "tensorboard"), purge_step=step or None)
+        say(self.rank, f"training from step {step} of {total}")
+
+    def due(self, step: int, last_of_epoch: bool) -> bool:
+        return step % self.log_interval == 0 or last_of_epoch
+
+    def trained(self, *, epoch: int, epochs: int, step: int, total: int, loss: float, learning_rate: float) -> None:
+        """A progress line and a record for optimizer step ``step``; ``loss`` is the mean since the last line."""
+        now = time.monotonic()
+        tokens_per_second = self.tokens / max(now - self.clock, 1e-9)
+        self.tokens, self.clock = 0, now
+        done, elapsed = step - self.steps_before, now - self.began
+        eta = f"about {format_duration(elapsed / done * (total - step))} left" if done and step < total else "done"
+        say(self.rank, f"epoch {epoch}/{epochs}, step {step}/{total}, loss {loss:.4f}, {tokens_per_second:.0f} "
+            f"tokens/s, {format_duration(elapsed)} elapsed, {eta}")
+        self.record({"step": step, "epoch": epoch, "loss": round(loss, 6), "learning_rate": learning_rate,
+                     "tokens_per_second": round(tokens_per_second, 1)},
+                    {"train/loss": loss, "train/learning_rate": learning_rate,
+                     "train/tokens_per_second": tokens_per_second})
+
+    def evaluated(self, step: int, epoch: int, scores: dict[str, float], words: str) -> None:
+        """``words``: the scores as the line says them (every rank holds the same; rank 0 says them)."""
+        if self.rank == 0:
+            say(self.rank, f"epoch {epoch}, evaluation: {words}")
+        self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()}},
+                    {f"eval/{key}": value for key, value in scores.items()})
+
+    def record(self, line: dict[str, Any], scalars: dict[str, float]) -> None:
+        if self.rank != 0:
+            return
+        with (self.output_dir / METRICS_FILE).open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+        if self.writer is not None:
+            for name, value in scalars.items():
+                self.writer.add_scalar(name, value, line["step"])
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
