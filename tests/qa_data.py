@@ -15,7 +15,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 QUESTION_WORDS = ["what", "is", "the", "answer", "?"]
 
 
-def make_model(directory: Path, hidden: int = 32, seed: int = 0, dropout: float = 0.0) -> Path:
+def make_model(directory: Path, hidden: int = 32, seed: int = 0, dropout: float = 0.0, layers: int = 2) -> Path:
     """A random BertForQuestionAnswering and its tokenizer, as the Hub would serve them."""
     import torch
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
@@ -26,7 +26,7 @@ def make_model(directory: Path, hidden: int = 32, seed: int = 0, dropout: float 
     tokenizer = BertTokenizerFast(str(vocabulary), do_lower_case=True)
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(SPECIAL + QUESTION_WORDS + FILLERS + ANSWERS), hidden_size=hidden,
-                        num_hidden_layers=2, num_attention_heads=2, intermediate_size=2 * hidden,
+                        num_hidden_layers=layers, num_attention_heads=max(2, hidden // 64), intermediate_size=2 * hidden,
                         max_position_embeddings=128,
                         # dropout 0 by default: the question-answering run's resume is exact by its loader alone
                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)

@@ -33,11 +33,12 @@ def test_mypy_reports_nothing(tmp_path):
 
 def test_the_layers_hold():
     """import-linter's contracts (setup.cfg): the contract package imports no room above it, the generator and
-    local-job never the worker or torch, the worker never the generator or local-job, the stager never torch."""
+    local-job never the worker or torch, the worker never the generator or local-job, the stager never torch; the
+    two transformer workloads apart, and seed 004's plain PyTorch free of Lightning."""
     result = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], capture_output=True, text=True, cwd=ROOT,
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 kept, 0 broken" in result.stdout, result.stdout
+    assert "7 kept, 0 broken" in result.stdout, result.stdout
 
 
 LONGEST_FUNCTION = 50  # lines, decorators and docstring included

@@ -1,7 +1,7 @@
 """The seeds' usage log (their gpu_usage.log): one line every few seconds from a thread beside the training, so
 that a user can see what the hardware is doing without a dashboard. Per GPU (nvidia-smi's utilization and
 memory) where nvidia-smi answers; this process's CPU (percent of one core, every thread) and resident memory
-otherwise; a last line when it stops. Appends, so that a restarted run's lines follow the first's. Torch-free."""
+otherwise, with its peak; a last line when it stops. Appends, so that a restarted run's lines follow the first's. Torch-free."""
 
 from __future__ import annotations
 
@@ -44,7 +44,12 @@ def resident_mib() -> float:
         pages = int(Path("/proc/self/statm").read_text().split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE") / MIB
     except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        return peak_mib()
+
+
+def peak_mib() -> float:
+    """This process's peak resident memory so far (the kernel's high-water mark, between the samples too)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 class UsageLog:
@@ -73,7 +78,7 @@ class UsageLog:
         if gpus:
             return f"{stamp} {self.label} " + "; ".join(gpus)
         percent = 100.0 * (cpu - before) / max(now - then, 1e-6)
-        return f"{stamp} {self.label} cpu {percent:.0f}% rss {resident_mib():.0f} MiB"
+        return f"{stamp} {self.label} cpu {percent:.0f}% rss {resident_mib():.0f} MiB peak {peak_mib():.0f} MiB"
 
     def _run(self) -> None:
         with open(self.path, "a", encoding="utf-8") as out:

@@ -9,7 +9,7 @@ import time
 
 from worker import usage_log
 
-CPU_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ rank 0 cpu (\d+)% rss (\d+) MiB$")
+CPU_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ rank 0 cpu (\d+)% rss (\d+) MiB peak (\d+) MiB$")
 
 
 def test_without_gpus_each_line_says_cpu_and_resident_memory_and_a_restart_appends(tmp_path):
@@ -27,6 +27,7 @@ def test_without_gpus_each_line_says_cpu_and_resident_memory_and_a_restart_appen
     assert all(figures), lines
     assert max(int(match.group(1)) for match in figures if match) >= 50  # one core busy most of the time
     assert min(int(match.group(2)) for match in figures if match) >= before + 60
+    assert all(int(match.group(3)) >= int(match.group(2)) - 1 for match in figures if match)  # the peak bounds it
     assert len(ballast) == 64 << 20
     usage_log.UsageLog(path, "rank 0", every=60, gpus=lambda: None).start().stop()
     again = path.read_text().splitlines()

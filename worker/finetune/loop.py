@@ -94,7 +94,7 @@ class Loop:
             last = self.step == (epoch + 1) * per_epoch
             if run_log.due(self.step, last):
                 run_log.trained(epoch=epoch + 1, epochs=self.config.epochs, step=self.step, total=self.total,
-                                loss=sum(losses) / len(losses), learning_rate=self.schedule.get_last_lr()[0])
+                                loss=sum(losses) / len(losses), learning_rate=float(self.schedule.get_last_lr()[0]))
                 losses = []
             if stop_agreed():
                 checkpoint()

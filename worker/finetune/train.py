@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -111,7 +112,7 @@ def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
     stop.defer()
     try:
-        result = _epochs(config, env, loop, run_log, evaluation, now, stop)
+        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop)
     except Stopped:
         log(f"stopped on request at step {loop.step}, checkpointed; exiting {exit_codes.TERMINATED}")
         return exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
@@ -125,8 +126,8 @@ def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
     return exit_codes.OK
 
 
-def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, now: dict, stop: StopRequest
-            ) -> dict[str, float]:
+def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, num_labels: int, now: dict,
+            stop: StopRequest) -> dict[str, float]:
     def checkpoint() -> None:
         hooks.point("checkpoint")
         if env.is_rank0:
@@ -137,19 +138,24 @@ def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list,
         dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
 
     def scored() -> dict[str, float]:
-        return evaluate(loop.model, evaluation, loop.model.config.num_labels, config.batch_size, loop.pad_id,
+        return evaluate(loop.model, evaluation, num_labels, config.batch_size, loop.pad_id,
                         loop.precision, loop.device, env.rank, env.world_size)
 
     per_epoch = len(loop.batches)
     run_log.start(loop.step, loop.total)
     result: dict[str, float] = {}
+    began, evaluating = time.monotonic(), 0.0
     for epoch in range(loop.step // per_epoch, config.epochs):
         loop.run_epoch(epoch, run_log, checkpoint, lambda: agreed(stop.requested, loop.device))
+        evaluation_began = time.monotonic()
         result = scored()
+        evaluating += time.monotonic() - evaluation_began
         run_log.evaluated(loop.step, epoch + 1, result, f"accuracy {result['accuracy']:.2f}%, macro F1 "
                           f"{result['f1']:.2f}, loss {result['loss']:.4f}")
         checkpoint()
-    return result or scored()  # resumed at the very end: nothing trained, the model as it is
+    # this start's training time, evaluations left out (checkpoints in): what tokens/s per process divides by
+    training = time.monotonic() - began - evaluating
+    return {**(result or scored()), "train_seconds": round(training, 3)}  # nothing left: the model as it is
 
 
 def _export(config: FinetuneConfig, model, tokenizer, summary: dict[str, Any], log) -> None:

@@ -33,7 +33,8 @@ class RankBatches:
     def __init__(self, size: int, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool):
         self.size, self.batch_size, self.rank, self.world_size = size, batch_size, rank, world_size
         self.seed, self.shuffle = seed, shuffle
-        self.epoch, self.consumed, self.resume_at = 0, 0, None  # resume_at: (epoch, batches) from a checkpoint
+        self.epoch, self.consumed = 0, 0
+        self.resume_at: tuple[int, int] | None = None  # (epoch, batches) from a checkpoint
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

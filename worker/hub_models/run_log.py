@@ -71,10 +71,12 @@ class RunLog:
                      "train/tokens_per_second": tokens_per_second})
 
     def evaluated(self, step: int, epoch: int, scores: dict[str, float], words: str) -> None:
-        """``words``: the scores as the line says them (every rank holds the same; rank 0 says them)."""
+        """``words``: the scores as the line says them (every rank holds the same; rank 0 says them). The record
+        keeps the seconds since this start's training began (evaluations included): the time to a score."""
         if self.rank == 0:
             say(self.rank, f"epoch {epoch}, evaluation: {words}")
-        self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()}},
+        self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()},
+                     "seconds": round(time.monotonic() - self.began, 3)},
                     {f"eval/{key}": value for key, value in scores.items()})
 
     def record(self, line: dict[str, Any], scalars: dict[str, float]) -> None:

@@ -69,11 +69,11 @@ def featurize(tokenizer, questions: Sequence[Question], max_length: int, stride:
 def _label(offsets: list[tuple[int, int] | None], first: int, last: int) -> tuple[int, int]:
     """The tokens holding characters ``first``..``last`` (exclusive) of the context; (0, 0) when not all of them
     are in this window."""
-    context = [position for position, span in enumerate(offsets) if span is not None]
-    if not context or offsets[context[0]][0] > first or offsets[context[-1]][1] < last:
+    context = [(position, span) for position, span in enumerate(offsets) if span is not None]
+    if not context or context[0][1][0] > first or context[-1][1][1] < last:
         return 0, 0
-    start = next(position for position in context if offsets[position][1] > first)
-    end = next(position for position in reversed(context) if offsets[position][0] < last)
+    start = next(position for position, span in context if span[1] > first)
+    end = next(position for position, span in reversed(context) if span[0] < last)
     return start, end
 
 

@@ -41,13 +41,14 @@ class QuestionAnswering(L.LightningModule):
         self.shard, self.shard_dtype, self.sharded = shard, shard_dtype, False
         self.train_batches, self.evaluation = train_batches, evaluation
         self.record, self.evaluated = record, evaluated  # what every checkpoint records; told each evaluation
-        self.step_losses: list[float] = []  # this rank's loss of each step since the last progress line
 
     def configure_model(self) -> None:
         # Lightning calls this for every fit and validate; a module is sharded once
         if not self.shard or self.sharded:
             return
         self.sharded = True
+        if self.device_mesh is None:  # train.py pairs STRATEGY=fsdp with ModelParallelStrategy, which makes one
+            raise RuntimeError("STRATEGY=fsdp needs Lightning's ModelParallelStrategy (its device mesh)")
         mesh = self.device_mesh["data_parallel"]
         policy = MixedPrecisionPolicy(param_dtype=self.shard_dtype, reduce_dtype=torch.float32) \
             if self.shard_dtype is not None else MixedPrecisionPolicy()
@@ -69,7 +70,6 @@ class QuestionAnswering(L.LightningModule):
         loss = self(batch).loss
         # where the epoch stands for the loader's state_dict, which the checkpoint after this step saves
         self.train_batches.consumed = batch_index + 1
-        self.step_losses.append(float(loss.detach()))
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_index: int) -> None:

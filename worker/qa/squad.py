@@ -55,7 +55,7 @@ def read_parquet(paths: list[Path]) -> list[Question]:
         import pyarrow.parquet as pq
     except ImportError:
         raise DatasetError(f"{paths[0]}: reading parquet needs pyarrow: pip install 'indexed-trainer[hf]'") from None
-    questions = []
+    questions: list[Question] = []
     for path in paths:
         try:
             rows = pq.read_table(path, columns=["id", "context", "question", "answers"]).to_pylist()

@@ -88,6 +88,29 @@ def _load(config: QaConfig):
     return tokenizer, model
 
 
+def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines) -> L.Trainer:
+    strategy, precision = _strategy(config, env, cuda)
+    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints)
+    return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
+                     strategy=strategy, precision=precision, max_epochs=config.epochs,
+                     callbacks=[progress, saving], logger=False, enable_checkpointing=False,
+                     # torchrun's ranks, even inside a Slurm step (Lightning would otherwise read SLURM_PROCID)
+                     plugins=[checkpoints.AtomicCheckpointIO(),
+                              TorchElasticEnvironment() if env.under_launcher else LightningEnvironment()],
+                     enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
+                     num_sanity_val_steps=0, default_root_dir=config.output_dir)
+
+
+def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluation, summary: dict, log) -> None:
+    destination = export_dir(config, model.config.model_type, "squad")
+    export_model(config.model_dir, state, tokenizer, destination)
+    atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
+    summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"], **summary,
+               "export": str(destination)}
+    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
+    log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
+
+
 def _train(config: QaConfig, env: DistEnv, log) -> int:
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     _quiet_lightning()
@@ -101,7 +124,6 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     now = checkpoint_record.record(config, checkpoints.SHAPING, env.world_size)
     found = resume_from(config, now, log)
-    strategy, precision = _strategy(config, env, cuda)
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
     pad = tokenizer.pad_token_id or 0
@@ -115,15 +137,7 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
                                train_batches=train_batches, evaluation=evaluation, record=now,
                                evaluated=progress.evaluated)
-    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints)
-    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
-                        strategy=strategy, precision=precision, max_epochs=config.epochs,
-                        callbacks=[progress, saving], logger=False, enable_checkpointing=False,
-                        # torchrun's ranks, even inside a Slurm step (Lightning would otherwise read SLURM_PROCID)
-                        plugins=[checkpoints.AtomicCheckpointIO(),
-                                 TorchElasticEnvironment() if env.under_launcher else LightningEnvironment()],
-                        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
-                        num_sanity_val_steps=0, default_root_dir=config.output_dir)
+    trainer = _trainer(config, env, cuda, progress)
     try:
         trainer.fit(module, train_loader, eval_loader, ckpt_path=found[0] if found else None)
         if not evaluation.scores:  # resumed at the very end: nothing trained, evaluate the model as it is
@@ -132,13 +146,7 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
     finally:
         run_log.close()
     if env.is_rank0:
-        destination = export_dir(config, model.config.model_type, "squad")
-        export_model(config.model_dir, state, tokenizer, destination)
-        atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
-        summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"],
-                   "step": trainer.global_step, "export": str(destination), **now}
-        atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
-        log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
+        _export(config, model, tokenizer, state, evaluation, {"step": trainer.global_step, **now}, log)
     hooks.point("completed", rank=env.rank)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()

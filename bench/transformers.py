@@ -1,0 +1,196 @@
+"""python -m bench.transformers: the seeds' transformer workloads, world size 2 on this machine, side by side in one
+run (alternating, medians):
+
+    python -m bench.transformers                     # the figures of docs/performance.md
+    python -m bench.transformers --quick             # a tiny model and a few steps (the test suite runs this)
+
+- tokens/s per process: python -m worker.finetune (DDP, bf16 autocast) against Hugging Face's Trainer
+  (bench/hf_trainer_baseline.py) on the same random BERT, the same texts and the same recipe; training time only,
+  evaluations left out (both evaluate every epoch). Goal >= 1.
+- time to a fixed macro F1: the same runs, seconds from the training's start to the first evaluation at or above
+  the target. Goal <= 1.
+- peak memory per rank: python -m worker.qa under STRATEGY=fsdp against ddp (fp32), a larger BERT, growth over
+  the same program with a 2-layer, 32-wide BERT (what torch, transformers and Lightning hold before any model).
+  Goal -> 1/2 at world size 2.
+
+The models and data are made here (tests/qa_data.py, tests/text_data.py: random BERTs, learnable texts and
+questions): nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.stats import clean_env
+
+WORLD = 2
+RECIPE = {"BATCH_SIZE": "16", "LEARNING_RATE": "0.001", "PRECISION": "bf16", "MAX_SEQ_LENGTH": "64",
+          "OMP_NUM_THREADS": "1"}
+
+
+def sizes(quick: bool) -> dict:
+    if quick:
+        return {"hidden": 32, "layers": 2, "train": 256, "validation": 64, "epochs": 1, "memory_hidden": 64,
+                "memory_layers": 2}
+    return {"hidden": 128, "layers": 4, "train": 4096, "validation": 512, "epochs": 3, "memory_hidden": 512,
+            "memory_layers": 8}
+
+
+def torchrun(module: str, args: list[str], env: dict, timeout: float = 3600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={WORLD}", "-m", module, *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{module} failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
+    return result
+
+
+def first_at(evaluations: list[dict], target: float) -> float:
+    """Seconds to the first evaluation whose F1 reaches ``target`` (infinity when none does)."""
+    return next((item["seconds"] for item in evaluations if item["f1"] >= target), float("inf"))
+
+
+def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path) -> dict:
+    output = Path(tempfile.mkdtemp(dir=scratch))
+    env = clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
+                    LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0)
+    torchrun("worker.finetune", [], env)
+    summary = json.loads((output / "summary.json").read_text())
+    evaluations = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [line for line in evaluations if "accuracy" in line]
+    return {"tokens_per_second": tokens / WORLD / summary["train_seconds"],
+            "seconds_to_f1": first_at(evaluations, target), "f1": summary["f1"]}
+
+
+def trainer_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path) -> dict:
+    result = Path(tempfile.mkdtemp(dir=scratch)) / "result.json"
+    torchrun("bench.hf_trainer_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs))
+    measured = json.loads(result.read_text())
+    return {"tokens_per_second": tokens / WORLD / measured["train_seconds"],
+            "seconds_to_f1": first_at(measured["evaluations"], target), "f1": measured["evaluations"][-1]["f1"]}
+
+
+def qa_peak_mib(model: Path, data: Path, strategy: str, scratch: Path) -> float:
+    """The largest peak resident memory of any rank (the usage log's last line per rank)."""
+    output = Path(tempfile.mkdtemp(dir=scratch))
+    env = clean_env(MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output, STRATEGY=strategy, PRECISION="fp32",
+                    EPOCHS=1, BATCH_SIZE=8, MAX_SEQ_LENGTH=64, DOC_STRIDE=16, OMP_NUM_THREADS=1, TENSORBOARD="false")
+    torchrun("worker.qa", [], env)
+    peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
+             for log in sorted((output / "logs").glob("usage-rank*.log"))]
+    assert len(peaks) == WORLD, peaks
+    return max(peaks)
+
+
+def median_of(samples: list[dict]) -> dict:
+    return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
+
+
+def measure(quick: bool, repeats: int, target: float, log) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the models and data are made there
+    from huggingface_hub.utils import disable_progress_bars
+
+    from tests.qa_data import make_model, make_squad
+    from tests.text_data import make_texts
+
+    disable_progress_bars()  # save_pretrained's bar for each model made here says nothing
+    size = sizes(quick)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-transformers-"))
+    model = make_model(scratch / "model", hidden=size["hidden"], layers=size["layers"])
+    data = make_texts(scratch / "texts", train=size["train"], validation=size["validation"], named=False)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts = (data / "train.csv").read_text().splitlines()[1:]
+    tokens = size["epochs"] * sum(len(tokenizer(line.rsplit(",", 1)[0], truncation=True,
+                                                max_length=int(RECIPE["MAX_SEQ_LENGTH"]))["input_ids"])
+                                  for line in texts)
+    samples: dict[str, list[dict]] = {"worker": [], "trainer": []}
+    for round_ in range(repeats):
+        log(f"fine-tuning, round {round_ + 1} of {repeats}: worker.finetune, then Trainer...")
+        samples["worker"].append(finetune_run(model, data, size["epochs"], tokens, target, scratch))
+        samples["trainer"].append(trainer_run(model, data, size["epochs"], tokens, target, scratch))
+    results: dict = {"quick": quick, "repeats": repeats, "target_f1": target, "sizes": size,
+                     "parameters": parameter_count(model), "finetune": {name: median_of(runs)
+                                                                         for name, runs in samples.items()}}
+    log("peak memory per rank, worker.qa fsdp vs ddp...")
+    big = make_model(scratch / "big", hidden=size["memory_hidden"], layers=size["memory_layers"])
+    small = make_model(scratch / "small")
+    squad = make_squad(scratch / "squad", train=64, validation=16)
+    memory: dict[str, list[float]] = {key: [] for key in ("fsdp", "ddp", "fsdp_floor", "ddp_floor")}
+    for _ in range(repeats):
+        for strategy in ("fsdp", "ddp"):
+            memory[strategy].append(qa_peak_mib(big, squad, strategy, scratch))
+            memory[f"{strategy}_floor"].append(qa_peak_mib(small, squad, strategy, scratch))
+    results["memory_mib"] = {key: statistics.median(values) for key, values in memory.items()}
+    results["memory_parameters"] = parameter_count(big)
+    return results
+
+
+def parameter_count(model: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(model / "model.safetensors"), "pt") as weights:
+        return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
+
+
+def verdict(ratio: float, limit: float, at_most: bool) -> str:
+    ok = ratio <= limit if at_most else ratio >= limit
+    return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"
+
+
+def table(r: dict) -> str:
+    ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
+    size, memory = r["sizes"], r["memory_mib"]
+    model = f"BERT {size['layers']}x{size['hidden']} ({r['parameters'] / 1e6:.1f} M params)"
+    speed = ours["tokens_per_second"] / theirs["tokens_per_second"]
+    time = ours["seconds_to_f1"] / theirs["seconds_to_f1"]
+    fsdp = memory["fsdp"] - memory["fsdp_floor"]
+    ddp = memory["ddp"] - memory["ddp_floor"]
+    state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
+    rows = [("measure", "worker", "baseline", "ratio", "target"),
+            (f"tokens/s per process, ws 2, {model}, bf16", f"{ours['tokens_per_second']:.0f} (worker.finetune, DDP)",
+             f"{theirs['tokens_per_second']:.0f} (Hugging Face Trainer)", f"{speed:.2f}", verdict(speed, 1, False)),
+            (f"time to macro F1 {r['target_f1']:g}, ws 2 (s)", f"{ours['seconds_to_f1']:.1f} (F1 {ours['f1']:.1f})",
+             f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True)),
+            (f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
+             f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
+             f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a", "→ 1/2 = 0.50")]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "-+-".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.transformers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check it runs")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
+    parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
+    parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
+    args = parser.parse_args(argv)
+    repeats = 1 if args.quick else args.repeats
+    results = measure(args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr))
+    import torch
+    import transformers
+
+    results["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                          "torch": torch.__version__, "transformers": transformers.__version__,
+                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\n(written to {args.json}; {results['machine']['date']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
