@@ -170,6 +170,45 @@ class TrainConfig:
         return self.output_dir / "checkpoints"
 
 
+# The settings the transformer workloads (QaConfig, FinetuneConfig) read alike, each defined once.
+def _workload_output_dir(task: str):
+    return _setting("OUTPUT_DIR", _path, Path("runs/local"), "Checkpoints, metrics.jsonl, TensorBoard's events, the "
+                    f"usage log and <model type>_{task}_trained/.")
+
+
+def _workload_export_dir(task: str):
+    return _setting("EXPORT_DIR", _optional_path, None,
+                    "Where rank 0 writes the trained model and tokenizer (`save_pretrained`); export.storage_uri sets "
+                    f"it and uploads it; empty: OUTPUT_DIR/<model type>_{task}_trained.")
+
+
+def _log_interval():
+    return _setting("LOG_INTERVAL", _positive_int, 50, "Log every N steps (and the epoch's last).")
+
+
+def _keep_checkpoints():
+    return _setting("KEEP_CHECKPOINTS", _positive_int, 2, "Checkpoints kept on the volume.")
+
+
+def _resume():
+    return _setting("RESUME", _boolean, True, "Resume from the newest checkpoint in OUTPUT_DIR/checkpoints (refused if "
+                    "the model, the tokenizer or a shaping setting changed).")
+
+
+def _tensorboard():
+    return _setting("TENSORBOARD", _boolean, True, "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard.")
+
+
+def _usage_log_seconds():
+    return _setting("USAGE_LOG_SECONDS", _positive_float, 5.0, "Every process appends a line of GPU (or CPU and "
+                    "memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
+
+
+def _collective_timeout():
+    return _setting("COLLECTIVE_TIMEOUT", _positive_float, 300.0,
+                    "Seconds a collective may wait for a peer before the process gives up.")
+
+
 @dataclass(frozen=True)
 class QaConfig:
     """The question-answering workload's variables (seed 002: `python -m worker.qa`, BERT on SQuAD with
@@ -185,13 +224,8 @@ class QaConfig:
         "SQuAD-format data: train-v1.1.json and dev-v1.1.json (or train.json and validation.json), or the Hub "
         "dataset's parquet files (plain_text/train-*.parquet, plain_text/validation-*.parquet); "
         "initializer.dataset.storage_uri stages it here.")
-    output_dir: Path = _setting(
-        "OUTPUT_DIR", _path, Path("runs/local"),
-        "Checkpoints, metrics.jsonl, TensorBoard's events, the usage log and <model type>_squad_trained/.")
-    export_dir: Path | None = _setting(
-        "EXPORT_DIR", _optional_path, None,
-        "Where rank 0 writes the trained model and tokenizer (`save_pretrained`); export.storage_uri sets it and "
-        "uploads it; empty: OUTPUT_DIR/<model type>_squad_trained.")
+    output_dir: Path = _workload_output_dir("squad")
+    export_dir: Path | None = _workload_export_dir("squad")
     epochs: int = _setting("EPOCHS", _positive_int, 2, "Passes over the training questions.")
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Features (question and context window) per "
                                "process and step.")
@@ -213,23 +247,15 @@ class QaConfig:
                                       "Longest answer, in tokens, the evaluation may predict.")
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.")
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N questions; 0: all.")
-    log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N steps (and the epoch's last).")
+    log_interval: int = _log_interval()
     checkpoint_every_steps: int = _setting(
         "CHECKPOINT_EVERY_STEPS", _non_negative_int, 0,
         "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
-    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 2, "Checkpoints kept on the volume.")
-    resume: bool = _setting("RESUME", _boolean, True,
-                            "Resume from the newest checkpoint in OUTPUT_DIR/checkpoints (refused if the model, "
-                            "the tokenizer or a shaping setting changed).")
-    tensorboard: bool = _setting("TENSORBOARD", _boolean, True,
-                                 "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard.")
-    usage_log_seconds: float = _setting(
-        "USAGE_LOG_SECONDS", _positive_float, 5.0,
-        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this "
-        "often.")
-    collective_timeout: float = _setting(
-        "COLLECTIVE_TIMEOUT", _positive_float, 300.0,
-        "Seconds a collective may wait for a peer before the process gives up.")
+    keep_checkpoints: int = _keep_checkpoints()
+    resume: bool = _resume()
+    tensorboard: bool = _tensorboard()
+    usage_log_seconds: float = _usage_log_seconds()
+    collective_timeout: float = _collective_timeout()
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -252,13 +278,8 @@ class FinetuneConfig:
         "Labelled texts: a train split and a validation (or test) split, each as parquet (the Hub's "
         "plain_text/train-*.parquet), CSV or JSON lines files named after the split; "
         "initializer.dataset.storage_uri stages it here.")
-    output_dir: Path = _setting(
-        "OUTPUT_DIR", _path, Path("runs/local"),
-        "Checkpoints, metrics.jsonl, TensorBoard's events, the usage log and <model type>_classifier_trained/.")
-    export_dir: Path | None = _setting(
-        "EXPORT_DIR", _optional_path, None,
-        "Where rank 0 writes the trained model and tokenizer (`save_pretrained`); export.storage_uri sets it and "
-        "uploads it; empty: OUTPUT_DIR/<model type>_classifier_trained.")
+    output_dir: Path = _workload_output_dir("classifier")
+    export_dir: Path | None = _workload_export_dir("classifier")
     text_column: str = _setting("TEXT_COLUMN", _name, "text", "The column holding each example's text.")
     text_pair_column: str = _setting("TEXT_PAIR_COLUMN", str, "",
                                      "A second text per example (sentence pairs); empty: none.")
@@ -281,23 +302,15 @@ class FinetuneConfig:
     max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).")
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.")
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N texts; 0: all.")
-    log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N steps (and the epoch's last).")
+    log_interval: int = _log_interval()
     checkpoint_every_steps: int = _setting(
         "CHECKPOINT_EVERY_STEPS", _non_negative_int, 500,
         "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
-    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 2, "Checkpoints kept on the volume.")
-    resume: bool = _setting("RESUME", _boolean, True,
-                            "Resume from the newest checkpoint in OUTPUT_DIR/checkpoints (refused if the model, "
-                            "the tokenizer or a shaping setting changed).")
-    tensorboard: bool = _setting("TENSORBOARD", _boolean, True,
-                                 "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard.")
-    usage_log_seconds: float = _setting(
-        "USAGE_LOG_SECONDS", _positive_float, 5.0,
-        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this "
-        "often.")
-    collective_timeout: float = _setting(
-        "COLLECTIVE_TIMEOUT", _positive_float, 300.0,
-        "Seconds a collective may wait for a peer before the process gives up.")
+    keep_checkpoints: int = _keep_checkpoints()
+    resume: bool = _resume()
+    tensorboard: bool = _tensorboard()
+    usage_log_seconds: float = _usage_log_seconds()
+    collective_timeout: float = _collective_timeout()
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -68,3 +68,27 @@ def missing_extras(prog: str, needs: dict[str, str], rank: int) -> bool:
     print(f"Rank {rank}: error: {prog} needs {', '.join(needs)}: pip install 'indexed-trainer[{extras}]' (the image "
           f"has them); exiting {exit_codes.BAD_CONFIG}", file=sys.stderr, flush=True)
     return True
+
+
+# What --check-config's line shows of a transformer workload's configuration, where it has the setting.
+CHECKED_SETTINGS = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
+
+
+def workload_main(module: str, config_class: type, what: str, needs: dict[str, str], argv: list[str] | None = None
+                  ) -> int:
+    """The ``__main__`` of a transformer workload (worker.qa, worker.finetune): its variables, --check-config, then
+    ``<module>.train``'s ``run`` once the extras it ``needs`` (module -> extra) are there; imported only then, so
+    that --check-config and --help stay fast."""
+    import importlib
+
+    prog = f"python -m {module}"
+
+    def checked(config: Any) -> str:
+        return " ".join(f"{name}={getattr(config, name)}" for name in CHECKED_SETTINGS if hasattr(config, name))
+
+    def run(config: Any, env: DistEnv) -> int:
+        if missing_extras(prog, needs, env.rank):
+            return exit_codes.BAD_CONFIG
+        return importlib.import_module(f"{module}.train").run(config, env)
+
+    return start(argv, config_class, prog, what, checked, run)

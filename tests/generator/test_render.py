@@ -41,6 +41,10 @@ MATRIX = {
     "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
                                      "resources.gpu.accelerator_count=2"],
     # a built-in workload: its own --check-config and the defaults it shows, its variables checked
+    "fine-tuning": ["name=hub-finetune", "entrypoint.module=worker.finetune",
+                    "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
+                    "initializer.dataset.storage_uri=hf://datasets/stanfordnlp/imdb",
+                    "config_map={PRECISION: bf16, CHECKPOINT_EVERY_STEPS: '25'}"],
     "question-answering": ["name=bert-squad", "entrypoint.module=worker.qa",
                            "initializer.model.storage_uri=hf://google-bert/bert-base-uncased",
                            "initializer.dataset.storage_uri=hf://datasets/rajpurkar/squad",

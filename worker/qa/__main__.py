@@ -9,31 +9,15 @@ Needs the `hf` extra: pip install 'indexed-trainer[worker,hf]'.
 
 from __future__ import annotations
 
-from trainer_contract import exit_codes
 from trainer_contract.variables import QaConfig
-from worker.distenv import DistEnv
-from worker.entry import leave, missing_extras, start
+from worker.entry import leave, workload_main
 
-PROG = "python -m worker.qa"
 # what the workload imports, and the extra that brings it
 NEEDS = {"torch": "worker", "transformers": "hf", "lightning": "lightning"}
 
 
-def _checked(config: QaConfig) -> str:
-    return (f"model_dir={config.model_dir} dataset_dir={config.dataset_dir} strategy={config.strategy} "
-            f"precision={config.precision} epochs={config.epochs} output_dir={config.output_dir}")
-
-
-def _run(config: QaConfig, env: DistEnv) -> int:
-    if missing_extras(PROG, NEEDS, env.rank):
-        return exit_codes.BAD_CONFIG
-    from worker.qa.train import run  # torch, transformers and Lightning only now: --check-config stays fast
-
-    return run(config, env)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return start(argv, QaConfig, PROG, "Fine-tune a model for SQuAD question answering", _checked, _run)
+    return workload_main("worker.qa", QaConfig, "Fine-tune a model for SQuAD question answering", NEEDS, argv)
 
 
 if __name__ == "__main__":
