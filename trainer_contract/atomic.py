@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from trainer_contract import hooks
 
@@ -41,12 +43,18 @@ def atomic_write(path: Path, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the whole new one. The file gets the
     mode a plain open() would give it (0644 under the usual umask): mkstemp's 0600 would hide a run's results
     from the volume's group and from the host user of a `docker run`."""
+    atomic_write_with(path, lambda handle: handle.write(payload))
+
+
+def atomic_write_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """atomic_write, the bytes written by ``write(handle)`` as they come (a checkpoint streamed by torch.save,
+    never held whole in memory beside the state it serializes)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         hooks.point("before-rename", path=path)  # a crash here leaves only the temporary (tests inject it)

@@ -79,10 +79,18 @@ def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tm
     exported = tmp_path / "out" / "bert_squad_trained"
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
 
-    # from_pretrained(export) gives the logits of the trained weights (the last checkpoint's, step 24)
-    checkpoint = torch.load(tmp_path / "out" / "checkpoints" / "step-00000024.ckpt", weights_only=False)
+    # from_pretrained(export) gives the logits of the trained weights (the last checkpoint's, step 24: under fsdp a
+    # directory of each rank's shards, read whole here with torch.distributed.checkpoint's converter)
+    checkpoint = tmp_path / "out" / "checkpoints" / "step-00000024.ckpt"
+    assert checkpoint.is_dir() == (strategy == "fsdp")
+    if checkpoint.is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        dcp_to_torch_save(checkpoint, tmp_path / "whole.pt")
+        checkpoint = tmp_path / "whole.pt"
+    weights = torch.load(checkpoint, weights_only=False)["state_dict"]
     trained = transformers.AutoModelForQuestionAnswering.from_pretrained(model)
-    trained.load_state_dict({key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()})
+    trained.load_state_dict({key.removeprefix("model."): value for key, value in weights.items()})
     questions, windows, export_starts, export_ends = logits(exported, (data, exported))
     _, _, trained_starts, trained_ends = logits(trained, (data, exported))
     for ours, theirs in zip(export_starts + export_ends, trained_starts + trained_ends, strict=True):

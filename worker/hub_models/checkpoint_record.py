@@ -1,12 +1,14 @@
 """What a transformer run's checkpoint records of how it was made, and why a resume is refused: another model,
 another tokenizer (each by a digest of its files), another shaping setting or another number of processes, one
 line each naming the variable, as the MNIST worker refuses a changed hyper-parameter. Checkpoints are named by
-the optimizer step (``step-XXXXXXXX.ckpt``); the newest that loads is resumed."""
+the optimizer step (``step-XXXXXXXX.ckpt``: a file, or under FSDP a directory of every rank's shards), each
+written under a temporary name and renamed into place when whole; the newest that loads is resumed."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,9 @@ from trainer_contract.variables import config_fields
 from worker.digests import file_digest
 
 RECORD_KEY = "indexed_trainer"
+# A sharded checkpoint is a directory of torch.distributed.checkpoint's files, each rank's shards, and this file
+# with everything but the tensors (Lightning's layout), the record among it.
+SHARDED_RECORD_FILE = "meta.pt"
 NAME = re.compile(r"^step-(\d{8})\.ckpt$")
 # Files of a model directory that belong to its tokenizer (their digest is the tokenizer's revision); every
 # other file but the stager's marker and hidden files is the model's.
@@ -66,40 +71,46 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
 
 
 def newest(directory: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads, with its record; one that does not is named and passed over."""
+    """The newest checkpoint that loads (a file, or a sharded checkpoint's directory), with its record; one that
+    does not is named and passed over."""
     import torch
 
     found = sorted((path for path in directory.glob("step-*.ckpt") if NAME.match(path.name)), reverse=True)
     for path in found:
         try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            record_file = path / SHARDED_RECORD_FILE if path.is_dir() else path
+            checkpoint = torch.load(record_file, map_location="cpu", weights_only=False, mmap=True)
             return path, checkpoint[RECORD_KEY]
         except Exception as error:  # a damaged file: torch's errors share no base class  # noqa: BLE001
             log(f"checkpoint {path.name} cannot be read ({type(error).__name__}: {error}); trying an older one")
     return None
 
 
+def remove(path: Path) -> None:
+    """A checkpoint, a file or a sharded checkpoint's directory."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def prune(directory: Path, keep: int) -> None:
     """Keep the newest ``keep`` checkpoints."""
     for old in sorted(directory.glob("step-*.ckpt"), reverse=True)[keep:]:
-        old.unlink(missing_ok=True)
+        remove(old)
 
 
 def remove_temporaries(directory: Path) -> None:
     """What a write cut short left behind (the checkpoints themselves are whole or absent)."""
     for path in directory.glob(f"{TEMP_PREFIX}*"):
-        path.unlink(missing_ok=True)
+        remove(path)
 
 
 def write(checkpoint: dict[str, Any], path: Path) -> None:
-    """torch.save into a temporary file renamed into place: readers (and a resume after a kill) see the previous
-    checkpoint or the whole new one."""
-    import io
-
+    """torch.save streamed into a temporary file renamed into place: readers (and a resume after a kill) see the
+    previous checkpoint or the whole new one."""
     import torch
 
-    from trainer_contract.atomic import atomic_write
+    from trainer_contract.atomic import atomic_write_with
 
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    atomic_write(path, buffer.getvalue())
+    atomic_write_with(path, lambda handle: torch.save(checkpoint, handle))

@@ -17,10 +17,11 @@ def export_dir(config: Any, model_type: str, task: str) -> Path:
     return config.export_dir or config.output_dir / f"{model_type}_{task}_trained"
 
 
-def save_pretrained(model: Any, tokenizer: Any, destination: Path) -> None:
+def save_pretrained(model: Any, tokenizer: Any, destination: Path, state_dict: dict[str, Any] | None = None) -> None:
+    """``state_dict``: the weights to write in place of the model's own (a sharded model's, gathered whole)."""
     temporary = destination.parent / f"{TEMP_PREFIX}{destination.name}"
     shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary)
+    model.save_pretrained(temporary, state_dict=state_dict)
     tokenizer.save_pretrained(temporary)
     previous = destination.parent / f"{TEMP_PREFIX}{destination.name}.previous"
     if destination.exists():

@@ -1,6 +1,8 @@
 """The question-answering run's checkpoints: Lightning's own (model, optimizer, schedule, loops, and the loader's
 place in the epoch) with the record of worker.hub_models.checkpoint_record, written atomically (a kill mid-write
-leaves the previous checkpoint whole) and named by the optimizer step."""
+leaves the previous checkpoint whole) and named by the optimizer step. Under FSDP each rank writes its shards
+(torch.distributed.checkpoint, through Lightning): gathering the whole model and optimizer on rank 0 to write one
+file would cost that rank the memory FSDP saves."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import lightning as L
 from lightning.fabric.plugins import TorchCheckpointIO
 
 from trainer_contract import hooks
+from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 from worker.hub_models import checkpoint_record
 
 # Settings whose change makes a resumed run another run: the schedule, the batches, the features, the seed.
@@ -24,11 +27,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 class Checkpointing(L.Callback):
     """A checkpoint every ``every_steps`` optimizer steps (0: never mid-epoch) and at each epoch's end, after its
-    evaluation; rank 0 keeps the newest ``keep``. Every rank calls Lightning's save (FSDP gathers the whole model
-    for it); rank 0 writes the one file."""
+    evaluation; rank 0 keeps the newest ``keep``. Every rank calls Lightning's save: under DDP rank 0 writes the
+    one file; ``sharded`` (FSDP), every rank its shards."""
 
-    def __init__(self, directory: Path, every_steps: int, keep: int):
-        self.directory, self.every_steps, self.keep = directory, every_steps, keep
+    def __init__(self, directory: Path, every_steps: int, keep: int, sharded: bool):
+        self.directory, self.every_steps, self.keep, self.sharded = directory, every_steps, keep, sharded
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any,
                            batch_index: int) -> None:
@@ -41,6 +44,25 @@ class Checkpointing(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         hooks.point("checkpoint")
-        trainer.save_checkpoint(self.directory / checkpoint_record.checkpoint_name(trainer.global_step))
+        path = self.directory / checkpoint_record.checkpoint_name(trainer.global_step)
+        if not self.sharded:
+            trainer.save_checkpoint(path)  # one file, through AtomicCheckpointIO
+        else:
+            self.save_sharded(trainer, path)
         if trainer.is_global_zero:
             checkpoint_record.prune(self.directory, self.keep)
+
+    def save_sharded(self, trainer: L.Trainer, path: Path) -> None:
+        """Every rank writes its own shards (nothing gathered: the point of FSDP's memory) into a temporary
+        directory, which rank 0 renames into place once every rank is done: the checkpoint is whole or absent."""
+        temporary = path.parent / f"{TEMP_PREFIX}{path.name}"
+        if trainer.is_global_zero:
+            checkpoint_record.remove(temporary)
+        trainer.strategy.barrier()
+        trainer.save_checkpoint(temporary)
+        trainer.strategy.barrier()
+        if trainer.is_global_zero:
+            checkpoint_record.remove(path)
+            temporary.rename(path)
+            fsync_directory(path.parent)
+        trainer.strategy.barrier()

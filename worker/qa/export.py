@@ -17,9 +17,7 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, Any]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def export_model(model_dir: Path, state: dict[str, Any], tokenizer, destination: Path) -> None:
-    from transformers import AutoModelForQuestionAnswering
-
-    model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
-    model.load_state_dict(state)
-    save_pretrained(model, tokenizer, destination)
+def export_model(model: Any, state: dict[str, Any], tokenizer, destination: Path) -> None:
+    """The trained ``model``'s configuration with its gathered weights ``state`` (no second copy of the model is
+    built: under FSDP, rank 0 holds its shards and the whole weights already)."""
+    save_pretrained(model, tokenizer, destination, state_dict=state)

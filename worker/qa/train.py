@@ -67,7 +67,7 @@ def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
             raise Refusal(exit_codes.BAD_CONFIG, ["PRECISION: fp16 under STRATEGY=fsdp has no gradient scaler here; "
                                                   "use bf16 (its mixed-precision policy) or STRATEGY=ddp"])
         return ModelParallelStrategy(data_parallel_size=env.world_size, tensor_parallel_size=1,
-                                     save_distributed_checkpoint=False, process_group_backend=backend,
+                                     save_distributed_checkpoint=True, process_group_backend=backend,
                                      timeout=timeout), "32-true"
     precision = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}[config.precision]
     return DDPStrategy(process_group_backend=backend, timeout=timeout), precision
@@ -90,7 +90,8 @@ def _load(config: QaConfig):
 
 def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines) -> L.Trainer:
     strategy, precision = _strategy(config, env, cuda)
-    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints)
+    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints,
+                                       sharded=config.strategy == "fsdp")
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
                      callbacks=[progress, saving], logger=False, enable_checkpointing=False,
@@ -103,7 +104,7 @@ def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines
 
 def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluation, summary: dict, log) -> None:
     destination = export_dir(config, model.config.model_type, "squad")
-    export_model(config.model_dir, state, tokenizer, destination)
+    export_model(model, state, tokenizer, destination)
     atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
     summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"], **summary,
                "export": str(destination)}
