@@ -202,7 +202,7 @@ def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
     from tests.text_data import serve_imdb_example
 
     outputs, state = run_readme_block(tmp_path, "distilbert/distilbert-base-uncased", serve_imdb_example)
-    rendered = outputs[0]
+    rendered = (tmp_path / "hub-finetune.yaml").read_text()
     assert '"BATCH_SIZE": "16"' in rendered and '"PRECISION": "bf16"' in rendered and '"WARMUP_STEPS": "10"' in rendered
     log = outputs[1]
     assert re.search(r"^\[hub-finetune-0-\w{5}/stage\] stage: dataset stanfordnlp/imdb@main staged at ", log, re.M)

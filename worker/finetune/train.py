@@ -113,9 +113,10 @@ def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
     stop.defer()
     try:
         result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop)
-    except Stopped:
-        log(f"stopped on request at step {loop.step}, checkpointed; exiting {exit_codes.TERMINATED}")
-        return exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
+        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
+        return code
     finally:
         run_log.close()
     if env.is_rank0:

@@ -12,6 +12,7 @@ from trainer_contract import exit_codes
 from worker.distenv import DistEnv
 from worker.hub_models import checkpoint_record
 from worker.hub_models.run_log import say
+from worker.stop import Terminated
 from worker.usage_log import UsageLog
 
 
@@ -36,6 +37,9 @@ def run_logged(config: Any, env: DistEnv, train: Callable[[Any, DistEnv, Callabl
             log(f"{'configuration error' if refusal.code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
         log(f"exiting with code {refusal.code} ({exit_codes.meaning(refusal.code)})")
         return refusal.code
+    except Terminated as terminated:  # during set-up (a StopRequest's), before anything worth saving
+        log(f"stopped: {terminated} before training started; nothing to save")
+        return exit_codes.TERMINATED
     finally:
         usage.stop()
 
