@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from trainer_contract.atomic import TEMP_PREFIX
 from trainer_contract.variables import config_fields
+from worker.checkpoints.layout import remove  # a checkpoint: a file, or a sharded one's directory
 from worker.digests import file_digest
 
 RECORD_KEY = "indexed_trainer"
@@ -84,14 +84,6 @@ def newest(directory: Path, log: Callable[[str], None]) -> tuple[Path, dict[str,
         except Exception as error:  # a damaged file: torch's errors share no base class  # noqa: BLE001
             log(f"checkpoint {path.name} cannot be read ({type(error).__name__}: {error}); trying an older one")
     return None
-
-
-def remove(path: Path) -> None:
-    """A checkpoint, a file or a sharded checkpoint's directory."""
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def prune(directory: Path, keep: int) -> None:
