@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, staging_cost, training
-from bench.stats import alternate
+from bench.stats import alternate, render_rows, verdict
 from trainer_contract.variables import STRATEGIES
 
 
@@ -102,11 +102,6 @@ def strategy_matrix(data_dir: Path, target: float, quick: bool, repeats: int) ->
                   "runs": len(runs)} for key, runs in samples.items()}
 
 
-def verdict(ratio: float, limit: float, at_most: bool) -> str:
-    ok = ratio <= limit if at_most else ratio >= limit
-    return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"
-
-
 def table(r: dict) -> str:
     rows = [("measure", "worker", "baseline", "ratio", "target")]
     for world in (1, 2):
@@ -157,10 +152,7 @@ def table(r: dict) -> str:
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
     rows.extend(distributed_cost_rows(r["distributed_cost"]))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_rows(rows)
 
 
 def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:

@@ -81,3 +81,16 @@ def peak_rss_per_rank(command: list[str], env: dict, world: int) -> float:
             raise RuntimeError(f"{' '.join(command)} at world size {world} failed ({process.returncode})")
         peaks.append(usage.ru_maxrss / 1024)
     return max(peaks)
+
+
+def verdict(ratio: float, limit: float, at_most: bool) -> str:
+    ok = ratio <= limit if at_most else ratio >= limit
+    return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"
+
+
+def render_rows(rows: list[tuple[str, ...]]) -> str:
+    """A results table: the first row its header, columns padded, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)

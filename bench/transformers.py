@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.stats import clean_env
+from bench.stats import clean_env, render_rows, verdict
 
 WORLD = 2
 RECIPE = {"BATCH_SIZE": "16", "LEARNING_RATE": "0.001", "PRECISION": "bf16", "MAX_SEQ_LENGTH": "64",
@@ -139,11 +139,6 @@ def parameter_count(model: Path) -> int:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
 
 
-def verdict(ratio: float, limit: float, at_most: bool) -> str:
-    ok = ratio <= limit if at_most else ratio >= limit
-    return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"
-
-
 def table(r: dict) -> str:
     ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
     size, memory = r["sizes"], r["memory_mib"]
@@ -161,10 +156,7 @@ def table(r: dict) -> str:
             (f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
              f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
              f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a", "→ 1/2 = 0.50")]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
-    lines.insert(1, "-+-".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
+    return render_rows(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
