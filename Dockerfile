@@ -38,6 +38,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 FROM dependencies AS package
 COPY pyproject.toml setup.cfg setup.py README.md ./
 COPY trainer_contract ./trainer_contract
+COPY trainer_stager ./trainer_stager
+COPY trainer_launcher ./trainer_launcher
+COPY trainer_runtime ./trainer_runtime
 COPY generator ./generator
 COPY localjob ./localjob
 COPY worker ./worker

@@ -11,7 +11,7 @@ import shutil
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-PRODUCT = ("trainer_contract", "generator", "worker", "localjob")
+PRODUCT = ("trainer_contract", "trainer_stager", "trainer_launcher", "trainer_runtime", "worker", "generator", "localjob")
 
 
 class FreshBuildPy(build_py):

@@ -24,12 +24,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bench.strategy_memory import build_mlp, train_steps
-from worker import process_group, strategies
-from worker.checkpoints.layout import Position
-from worker.checkpoints.manager import CheckpointManager
-from worker.checkpoints.state import TrainingState
-from worker.distenv import read_dist_env
-from worker.model import MnistCNN
+from trainer_contract.checkpoint_layout import Position
+from trainer_runtime import process_group, strategies
+from trainer_runtime.checkpoints.manager import CheckpointManager
+from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.distenv import read_dist_env
+from worker.mnist.model import MnistCNN
 
 
 def build_cnn(strategy: str, env) -> strategies.Strategy:

@@ -26,7 +26,7 @@ def default_data_dir() -> Path:
     """The digits the worker ships (worker/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
     files, split as the worker's offline fallback splits them: the first 8,000 to train, the last 2,000 to test.
     Both contenders (the worker and torchvision's MNIST in the standard loop) read these files."""
-    from worker import idx, mnist_sample
+    from worker.mnist import idx, mnist_sample
 
     (count, rows, cols), images = idx.split(mnist_sample.read("t10k-images-idx3-ubyte"))
     _, labels = idx.split(mnist_sample.read("t10k-labels-idx1-ubyte"))
@@ -146,9 +146,9 @@ def table(r: dict) -> str:
     m = r["machine_limit"]
     rows.append((f"training GFLOP/s vs matmul GFLOP/s, {m['threads']} threads", f"{m['training_gflops']:.1f}",
                  f"{m['matmul_gflops']:.1f}", f"{m['fraction']:.2f}", ""))
-    rows.extend(generator_cost.rows(r["generator_startup"], r["render_scale"], verdict))
+    rows.extend(generator_cost.rows(r["generator_startup"], r["render_scale"]))
     if "staging" in r:  # results of runs before issue 29 have none
-        rows.extend(staging_cost.rows(r["staging"], verdict))
+        rows.extend(staging_cost.rows(r["staging"]))
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
     rows.extend(distributed_cost_rows(r["distributed_cost"]))

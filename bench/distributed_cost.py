@@ -211,7 +211,7 @@ MEMORY_OPTIONS = {
 def memory(data_dir: Path, world: int, quick: bool) -> dict:
     """Peak resident MiB per rank: the import floor, the worker with every option off and on; and the MiB the
     training data and the model's state (weights, gradients, two Adam moments) take in a rank."""
-    from worker.model import MnistCNN, parameter_count
+    from worker.mnist.model import MnistCNN, parameter_count
 
     floor = peak_rss_per_rank([sys.executable, "-m", "bench.floor"], clean_env(OMP_NUM_THREADS=1), world)
     runs = {}

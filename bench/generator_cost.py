@@ -8,9 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
-from bench.stats import BIN, ROOT, alternate
+from bench.stats import BIN, ROOT, alternate, verdict
 
 
 def _wall(command: list[str]) -> float:
@@ -49,7 +48,7 @@ def render_scale(repeats: int, sizes=(1, 10, 100, 1000, 10000)) -> list[dict]:
     return rows
 
 
-def rows(startup: dict, scale: list[dict], verdict: Callable[[float, float, bool], str]) -> list[tuple[str, ...]]:
+def rows(startup: dict, scale: list[dict]) -> list[tuple[str, ...]]:
     """The two rows of the bench's table (bench/cli.py)."""
     times = [row["render_ms"] for row in scale]
     return [
@@ -62,7 +61,6 @@ def rows(startup: dict, scale: list[dict], verdict: Callable[[float, float, bool
 
 
 if __name__ == "__main__":
-    from bench.cli import verdict
 
-    for row in rows(startup(15), render_scale(30), verdict):
+    for row in rows(startup(15), render_scale(30)):
         print(" | ".join(row))

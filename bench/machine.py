@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from worker.model import FORWARD_MACS
+from worker.mnist.model import FORWARD_MACS
 
 # A training step is a forward pass and a backward pass (gradients of activations and of weights): about
 # 3x the forward's multiply-adds, 2 FLOPs each.

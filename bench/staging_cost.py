@@ -5,7 +5,7 @@ fetches.
 
 Both contenders are a fresh process that fetches the same files from the same server on 127.0.0.1 into an
 empty directory, alternating: `python -m worker.staging` (which also verifies every file and publishes it
-atomically) against `huggingface_hub.snapshot_download(local_dir=...)` for the Hub (tests/storage_servers.py's
+atomically) against `huggingface_hub.snapshot_download(local_dir=...)` for the Hub (testbed/storage_servers.py's
 Hub, which huggingface_hub talks to through HF_ENDPOINT) and against boto3's `download_file` of every object for
 S3 (moto's server). Every byte either sends or receives passes a counting proxy, so the rerun's row is the bytes
 the network carried when the marker is there (goal: 0).
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.stats import BIN, ROOT, alternate
+from bench.stats import BIN, ROOT, alternate, verdict
 from trainer_contract import storage
 
 MB = 1_000_000
@@ -133,7 +133,7 @@ def _side_by_side(name: str, stager: tuple[Callable[[], float], Callable[[], flo
 def measure(size_mb: int = 200, repeats: int = 7) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server: one line per request otherwise
-    from tests.storage_servers import HubServer, S3Server
+    from testbed.storage_servers import HubServer, S3Server
 
     files = payload(size_mb)
     size = sum(len(data) for data in files.values())
@@ -167,7 +167,7 @@ def measure(size_mb: int = 200, repeats: int = 7) -> list[dict]:
     return rows
 
 
-def rows(measured: list[dict], verdict: Callable[[float, float, bool], str]) -> list[tuple[str, ...]]:
+def rows(measured: list[dict]) -> list[tuple[str, ...]]:
     """The bench's rows (bench/cli.py): staging throughput against the library's, and the rerun's bytes."""
     table = []
     for row in measured:
@@ -179,7 +179,6 @@ def rows(measured: list[dict], verdict: Callable[[float, float, bool], str]) -> 
 
 
 if __name__ == "__main__":
-    from bench.cli import verdict
 
-    for line in rows(measure(), verdict):
+    for line in rows(measure()):
         print(" | ".join(line))

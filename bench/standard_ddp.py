@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets, transforms
 
-from worker import process_group
+from trainer_runtime import process_group
 
 
 class ExamplesNet(nn.Module):
@@ -78,7 +78,7 @@ def main() -> None:
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
     test_loader = DataLoader(test, batch_size=1000)
     if args.model == "worker" or args.recipe == "worker":
-        from worker.model import MnistCNN
+        from worker.mnist.model import MnistCNN
 
         model = MnistCNN()
     else:

@@ -3,7 +3,7 @@ state dominate the process (a 4-layer 4096-wide MLP, 67 M parameters: 1 GiB of f
 
     torchrun --standalone --nproc-per-node 2 -m bench.strategy_memory --strategy fsdp
 
-Each rank declares the model on the meta device (no memory), applies the strategy through worker.strategies (the
+Each rank declares the model on the meta device (no memory), applies the strategy through trainer_runtime.strategies (the
 worker's own code), then allocates and initialises what the rank holds: the whole model under allreduce, its
 shards under fsdp (as FSDP users build large models, torchtitan among them; built whole first, the model alone
 would set every rank's peak). It then takes a few Adam steps and reports
@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from worker import process_group, strategies
-from worker.distenv import read_dist_env
+from trainer_runtime import process_group, strategies
+from trainer_runtime.distenv import read_dist_env
 
 WIDTH, LAYERS, BATCH = 4096, 4, 64
 

@@ -13,7 +13,7 @@ run (alternating, medians):
   the same program with a 2-layer, 32-wide BERT (what torch, transformers and Lightning hold before any model);
   measured once (a peak of resident memory does not vary with the machine's load). Goal -> 1/2 at world size 2.
 
-The models and data are made here (tests/qa_data.py, tests/text_data.py: random BERTs, learnable texts and
+The models and data are made here (testbed/qa_data.py, testbed/text_data.py: random BERTs, learnable texts and
 questions): nothing is downloaded.
 """
 
@@ -98,8 +98,8 @@ def measure(quick: bool, repeats: int, target: float, log) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
 
-    from tests.qa_data import make_model, make_squad
-    from tests.text_data import make_texts
+    from testbed.qa_data import make_model, make_squad
+    from testbed.text_data import make_texts
 
     disable_progress_bars()  # save_pretrained's bar for each model made here says nothing
     size = sizes(quick)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from testbed.mnist_data import raw_files, synthetic_digits, write_raw
 from tests.conftest import ROOT
-from tests.mnist_data import raw_files, synthetic_digits, write_raw
 
 
 @pytest.mark.slow

@@ -14,8 +14,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from testbed.http_mirror import Mirror
 from tests.conftest import OUTSIDE, ROOT
-from tests.http_mirror import Mirror
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import re
 
 from generator.reference import values_reference
 from tests.conftest import ROOT
-from worker.config import config_reference
+from trainer_contract.config_reading import config_reference
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

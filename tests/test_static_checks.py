@@ -10,7 +10,6 @@ import subprocess
 
 from tests.conftest import BIN, PRODUCT_PACKAGES, ROOT
 
-
 PRODUCT = PRODUCT_PACKAGES
 
 
@@ -38,7 +37,7 @@ def test_the_layers_hold():
     result = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], capture_output=True, text=True, cwd=ROOT,
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 kept, 0 broken" in result.stdout, result.stdout
+    assert "8 kept, 0 broken" in result.stdout, result.stdout
 
 
 LONGEST_FUNCTION = 50  # lines, decorators and docstring included

@@ -1,5 +1,5 @@
 """The built-in worker's variables, stated once and without torch: each with its type, default, range or
-choices and help (TrainConfig's fields), read by the worker (worker/config.py), checked at render time by the
+choices and help (TrainConfig's fields), read by the worker (trainer_contract/config_reading.py), checked at render time by the
 generator, shown in the README's table; and the variables no values file may set.
 """
 

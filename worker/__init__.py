@@ -1,5 +1,11 @@
-"""The training each pod of the Job runs under torchrun: MNIST, sharded by rank, one gradient all-reduce
-per step, data downloaded once onto the shared volume, checkpoints there, resume after a failure.
+"""The built-in programs, each a thin program on the training runtime (trainer_runtime), and the names the
+manifests run them by:
+
+    python -m worker            the MNIST smoke test (worker/mnist/)
+    python -m worker.qa         seed 002: SQuAD question answering with Lightning FSDP or DDP (worker/qa/)
+    python -m worker.finetune   seed 004: text classification with plain PyTorch DDP + AMP (worker/finetune/)
+    python -m worker.launch     the pod's launcher (trainer_launcher), knowing the MNIST worker's run
+    python -m worker.staging    the init container's stager (trainer_stager)
 
 Importing this package is cheap; torch is imported only by the modules that train.
 """

@@ -12,8 +12,8 @@ Settings come from environment variables (the Job's ConfigMap) and flags; `pytho
 from __future__ import annotations
 
 from trainer_contract.variables import TrainConfig
-from worker.distenv import DistEnv
-from worker.entry import leave, start
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.entry import leave, start
 
 
 def _checked(config: TrainConfig) -> str:
@@ -22,7 +22,7 @@ def _checked(config: TrainConfig) -> str:
 
 
 def _run(config: TrainConfig, env: DistEnv) -> int:
-    from worker.train import run  # torch is imported only now: --check-config and --help stay fast
+    from worker.mnist.train import run  # torch is imported only now: --check-config and --help stay fast
 
     return run(config, env)
 

@@ -32,7 +32,7 @@ class MyTrainDataset(Dataset):
 def ddp_setup():
     # Imported before the group exists: torch.optim imports it lazily otherwise, and it then holds the default
     # group for good, so destroy_process_group cannot free it and gloo's threads may abort the interpreter's
-    # exit (SIGABRT: a finished rank's pod fails). The same workaround as worker/process_group.py.
+    # exit (SIGABRT: a finished rank's pod fails). The same workaround as trainer_runtime/process_group.py.
     import torch.distributed.nn  # noqa: F401
 
     init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")

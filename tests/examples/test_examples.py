@@ -110,7 +110,7 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
     """The README's block for examples/staged-mnist/, line by line in a new shell, against moto's S3 at the
     127.0.0.1:9000 the values name: staged, trained, checkpoints mirrored, exported; the second local-job fetches
     and uploads nothing. (The install line is what .ci/run did to this environment.)"""
-    from tests.storage_servers import S3Server, port_is_free
+    from testbed.storage_servers import S3Server, port_is_free
     from tests.test_readme import README
     from trainer_contract import storage
 
@@ -148,7 +148,7 @@ def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
     """The README's block that follows the sentence naming ``stages``, line by line in a new shell, with the tests'
     Hub (``serve(hub)`` fills it) as the mirror the README says to give local-job (--env HF_ENDPOINT=...): each
     command's output, and the XDG state folder local-job keeps its volume in."""
-    from tests.storage_servers import HubServer
+    from testbed.storage_servers import HubServer
     from tests.test_readme import README
 
     block = re.search(rf"stages `{re.escape(stages)}`[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
@@ -176,7 +176,7 @@ def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
     """examples/bert-squad/ as the README writes it: both repositories staged once, two pods train with FSDP in
     bf16, evaluate and export with save_pretrained; the export loads with from_pretrained."""
     transformers = pytest.importorskip("transformers")
-    from tests.qa_data import serve_squad_example
+    from testbed.qa_data import serve_squad_example
 
     outputs, state = run_readme_block(tmp_path, "google-bert/bert-base-uncased", serve_squad_example)
     log = outputs[1]
@@ -199,7 +199,7 @@ def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
     the model and IMDB's parquet staged once, two pods train with DDP and bf16 autocast on the train split,
     evaluate on the test split (the unlabelled split left alone) and export with save_pretrained."""
     transformers = pytest.importorskip("transformers")
-    from tests.text_data import serve_imdb_example
+    from testbed.text_data import serve_imdb_example
 
     outputs, state = run_readme_block(tmp_path, "distilbert/distilbert-base-uncased", serve_imdb_example)
     rendered = (tmp_path / "hub-finetune.yaml").read_text()

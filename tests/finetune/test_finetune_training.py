@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
+from testbed.qa_data import make_model
+from testbed.text_data import make_texts
 from tests.conftest import OUTSIDE
-from tests.qa_data import make_model
-from tests.text_data import make_texts
 from tests.worker.launch import fault_env
 
 pytestmark = pytest.mark.slow
@@ -75,7 +75,7 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     trained = transformers.AutoModelForSequenceClassification.from_pretrained(exported)
     trained.load_state_dict(checkpoint["model"])
     assert torch.equal(logits(exported, (data, exported)), logits(trained, (data, exported)))
-    from tests.text_data import LABELS
+    from testbed.text_data import LABELS
 
     truth = [LABELS.index(json.loads(line)["label"]) for line in (data / "validation.jsonl").read_text().splitlines()]
     predicted = logits(exported, (data, exported)).argmax(-1).tolist()

@@ -13,9 +13,9 @@ import subprocess
 import pytest
 import yaml
 
-from generator.targets.kubernetes import render_manifests
 from generator.output import write_manifests
 from generator.resources import default_values_path
+from generator.targets.kubernetes import render_manifests
 from generator.validation import validate_values
 from generator.values import resolve_values
 from tests.conftest import ROOT

@@ -115,7 +115,7 @@ def test_importing_and_running_the_cli_loads_no_torch(target):
         "import sys\n"
         "from generator.cli import main\n"
         f"try:\n    main(['--check', '--target', '{target}'])\nexcept SystemExit:\n    pass\n"
-        "print(','.join(sorted(m for m in ('torch', 'torchvision', 'numpy', 'worker.train', 'worker.launch')\n"
+        "print(','.join(sorted(m for m in ('torch', 'torchvision', 'numpy', 'worker.mnist.train', 'worker.launch')\n"
         "                      if m in sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=OUTSIDE, timeout=60)

@@ -42,7 +42,7 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_tree(built_wheel):
     with zipfile.ZipFile(built_wheel) as wheel:
         shipped = {name for name in wheel.namelist() if name.split("/")[0] in PRODUCT_PACKAGES}
     expected = tree_files()
-    assert "worker/strategies/fsdp.py" in expected and "generator/templates/kubernetes/job.yaml.j2" in expected
+    assert "trainer_runtime/strategies/fsdp.py" in expected and "generator/templates/kubernetes/job.yaml.j2" in expected
     assert expected - shipped == set(), "missing from the wheel"
     assert {name for name in shipped if not name.endswith(".pyc")} - expected == set(), "in the wheel, not the tree"
 

@@ -6,8 +6,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from generator.targets.kubernetes import MIN_KUBERNETES, job_objects, render_manifests, to_stream
 from generator.resources import default_values_path
+from generator.targets.kubernetes import MIN_KUBERNETES, job_objects, render_manifests, to_stream
 from generator.validation import validate_values
 from generator.values import apply_set, resolve_values
 

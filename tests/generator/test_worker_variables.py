@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from tests.generator.helpers import run_main
+from trainer_contract.config_reading import load_config
 from trainer_contract.variables import WORKER_VARIABLES, TrainConfig, reserved, shown_defaults
-from worker.config import load_config
 
 
 def test_no_worker_variable_is_reserved():

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from generator.errors import ValuesError
-from generator.targets.kubernetes import render_manifests, to_stream
 from generator.resources import default_values_path
+from generator.targets.kubernetes import render_manifests, to_stream
 from generator.validation import validate_values
 from generator.values import load_values_file
 from generator.yamlsafe import to_yaml

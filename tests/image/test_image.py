@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT
 from tests.image.conftest import UNTRACKED_BULK
-from tests.mnist_data import dataset_files, write_raw
 
 pytestmark = [pytest.mark.slow, pytest.mark.image]
 UID = 10001
@@ -196,7 +196,7 @@ def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, ima
     """The image as a Job with a bucket for everything (moto on this machine, credentials as a Secret gives
     them): index 0's stage init container fetches the digits once, index 1's waits for it; rank 0 mirrors each
     checkpoint; index 0's launcher uploads the export, which round-trips."""
-    from tests.storage_servers import S3Server
+    from testbed.storage_servers import S3Server
 
     s3 = S3Server()
     try:
@@ -236,7 +236,7 @@ def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(
     """The image's stager as the Job's "stage" init container runs it (read-only root, uid 10001, the Hub on
     this machine through HF_ENDPOINT): the model lands on the volume, verified, once; nothing is written
     outside /tmp and the volume; index 1 finds it staged."""
-    from tests.storage_servers import HubServer
+    from testbed.storage_servers import HubServer
 
     hub = HubServer()
     files = {"config.json": b'{"hidden_size": 32}\n', "model.safetensors": os.urandom(200_000)}
@@ -271,8 +271,8 @@ def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(
 
 
 @pytest.mark.parametrize(("example", "serve", "export", "score"), [
-    ("bert-squad", "tests.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
-    ("hub-finetune", "tests.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
+    ("bert-squad", "testbed.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
+    ("hub-finetune", "testbed.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
 ])
 def test_the_seeds_transformer_examples_stage_train_and_export_in_the_restricted_pods(podman, image, tmp_path,
                                                                                       example, serve, export, score):
@@ -281,7 +281,7 @@ def test_the_seeds_transformer_examples_stage_train_and_export_in_the_restricted
     train, evaluate and export with save_pretrained, writing nothing outside /tmp and the volume."""
     import importlib
 
-    from tests.storage_servers import HubServer
+    from testbed.storage_servers import HubServer
 
     hub = HubServer()
     try:

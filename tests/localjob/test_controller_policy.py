@@ -5,8 +5,8 @@ podFailurePolicy (failure_policy.py), successPolicy and the index notation (succ
 import pytest
 import yaml
 
-from generator.targets.kubernetes import render_manifests, to_stream
 from generator.resources import default_values_path
+from generator.targets.kubernetes import render_manifests, to_stream
 from generator.validation import validate_values
 from generator.values import resolve_values
 from localjob import failure_policy, success_policy

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.http_mirror import Mirror
+from testbed.http_mirror import Mirror
+from testbed.mnist_data import write_mirror
 from tests.localjob.test_local_job_runs import SMALL, render, run_local_job, volume
-from tests.mnist_data import write_mirror
 from tests.worker.launch import fault_env, recorded_epochs
 
 pytestmark = pytest.mark.slow

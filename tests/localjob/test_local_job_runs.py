@@ -10,8 +10,8 @@ import time
 import pytest
 
 from localjob.podspec import POD_MARKER
+from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 from tests.conftest import BIN, OUTSIDE
-from tests.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 from tests.rendering import gen_manifests
 from tests.worker.launch import read_until
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.qa_data import make_squad, squad_document
+from testbed.qa_data import make_squad, squad_document
 from worker.qa import features, squad
 
 pytest.importorskip("transformers")
@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 def tokenizer(tmp_path_factory):
     from transformers import BertTokenizerFast
 
-    from tests.qa_data import ANSWERS, FILLERS, QUESTION_WORDS, SPECIAL
+    from testbed.qa_data import ANSWERS, FILLERS, QUESTION_WORDS, SPECIAL
 
     vocabulary = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     vocabulary.write_text("\n".join(SPECIAL + QUESTION_WORDS + FILLERS + ANSWERS) + "\n")

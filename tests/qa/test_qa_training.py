@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from testbed.qa_data import make_model, make_squad
 from tests.conftest import OUTSIDE
-from tests.qa_data import make_model, make_squad
 from tests.worker.launch import fault_env
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
-from tests.mnist_data import dataset_files, write_raw
 from tests.slurm_cluster import SlurmCluster, install_slurm
 from tests.worker.launch import free_port, recorded_epochs
 
@@ -175,7 +175,7 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
     """The seed's sbatch path with staging: one step before training stages the digits from moto's S3 (node 0
     fetches, node 1 waits), the nodes train, rank 0 mirrors each checkpoint and node 0 exports the model to
     another bucket; the credentials come from the environment sbatch runs in, as on a site."""
-    from tests.storage_servers import S3Server
+    from testbed.storage_servers import S3Server
 
     s3 = S3Server()
     try:
@@ -208,9 +208,9 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
 
 
 @pytest.mark.parametrize(("example", "serve", "model", "lines", "export"), [
-    ("bert-squad", "tests.qa_data:serve_squad_example", "google-bert/bert-base-uncased",
+    ("bert-squad", "testbed.qa_data:serve_squad_example", "google-bert/bert-base-uncased",
      ("Rank 0: epoch 1, evaluation: exact match", "Rank 1: epoch 1/1, step"), "bert_squad_trained"),
-    ("hub-finetune", "tests.text_data:serve_imdb_example", "distilbert/distilbert-base-uncased",
+    ("hub-finetune", "testbed.text_data:serve_imdb_example", "distilbert/distilbert-base-uncased",
      ("Rank 0: epoch 1, evaluation: accuracy", "Rank 1: epoch 1/1, step 8/8"), "bert_classifier_trained"),
 ])
 def test_the_seeds_transformer_examples_stage_train_and_export_on_two_nodes(cluster, tmp_path, node_venv, example,
@@ -222,7 +222,7 @@ def test_the_seeds_transformer_examples_stage_train_and_export_on_two_nodes(clus
     pytest.importorskip("transformers")
     import importlib
 
-    from tests.storage_servers import HubServer
+    from testbed.storage_servers import HubServer
 
     hub = HubServer()
     try:

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
+from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from worker import process_group
-from worker.gradsync import FlatGradients
-from worker.model import MnistCNN
+from trainer_runtime import process_group
+from trainer_runtime.gradsync import FlatGradients
+from worker.mnist.model import MnistCNN
 
 STEPS = 3
 

@@ -6,13 +6,14 @@ import torch
 import torch.nn.functional as F
 
 from trainer_contract import atomic
-from worker import strategies
-from worker.checkpoints import layout, single_file
-from worker.checkpoints.layout import Position
-from worker.checkpoints.manager import CheckpointManager, load_newest
-from worker.checkpoints.state import TrainingState
-from worker.distenv import DistEnv
-from worker.model import MnistCNN
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract.checkpoint_layout import Position
+from trainer_runtime import strategies
+from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.manager import CheckpointManager, load_newest
+from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.distenv import DistEnv
+from worker.mnist.model import MnistCNN
 
 
 def strategy(seed=0):
@@ -196,7 +197,7 @@ def test_a_failed_asynchronous_write_is_raised_to_the_training_at_the_next_save(
 
 
 def test_the_staging_copy_reuses_its_buffers_and_remakes_them_when_the_state_changes_shape():
-    from worker.checkpoints.staging import StagingBuffers
+    from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 
     staging = StagingBuffers()
     weights = torch.ones(3)

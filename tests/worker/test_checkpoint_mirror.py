@@ -1,5 +1,5 @@
 """Checkpoints mirrored to a bucket (checkpoint.storage_uri) against moto's S3 server: the mirror thread
-(worker/checkpoints/mirror.py) uploads each published checkpoint, the listing last, and keeps in the bucket what
+(trainer_stager/checkpoint_mirror.py) uploads each published checkpoint, the listing last, and keeps in the bucket what
 the volume keeps; the stager (python -m worker.staging, restore.py) restores the newest complete one onto a
 volume with none, as index 0 while index 1 waits; a checkpoint cut off in the bucket is never restored."""
 
@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_servers import s3_in_this_process
+from testbed.storage_servers import s3_in_this_process
 from tests.worker.test_staging import stager
+from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, OK, PEER_LOST
-from worker.checkpoints import layout, remote
-from worker.checkpoints.mirror import CheckpointMirror
-from worker.staging.place import Progress
+from trainer_stager import checkpoint_bucket as remote
+from trainer_stager.checkpoint_mirror import CheckpointMirror
+from trainer_stager.place import Progress
 
 BUCKET = "team-ckpt"
 

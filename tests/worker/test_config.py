@@ -2,10 +2,10 @@
 
 import pytest
 
+from trainer_contract.config_reading import load_config
 from trainer_contract.variables import ConfigError, TrainConfig
+from trainer_runtime.distenv import read_dist_env
 from worker.__main__ import main
-from worker.config import load_config
-from worker.distenv import read_dist_env
 
 
 def test_defaults_apply_without_environment():

@@ -4,7 +4,7 @@ torch.distributed's exception types, and for gloo by its transport's source loca
 import pytest
 import torch.distributed as dist
 
-from worker.train import _is_communication_error, _is_timeout
+from worker.mnist.train import _is_communication_error, _is_timeout
 
 GLOO = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{}] {}"
 

@@ -1,4 +1,4 @@
-"""Exports to a bucket (worker/staging/upload.py) against moto's S3 server: every file, then the listing object
+"""Exports to a bucket (trainer_stager/upload.py) against moto's S3 server: every file, then the listing object
 last; the same files again transfer nothing; an upload cut off never shows as complete."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from tests.storage_servers import s3_in_this_process
+from testbed.storage_servers import s3_in_this_process
 from trainer_contract import storage
-from worker.staging import upload
-from worker.staging.errors import StagingError
-from worker.staging.upload import complete_record, upload_directory
+from trainer_stager import upload
+from trainer_stager.errors import StagingError
+from trainer_stager.upload import complete_record, upload_directory
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 from tests.fault_injection.fault_injector import Fault, FaultHook, FaultInjector, count_start, parse
 from trainer_contract import hooks
 from trainer_contract.atomic import atomic_write
+from trainer_contract.checkpoint_layout import Position
 from trainer_contract.variables import ConfigError
-from worker.checkpoints.layout import Position
 
 
 def test_parses_entries_with_their_filters():

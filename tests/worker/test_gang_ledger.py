@@ -1,9 +1,9 @@
-"""The gang's ledger (worker/gang_ledger.py): index 0 counts an attempt in which every pod ended as a victim."""
+"""The gang's ledger (trainer_contract/gang_ledger.py): index 0 counts an attempt in which every pod ended as a victim."""
 
 import threading
 import time
 
-from worker.gang_ledger import GangLedger
+from trainer_contract.gang_ledger import GangLedger
 
 
 def ledgers(tmp_path, nodes=3):
@@ -82,7 +82,7 @@ def test_a_living_pod_is_waited_for_while_its_heartbeat_moves(tmp_path):
 def test_a_pod_the_job_already_replaced_is_known_by_its_new_token(tmp_path):
     """Index 1 was SIGKILLed and its replacement counts its own heartbeat before index 0 reads the notes: the
     attempt's record names another launcher for node 1, so index 0 knows at once it will never note."""
-    from worker.gang_ledger import record_attempt
+    from trainer_contract.gang_ledger import record_attempt
 
     pods = ledgers(tmp_path, nodes=2)
     record_attempt(tmp_path, {0: pods[0].token, 1: pods[1].token})  # the gang as it assembled

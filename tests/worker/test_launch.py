@@ -10,7 +10,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from tests.worker.launch import free_port, read_until, run, start, worker_env
 from trainer_contract import exit_codes
-from worker.launch import container_code, root_cause
+from trainer_launcher.launch import container_code, root_cause
 
 
 def launch_command(*torchrun_args: str) -> list[str]:

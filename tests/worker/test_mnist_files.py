@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from tests.http_mirror import Mirror
-from tests.mnist_data import dataset_files, raw_files, synthetic_digits, write_mirror, write_raw
-from worker.mnist_files import MARKER, DataError, check_idx, check_raw_files, download, raw_dir, read_checksums
+from testbed.http_mirror import Mirror
+from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_mirror, write_raw
+from worker.mnist.mnist_files import MARKER, DataError, check_idx, check_raw_files, download, raw_dir, read_checksums
 
 SMALL = raw_files(synthetic_digits(64, seed=1), synthetic_digits(32, seed=2))
 
@@ -108,7 +108,7 @@ def test_real_digits_pass_the_structural_check(tmp_path):
 def test_the_worker_reads_exactly_what_torchvision_reads(tmp_path):
     from torchvision.datasets import MNIST
 
-    from worker.data import MEAN, STD, load_split
+    from worker.mnist.data import MEAN, STD, load_split
 
     write_raw(tmp_path, SMALL)
     for train in (True, False):

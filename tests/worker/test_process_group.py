@@ -1,7 +1,7 @@
 """Destroying the process group really ends it: gloo's threads are gone before the interpreter shuts down.
 
 When they outlive destroy_process_group (torch.distributed.nn imported after init_process_group, as building the
-first optimizer does), a rank that finished its work can die of SIGABRT at exit; worker.process_group explains.
+first optimizer does), a rank that finished its work can die of SIGABRT at exit; trainer_runtime.process_group explains.
 The check runs in a fresh interpreter: a one-rank gloo group on 127.0.0.1, the worker's optimizer, a collective.
 """
 
@@ -15,7 +15,7 @@ from tests.worker.launch import free_port
 SCRIPT = textwrap.dedent("""
     import os, sys
     import torch
-    from worker import process_group
+    from trainer_runtime import process_group
 
     def threads():
         return len(os.listdir("/proc/self/task"))

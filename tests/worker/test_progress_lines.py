@@ -4,8 +4,9 @@ import pytest
 
 from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
-from worker import launch
-from worker.progress import Progress, format_duration
+from trainer_launcher import launch
+import worker.launch  # noqa: F401  (the entry registers the built-in worker's run with the launcher)
+from trainer_runtime.progress import Progress, format_duration
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "0 s"), (42.4, "42 s"), (59.6, "1 min 00 s"), (185, "3 min 05 s"),
@@ -16,7 +17,7 @@ def test_durations_read_as_a_person_says_them(seconds, text):
 
 def test_the_eta_counts_only_the_steps_this_start_trained(tmp_path, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("worker.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("trainer_runtime.progress.time.monotonic", lambda: clock[0])
     progress = Progress(0, tmp_path, epochs=5, log_interval=10)
     progress.begin(epoch=1, step=50, steps_per_epoch=100)  # resumed in the middle of epoch 2
     clock[0] += 30.0  # 150 steps (the rest of epoch 2, epoch 3) in 30 s: 0.2 s a step
@@ -62,7 +63,7 @@ def test_a_rank_waiting_for_the_data_says_so_while_it_waits(monkeypatch):
 
     import torch.distributed as dist
 
-    from worker import data
+    from worker.mnist import data
 
     monkeypatch.setattr(data, "WAIT_REPORT_SECONDS", 0.2)
     store = dist.HashStore()  # the store the process group's ranks share, in one process

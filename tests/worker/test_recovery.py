@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from tests.http_mirror import Mirror
-from tests.mnist_data import raw_files, synthetic_digits, write_mirror
+from testbed.http_mirror import Mirror
+from testbed.mnist_data import raw_files, synthetic_digits, write_mirror
 from tests.worker.launch import (
     free_port,
     kill_tree,

@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
+from trainer_contract import checkpoint_layout as layout
 from trainer_contract import hooks
-from worker.checkpoints import layout, sharded, single_file
-from worker.checkpoints.layout import Position
-from worker.checkpoints.manager import load_newest
-from worker.checkpoints.state import TrainingState
+from trainer_contract.checkpoint_layout import Position
+from trainer_runtime.checkpoints import sharded, single_file
+from trainer_runtime.checkpoints.manager import load_newest
+from trainer_runtime.checkpoints.state import TrainingState
 
 
 def write(directory, epoch, record=None):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from worker.data import images_before_step, shard_indices, steps_per_epoch
+from worker.mnist.data import images_before_step, shard_indices, steps_per_epoch
 
 
 @pytest.mark.parametrize("world", range(1, 9))

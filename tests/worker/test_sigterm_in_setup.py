@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from tests.http_mirror import Mirror
+from testbed.http_mirror import Mirror
+from testbed.mnist_data import write_mirror
 from tests.localjob.test_local_job_runs import SMALL
-from tests.mnist_data import write_mirror
 from tests.worker.launch import free_port, kill_tree, rank_command, rank_env, start, worker_env
 from trainer_contract import exit_codes
 

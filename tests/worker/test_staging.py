@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.storage_servers import FileServer, HubServer, S3Server
 from tests.conftest import BIN, OUTSIDE
-from tests.storage_servers import FileServer, HubServer, S3Server
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, PEER_LOST
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from tests.worker.launch import rank_command, read_until, recorded_epochs, run, start, torchrun_command, worker_env
-from worker.data import load_split
-from worker.model import MnistCNN
+from worker.mnist.data import load_split
+from worker.mnist.model import MnistCNN
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ torch.optim's own optimizer state (keyed by position) and a scheduler's keys in 
 import torch
 import torch.nn.functional as F
 
-from worker import strategies
-from worker.distenv import DistEnv
-from worker.model import MnistCNN
+from trainer_runtime import strategies
+from trainer_runtime.distenv import DistEnv
+from worker.mnist.model import MnistCNN
 
 
 def trained(steps=2):

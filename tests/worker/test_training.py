@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tests.worker.launch import rank_command, run, worker_env
-from worker.data import load_split
-from worker.model import MnistCNN
+from worker.mnist.data import load_split
+from worker.mnist.model import MnistCNN
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The usage log (worker/usage_log.py): a line every interval from a thread, CPU and resident memory without
+"""The usage log (trainer_runtime/usage_log.py): a line every interval from a thread, CPU and resident memory without
 GPUs, nvidia-smi's figures per GPU with them, appended across restarts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 import subprocess
 import time
 
-from worker import usage_log
+from trainer_runtime import usage_log
 
 CPU_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ rank 0 cpu (\d+)% rss (\d+) MiB peak (\d+) MiB$")
 

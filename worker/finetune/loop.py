@@ -1,5 +1,5 @@
 """The training loop of seed 004, plain PyTorch: DistributedDataParallel over every process, automatic mixed
-precision (worker.precision: bf16 autocast, fp16 with its gradient scaler on CUDA), AdamW with a linear warm-up
+precision (trainer_runtime.precision: bf16 autocast, fp16 with its gradient scaler on CUDA), AdamW with a linear warm-up
 and decay, gradient clipping. Every step reseeds the dropout from (SEED, step, rank), so that a run resumed at a
 checkpoint takes the very steps the uninterrupted run took."""
 
@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer_contract import hooks
-from worker.hub_models.batches import RankBatches, collate
-from worker.hub_models.run_log import RunLog
-from worker.precision import Precision
+from trainer_runtime.hub_models.batches import RankBatches, collate
+from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.precision import Precision
 
 
 def optimizer_for(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:

@@ -2,7 +2,7 @@
 (one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
 end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
 ``save_pretrained``. This module only delegates: data (texts), the loop (loop), evaluation, and what the
-transformer workloads share (worker.hub_models)."""
+transformer workloads share (trainer_runtime.hub_models)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ import torch.distributed as dist
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import ConfigError, FinetuneConfig
-from worker import precision, process_group
-from worker.distenv import DistEnv
+from trainer_runtime import precision, process_group
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.hub_models import checkpoint_record
+from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.export import export_dir, save_pretrained
+from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.stop import StopRequest
+from trainer_runtime.threads import threads_per_process
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 from worker.finetune.loop import Loop, Stopped, agreed
-from worker.hub_models import checkpoint_record
-from worker.hub_models.batches import RankBatches
-from worker.hub_models.export import export_dir, save_pretrained
-from worker.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
-from worker.hub_models.run_log import RunLog
-from worker.stop import StopRequest
-from worker.threads import threads_per_process
 
 SUMMARY_FILE = "summary.json"
 # Settings whose change makes a resumed run another run: the schedule, the batches, the texts, the seed.

@@ -1,5 +1,5 @@
 """The question-answering run's checkpoints: Lightning's own (model, optimizer, schedule, loops, and the loader's
-place in the epoch) with the record of worker.hub_models.checkpoint_record, written atomically (a kill mid-write
+place in the epoch) with the record of trainer_runtime.hub_models.checkpoint_record, written atomically (a kill mid-write
 leaves the previous checkpoint whole) and named by the optimizer step. Under FSDP each rank writes its shards
 (torch.distributed.checkpoint, through Lightning): gathering the whole model and optimizer on rank 0 to write one
 file would cost that rank the memory FSDP saves."""
@@ -14,7 +14,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 
 from trainer_contract import hooks
 from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
-from worker.hub_models import checkpoint_record
+from trainer_runtime.hub_models import checkpoint_record
 
 # Settings whose change makes a resumed run another run: the schedule, the batches, the features, the seed.
 SHAPING = ("epochs", "batch_size", "learning_rate", "seed", "train_samples", "max_seq_length", "doc_stride")

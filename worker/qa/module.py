@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer_contract import hooks
-from worker.hub_models.batches import RankBatches
-from worker.hub_models.checkpoint_record import RECORD_KEY
+from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.checkpoint_record import RECORD_KEY
 from worker.qa import features as qa_features
 from worker.qa.metrics import score
 from worker.qa.squad import Question

@@ -19,12 +19,12 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
-from worker.distenv import DistEnv
-from worker.hub_models import checkpoint_record
-from worker.hub_models.batches import RankBatches
-from worker.hub_models.export import export_dir
-from worker.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
-from worker.hub_models.run_log import RunLog
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.hub_models import checkpoint_record
+from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.export import export_dir
+from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from trainer_runtime.hub_models.run_log import RunLog
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader
 from worker.qa.export import export_model, full_state_dict

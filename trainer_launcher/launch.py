@@ -1,0 +1,310 @@
+"""torchrun, exiting with the worker's code: the pod's exit code is what podFailurePolicy acts on.
+
+    python -m worker.launch --nnodes=2 --nproc-per-node=1 --node-rank=$(JOB_COMPLETION_INDEX) \\
+        --master-addr=JOB-0.SERVICE --master-port=29500 -m worker     # the Job's main container
+    python -m worker.launch --standalone --nproc-per-node=2 -m worker  # anything torchrun runs
+
+It takes torchrun's arguments and runs torchrun's own launcher (torch.distributed.run); it differs only in
+what it exits with and in two checks before the rendezvous:
+
+- torchrun exits 1 whatever failed. This exits with the code of the worker that failed first (a signal
+  death as 128 + signal). Victims yield to any other failure torchrun saw in the same round: a worker that
+  exited PEER_LOST (75: "a peer failed first") and one that torchrun itself stopped with SIGTERM once another
+  had failed (143), so the root cause is what the pod reports.
+- SIGTERM is forwarded to the workers as torchrun does (they checkpoint); the exit code is then 128 + the
+  signal, or 0 when the run is complete on the volume (it finished during the grace period).
+- A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
+- For the built-in worker, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
+  exits STALLED (76, counted once) when every pod of the attempt ended as a victim (trainer_contract.gang_ledger).
+- Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
+  the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
+  if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
+  will never come.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from torch.distributed import DistError
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.run import parse_args
+from torch.distributed.run import run as torchrun
+
+from trainer_contract import exit_codes, launcher, storage, variables
+from trainer_contract.exit_codes import signal_exit_code
+from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
+from trainer_contract.launcher import write_termination_message
+from trainer_contract.variables import ConfigError
+from trainer_launcher.programs import KeptRun, kept_run
+
+_said: list[str] = []
+_warned: list[str] = []  # warnings the termination message carries too, whatever the ending
+
+
+def say(message: str) -> None:
+    _said.append(message)
+    print(f"launcher: {message}", file=sys.stderr, flush=True)
+
+
+def termination_message(code: int, args) -> str:
+    """One line: how the pod ended, in words, and the launcher's last word on why (or the run's result); then its
+    warnings (a GPU job trained on the CPU)."""
+    warnings = "".join(f"; warning: {text}" for text in _warned)
+    line = f"exit {code}: {exit_codes.meaning(code)}"
+    if code == exit_codes.OK:
+        run = quiet_kept_run(args)
+        result = run.result() if run is not None else None
+        return f"{line}: {result}{warnings}" if result else line + warnings
+    return (f"{line}; {_said[-1]}" if _said else line) + warnings
+
+
+def container_code(exitcode: int) -> int:
+    """A process's exit status as a container runtime reports it: a signal death is 128 + the signal."""
+    return signal_exit_code(-exitcode) if exitcode < 0 else exitcode
+
+
+# What a worker exits with when it failed because of another: a peer's failure ("free"), or torchrun's own
+# SIGTERM to the survivors once one worker had failed ("stop").
+VICTIM_CODES = exit_codes.codes_taking("free", "stop")
+
+
+def root_cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
+    """The failure to report: the first by time (then by rank) that is not a victim's, else the first."""
+    ordered = sorted(failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    causes = [item for item in ordered if container_code(item[1].exitcode) not in VICTIM_CODES]
+    return (causes or ordered)[0]
+
+
+def quiet_kept_run(args) -> KeptRun | None:
+    """The run the program keeps on the volume (trainer_launcher.programs), or None: another program, or
+    malformed settings (which the program itself reports, naming the variable, with the same exit code)."""
+    try:
+        return kept_run(args.training_script if args.module else None, args.training_script_args)
+    except ConfigError:
+        return None
+
+
+def unwritable(path: Path) -> str | None:
+    """Why this process could not create or write ``path``, or None. A volume the runtime created as root
+    (``docker run -v DIR:/pvc-home`` with a new DIR) is the usual cause: say so before torch's tracebacks."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    owner = existing.stat().st_uid
+    return (f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}); make the volume "
+            f"writable by uid {os.getuid()} (on the host: sudo chown -R {os.getuid()} DIR, or docker run --user "
+            f"\"$(id -u):$(id -g)\", with rootless podman also --userns=keep-id; on Kubernetes the pod's fsGroup "
+            "does it)")
+
+
+def check_before_rendezvous(args) -> int | None:
+    """An exit code when the pod must not join the rendezvous at all; None to go on."""
+    index = os.environ.get("JOB_COMPLETION_INDEX")
+    if index is not None and str(args.node_rank) != index.strip():
+        say(f"configuration error: --node-rank={args.node_rank} but JOB_COMPLETION_INDEX={index}: pods would "
+            "take each other's ranks; run with --node-rank=$(JOB_COMPLETION_INDEX)")
+        return exit_codes.BAD_CONFIG
+    run = quiet_kept_run(args)
+    if run is None:
+        return None
+    for variable, path in run.directories().items():
+        problem = unwritable(path)
+        if problem:
+            say(f"configuration error: {variable}={path}: {problem}")
+            return exit_codes.BAD_CONFIG
+    if not run.resumes() or not run.finished():
+        return None
+    problems = run.changed_settings()
+    for problem in problems:
+        say(f"configuration error: {problem}")
+    if problems:
+        return exit_codes.BAD_CONFIG
+    say(run.describe_finished())
+    return exit_codes.OK
+
+
+def gang_ledger(args) -> GangLedger | None:
+    """The ledger of how the gang's pods ended (trainer_contract.gang_ledger), in the directory of the run the
+    program keeps; None for a program that keeps none."""
+    run = quiet_kept_run(args)
+    if run is None:
+        return None
+    nodes = int(str(args.nnodes).split(":")[-1])
+    return GangLedger(run.output_dir(), int(args.node_rank), nodes)
+
+
+def upload_export(args, environ=os.environ) -> int:
+    """Node 0 of a completed run uploads EXPORT_DIR to export.storage_uri (the built-in worker's export is written
+    first if the run finished before one was asked for); the exit code the pod ends with."""
+    text = environ.get(storage.URI_VARIABLES["export"])
+    if not text or str(args.node_rank) != "0":
+        return exit_codes.OK
+    from trainer_stager.errors import StagingError
+    from trainer_stager.upload import upload_directory
+
+    directory = Path(environ.get(storage.EXPORT_VARIABLE) or ".")
+    try:
+        run = kept_run(args.training_script if args.module else None, args.training_script_args)
+        if run is not None and not any(directory.glob("*")) and run.finished():
+            run.write_export(directory)
+        upload_directory(storage.parse(text, "export"), directory, say)
+    except (StagingError, ConfigError, OSError) as error:
+        retryable = getattr(error, "retryable", False)
+        code = exit_codes.DATA_UNAVAILABLE if retryable else exit_codes.BAD_CONFIG
+        say(f"the export to {text} failed: {error}; exiting {code}")
+        return code
+    return exit_codes.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    code = _launch(args)
+    if code == exit_codes.OK:
+        code = upload_export(args)
+    write_termination_message(termination_message(code, args))
+    return code
+
+
+def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
+    """GPU_MISSING when this pod sees fewer GPUs than the Job asked for and may not fall back to the CPU; None
+    otherwise, after one warning line when it falls back. A CPU job (no request in the environment) is not checked."""
+    asked = int(environ.get(variables.GPUS_VARIABLE, "0") or 0)
+    if not asked:
+        return None
+    if seen is None:
+        import torch  # a CUDA build without a driver reports 0 devices
+
+        seen = torch.cuda.device_count()
+    if seen >= asked:
+        return None
+    sees = f"sees {seen}" if seen else "sees none"
+    gpus = f"{asked} GPU" + ("s" if asked != 1 else "")
+    if environ.get(variables.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
+        say(f"configuration error: this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}, and "
+            f"resources.gpu.cpu_fallback is false: not training on the CPU; exiting {exit_codes.GPU_MISSING}, not "
+            "retried (check the node's driver and device plugin, or allow the fallback)")
+        return exit_codes.GPU_MISSING
+    message = (f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
+               "(set resources.gpu.cpu_fallback: false to fail instead)")
+    _warned.append(message)
+    print(f"{launcher.LAUNCHER_WARNING}{message}", file=sys.stderr, flush=True)
+    return None
+
+
+def _launch(args) -> int:
+    early = check_before_rendezvous(args)
+    if early is not None:
+        return early
+    missing = gpu_shortfall()
+    if missing is not None:
+        return missing
+    ledger = gang_ledger(args)
+    if ledger is not None:
+        ledger.start()
+    code = wait_for_leader(args)
+    if code is None:
+        code = run_torchrun(args)
+    if ledger is None or code == exit_codes.OK:
+        return code
+    ledger.note(code)
+    if code == exit_codes.PEER_LOST and ledger.node == 0:
+        say(f"this pod's worker lost its peers (exit {code}); waiting up to {WAIT_SECONDS:.0f} s for the other "
+            f"pods' notes in {ledger.directory} to tell whether one of them failed first")
+        if ledger.nobody_failed_first():
+            say(f"every pod of the gang ended as a victim (75) and none failed first: this attempt counts once, "
+                f"as index 0's failure; the pod exits {exit_codes.STALLED}")
+            return exit_codes.STALLED
+    return code
+
+
+LEADER_POLL_SECONDS = 0.25
+WAIT_REPORT_SECONDS = 15.0
+
+
+def join_timeout(args) -> float:
+    """torchrun's --rdzv-conf timeout (its default: 900 s)."""
+    for item in str(args.rdzv_conf or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "timeout":
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return 900.0
+
+
+def wait_for_leader(args) -> int | None:
+    """A pod other than index 0 waits, in short polls, until index 0's rendezvous port answers, saying what it
+    waits for; None then (torchrun joins at once), STALLED if it never does within the join timeout.
+
+    torchrun's own store client retries a refused connection with a growing back-off: a pod that started well
+    before index 0 (restarted after its own failure, while index 0 waited for the gang's notes) joined seconds
+    after index 0 was up. An unresolvable name (DNS: the headless Service has no record of index 0 yet) reads
+    as what it is."""
+    if args.standalone or int(args.node_rank) == 0 or args.rdzv_backend != "static" or not args.master_addr:
+        return None
+    host, port, limit = args.master_addr, int(args.master_port), join_timeout(args)
+    began = time.monotonic()
+    report = began + WAIT_REPORT_SECONDS
+    first = True
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=LEADER_POLL_SECONDS * 4).close()
+            if not first:
+                say(f"index 0's rendezvous at {host}:{port} answers after {time.monotonic() - began:.1f} s")
+            return None
+        except OSError as exc:
+            reason = "its name does not resolve yet" if isinstance(exc, socket.gaierror) else "not listening yet"
+        waited = time.monotonic() - began
+        if first:
+            say(f"waiting for index 0's rendezvous at {host}:{port} ({reason}); the join timeout is {limit:g} s")
+            first = False
+        elif time.monotonic() >= report:
+            say(f"still waiting for index 0's rendezvous at {host}:{port}: {waited:.0f} s of {limit:g} s ({reason})")
+            report += WAIT_REPORT_SECONDS
+        if waited >= limit:
+            say(f"the gang did not assemble: index 0's rendezvous at {host}:{port} did not answer within the join "
+                f"timeout ({limit:g} s; {reason}); exiting {exit_codes.STALLED}")
+            return exit_codes.STALLED
+        time.sleep(LEADER_POLL_SECONDS)
+
+
+def run_torchrun(args) -> int:
+    """torchrun, and the exit code the pod reports for how it ended."""
+    try:
+        torchrun(args)
+        return exit_codes.OK
+    except ChildFailedError as failed:
+        rank, failure = root_cause(failed.failures)
+        code = container_code(failure.exitcode)
+        others = {r: container_code(f.exitcode) for r, f in failed.failures.items() if r != rank}
+        say(f"worker rank {rank} failed first with exit code {code}"
+            + (f" (then {', '.join(f'rank {r}: {c}' for r, c in sorted(others.items()))})" if others else "")
+            + f"; the pod exits {code}")
+        return code
+    except SignalException as stopped:
+        sig = signal.Signals(stopped.sigval)
+        run = quiet_kept_run(args)
+        if run is not None and run.finished():
+            say(f"{sig.name} received after the run completed; exiting 0")
+            return exit_codes.OK
+        say(f"{sig.name} received; forwarded to the workers, which had until --shutdown-timeout to checkpoint")
+        return signal_exit_code(sig.value)
+    except (RendezvousError, DistError, TimeoutError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        say(f"the gang did not assemble: {type(exc).__name__}: {first_line}; exiting {exit_codes.STALLED}")
+        return exit_codes.STALLED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

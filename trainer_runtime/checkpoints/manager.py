@@ -1,0 +1,161 @@
+"""The trainer's one door to checkpoints: save, load the newest valid, restore, prune, clean, and when to save.
+
+The strategy decides the format (``shards_parameters``: each rank writes its shards, else rank 0 writes one
+file); reading takes whichever format a checkpoint was written in, so a run resumes across strategies.
+
+Asynchronous saving (CHECKPOINT_ASYNC=true): training waits only while the state is copied; the write (serialise,
+hash, fsync, rename, prune) runs in a thread beside it. The guarantees stay: each file is written atomically and
+verified on reading, so the newest valid checkpoint wins whatever moment a crash picks; one write at a time, in
+order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is written before save returns; the
+model is saved only after the last checkpoint is on disk (``wait``).
+
+With checkpoint.storage_uri, rank 0 offers each published checkpoint to the mirror (mirror.py), which uploads it
+beside the training; ``close`` waits for the newest to be in the bucket.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract import hooks
+from trainer_contract.checkpoint_layout import CorruptCheckpoint
+from trainer_runtime.checkpoints import sharded, single_file
+from trainer_runtime.checkpoints.found import Checkpoint
+from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
+from trainer_runtime.checkpoints.state import TrainingState
+
+if TYPE_CHECKING:
+    from trainer_runtime.strategies.base import Strategy
+    from trainer_stager.checkpoint_mirror import CheckpointMirror
+
+FORMATS: tuple[ModuleType, ...] = (single_file, sharded)  # each: SUFFIX, EVERY_RANK_WRITES, begin, read, restore
+
+
+def format_of(path: Path) -> ModuleType:
+    return next(module for module in FORMATS if path.name.endswith(module.SUFFIX))
+
+
+def load_newest(directory: Path, log: Callable[[str], None] = print) -> Checkpoint | None:
+    """The newest checkpoint that verifies, of either format, or None; each one skipped is logged with its reason."""
+    for _, path in layout.list_checkpoints(directory):
+        try:
+            return format_of(path).read(path)
+        except (CorruptCheckpoint, OSError, RuntimeError, EOFError, KeyError, TypeError) as exc:
+            log(f"skipping checkpoint {path.name}: {exc}")
+    return None
+
+
+class BackgroundWrite:
+    """One checkpoint write in a daemon thread (a process exiting on a failure does not wait for it); ``result``
+    re-raises what the write raised."""
+
+    def __init__(self, write: Callable[[], None]):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(write,), name="checkpoint-write", daemon=True)
+        self.thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # handed to the training thread by result()
+            self.error = exc
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+class CheckpointManager:
+    def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
+                 log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0,
+                 mirror: CheckpointMirror | None = None):
+        self.directory, self.keep, self.every, self.epochs, self.rank = directory, keep, every, epochs, rank
+        self.format = sharded if sharded_format else single_file
+        self.log = log
+        self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
+        self.pending: BackgroundWrite | None = None
+        self.group = None  # the process group of sharded writes beside the training, made on first use
+        self.staging = StagingBuffers()
+        self.mirror = mirror  # rank 0's, when checkpoint.storage_uri is set
+
+    def due(self, epochs_done: int, stopping: bool) -> bool:
+        """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
+        return stopping or epochs_done == self.epochs or bool(self.every and epochs_done % self.every == 0)
+
+    def save(self, state: TrainingState, strategy: Strategy, *, wait: bool = False) -> None:
+        """Every rank calls this; the ranks the format needs write (rank 0 publishes and prunes). Returns once the
+        state is taken (CHECKPOINT_ASYNC), or written (else, and with ``wait``)."""
+        if not (self.rank == 0 or self.format.EVERY_RANK_WRITES):
+            return
+        self.wait()  # one write at a time, in order; a failed one raises here
+        started = time.perf_counter()
+        path = self.directory / state.position.filename(self.format.SUFFIX)
+        beside = self.asynchronous and not wait
+        finish = self.format.begin(strategy, state, path, self.rank, stage=self.staging.copy if beside else None,
+                                   group=self._write_group() if beside else None)
+        blocked = time.perf_counter() - started
+
+        def write() -> None:
+            hooks.point("checkpoint")
+            finish()
+            if self.rank == 0:
+                layout.prune(self.directory, self.keep)
+                took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
+                self.log(f"checkpoint {path.name} written ({took})")
+                if self.mirror is not None:
+                    self.mirror.offer(path)
+            hooks.point("checkpoint-written")
+
+        if beside:
+            self.pending = BackgroundWrite(write)
+        else:
+            write()
+
+    def wait(self) -> None:
+        """The write in flight is complete (or raises what it raised)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self, failed: bool) -> None:
+        """At the end of the process. After a failure a sharded write is not waited for: its collectives may wait
+        for a peer that is gone (it stays a temporary, removed at the next start)."""
+        if self.pending is not None and not (failed and self.format.EVERY_RANK_WRITES):
+            try:
+                self.wait()
+            except Exception as exc:  # the run's own outcome is what the process reports
+                self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
+        if self.mirror is not None:  # no collective: waiting for the upload is safe after a failure too
+            self.mirror.close()
+
+    def _write_group(self):
+        """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""
+        if not self.format.EVERY_RANK_WRITES:
+            return None
+        if self.group is None:
+            import torch.distributed as dist
+
+            # every rank of the sharded format calls save at the same points: creating it here is collective
+            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.collective_timeout))
+        return self.group
+
+    def load_newest(self) -> Checkpoint | None:
+        return load_newest(self.directory, self.log)
+
+    @staticmethod
+    def restore(checkpoint: Checkpoint, strategy: Strategy) -> None:
+        """Load the model, optimizer and gradient scaler state into ``strategy`` (every rank)."""
+        format_of(checkpoint.path).restore(checkpoint, strategy)
+        strategy.precision.load_state_dict(checkpoint.state.scaler)
+
+    def remove_stale_temporaries(self) -> None:
+        for stale in layout.remove_stale_temporaries(self.directory):
+            self.log(f"removed {stale.name}, left by an interrupted checkpoint write")

@@ -1,0 +1,118 @@
+"""The sharded format (STRATEGY=fsdp): one directory per checkpoint, each rank writing its own shard.
+
+``ckpt-e<epoch>-s<step>.dcp/`` holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank
+and ``.metadata``) and ``manifest.json``: the training state's record and the SHA-256 of every other file. The
+ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory into place,
+so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read. A directory
+whose manifest is missing, or whose files are missing or differ from it, raises CorruptCheckpoint. Loading
+reshards to the current world size (torch.distributed.checkpoint's planner), so a run resumes at an epoch
+boundary with another number of processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_contract.checkpoint_layout import CorruptCheckpoint
+from trainer_contract.digests import file_digest
+from trainer_runtime.checkpoints.found import Checkpoint
+from trainer_runtime.checkpoints.state import TrainingState
+
+if TYPE_CHECKING:
+    from trainer_runtime.strategies.base import Strategy
+
+SUFFIX = ".dcp"
+EVERY_RANK_WRITES = True
+FORMAT = "indexed-trainer sharded checkpoint v1"
+MANIFEST = "manifest.json"
+
+
+def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int) -> None:
+    """Every rank calls this (a collective): ``shards`` is this rank's part; ``record`` (JSON) goes to the
+    manifest."""
+    begin_shards(shards, record, final, rank)()
+
+
+def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
+                 stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
+    """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
+    collective too) and, on rank 0, publishes them (manifest, rename). With ``stage`` (a copy) and ``group`` (a
+    process group of the checkpoint writes' own: their collectives never interleave with the training's), the
+    function can run beside the training, which goes on changing its tensors in place (what
+    torch.distributed.checkpoint's async_save does, in a thread of the caller's: a daemon, which a process
+    that exits on a failure does not wait for)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    directory = final.parent
+    temp = directory / f"{TEMP_PREFIX}{final.name}"
+    if rank == 0:
+        shutil.rmtree(temp, ignore_errors=True)  # left by a write that was interrupted
+        temp.mkdir(parents=True)
+    if dist.is_initialized():
+        dist.barrier()  # nobody writes into the directory before it is fresh
+    writer = FileSystemWriter(str(temp), sync_files=True)
+    if stage is not None:
+        shards = stage(shards)
+
+    def finish() -> None:
+        dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
+        if rank == 0:
+            _publish(temp, final, record)
+
+    return finish
+
+
+def _publish(temp: Path, final: Path, record: dict[str, Any]) -> None:
+    """Rank 0, every shard written: the manifest (SHA-256 of each file), then the directory renamed into place."""
+    directory = final.parent
+    files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
+    manifest = {"format": FORMAT, "files": files, "meta": record}
+    atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
+        old = directory / f"{TEMP_PREFIX}old-{final.name}"
+        os.replace(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(temp, final)
+    fsync_directory(directory)
+
+
+def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
+          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
+    return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, stage, group)
+
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """The manifest's record of a complete, intact checkpoint directory; CorruptCheckpoint otherwise."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise CorruptCheckpoint("no manifest.json: the write did not finish") from None
+    except ValueError as exc:
+        raise CorruptCheckpoint(f"unreadable manifest.json ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or ".metadata" not in manifest.get("files", {}):
+        raise CorruptCheckpoint("manifest.json is not an indexed-trainer sharded checkpoint's")
+    for name, digest in manifest["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise CorruptCheckpoint(f"{name} is missing")
+        if file_digest(file) != digest:
+            raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
+    return manifest["meta"]
+
+
+def read(path: Path) -> Checkpoint:
+    return Checkpoint(path, TrainingState.from_record(verify(path)))
+
+
+def restore(checkpoint: Checkpoint, strategy: Strategy) -> None:
+    strategy.load_sharded(checkpoint.path)

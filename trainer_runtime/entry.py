@@ -1,0 +1,94 @@
+"""How a built-in program starts, the same for each (the MNIST worker, the workloads of worker/qa/): its
+variables and flags read and checked in one place (every problem a line naming its variable, exit BAD_CONFIG),
+``--check-config``, then the training, imported only now so that --check-config and --help stay torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trainer_contract import exit_codes
+from trainer_contract.config_reading import build_parser, load_config
+from trainer_contract.variables import ConfigError
+from trainer_runtime.distenv import DistEnv, read_dist_env
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # a bad flag is bad configuration, not a usage error of some other tool
+        raise ConfigError([message])
+
+
+def start(argv: list[str] | None, config_class: type, prog: str, what: str, checked: Callable[[Any], str],
+          run: Callable[[Any, DistEnv], int]) -> int:
+    """Parse ``argv`` and the environment into ``config_class``; ``checked(config)`` is --check-config's line,
+    ``run(config, env)`` the training's exit code."""
+    parser = build_parser(config_class, prog, what)
+    parser.__class__ = _Parser
+    try:
+        args = parser.parse_args(argv)
+        config = load_config(os.environ, vars(args), config_class)
+        env = read_dist_env(os.environ)
+    except ConfigError as error:
+        rank = os.environ.get("RANK", "0")
+        for problem in error.problems:
+            print(f"Rank {rank}: configuration error: {problem}", file=sys.stderr, flush=True)
+        print(f"Rank {rank}: exiting with code {exit_codes.BAD_CONFIG} (bad configuration); see "
+              f"`{prog} --help`", file=sys.stderr, flush=True)
+        return exit_codes.BAD_CONFIG
+    if args.check_config:
+        print(f"{prog.removeprefix('python -m ')}: configuration is valid: {checked(config)}", flush=True)
+        return exit_codes.OK
+    return run(config, env)
+
+
+def leave(code: int) -> None:
+    """Exit the process with ``code``. Finished (0): everything the run wrote is synced and closed and its process
+    group destroyed; leave without the interpreter's teardown, where gloo's threads can still free the last
+    collective's tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen
+    in CI under fsdp; trainer_runtime/process_group.py has the other half of this). A failing rank keeps the usual exit:
+    its peers read its verdict from the store meanwhile, before torchrun stops them."""
+    if code == exit_codes.OK:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def missing_extras(prog: str, needs: dict[str, str], rank: int) -> bool:
+    """Whether a module the program imports is absent (``needs``: module -> the extra that brings it); if so one
+    line says what to install."""
+    import importlib.util
+
+    if all(importlib.util.find_spec(module) is not None for module in needs):
+        return False
+    extras = ",".join(dict.fromkeys(needs.values()))
+    print(f"Rank {rank}: error: {prog} needs {', '.join(needs)}: pip install 'indexed-trainer[{extras}]' (the image "
+          f"has them); exiting {exit_codes.BAD_CONFIG}", file=sys.stderr, flush=True)
+    return True
+
+
+# What --check-config's line shows of a transformer workload's configuration, where it has the setting.
+CHECKED_SETTINGS = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
+
+
+def workload_main(module: str, config_class: type, what: str, needs: dict[str, str], argv: list[str] | None = None
+                  ) -> int:
+    """The ``__main__`` of a transformer workload (worker.qa, worker.finetune): its variables, --check-config, then
+    ``<module>.train``'s ``run`` once the extras it ``needs`` (module -> extra) are there; imported only then, so
+    that --check-config and --help stay fast."""
+    import importlib
+
+    prog = f"python -m {module}"
+
+    def checked(config: Any) -> str:
+        return " ".join(f"{name}={getattr(config, name)}" for name in CHECKED_SETTINGS if hasattr(config, name))
+
+    def run(config: Any, env: DistEnv) -> int:
+        if missing_extras(prog, needs, env.rank):
+            return exit_codes.BAD_CONFIG
+        return importlib.import_module(f"{module}.train").run(config, env)
+
+    return start(argv, config_class, prog, what, checked, run)

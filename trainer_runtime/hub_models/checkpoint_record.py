@@ -1,0 +1,108 @@
+"""What a transformer run's checkpoint records of how it was made, and why a resume is refused: another model,
+another tokenizer (each by a digest of its files), another shaping setting or another number of processes, one
+line each naming the variable, as the MNIST worker refuses a changed hyper-parameter. Checkpoints are named by
+the optimizer step (``step-XXXXXXXX.ckpt``: a file, or under FSDP a directory of every rank's shards), each
+written under a temporary name and renamed into place when whole; the newest that loads is resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from trainer_contract.atomic import TEMP_PREFIX
+from trainer_contract.checkpoint_layout import remove  # a checkpoint: a file, or a sharded one's directory
+from trainer_contract.digests import file_digest
+from trainer_contract.variables import config_fields
+
+RECORD_KEY = "indexed_trainer"
+# A sharded checkpoint is a directory of torch.distributed.checkpoint's files, each rank's shards, and this file
+# with everything but the tensors (Lightning's layout), the record among it.
+SHARDED_RECORD_FILE = "meta.pt"
+NAME = re.compile(r"^step-(\d{8})\.ckpt$")
+# Files of a model directory that belong to its tokenizer (their digest is the tokenizer's revision); every
+# other file but the stager's marker and hidden files is the model's.
+TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                             "vocab.json", "merges.txt", "added_tokens.json", "spiece.model", "tokenizer.model",
+                             "sentencepiece.bpe.model", "chat_template.jinja"})
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}.ckpt"
+
+
+def revision(directory: Path, tokenizer: bool) -> str:
+    """A digest of the model's files (``tokenizer`` False) or of its tokenizer's: what a resume must find again."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and (path.name in TOKENIZER_FILES) == tokenizer:
+            digest.update(f"{path.name} {file_digest(path)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def record(config: Any, shaping: Iterable[str], world_size: int) -> dict[str, Any]:
+    """``shaping``: the settings whose change makes a resumed run another run (schedule, batches, seed)."""
+    return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
+            "world_size": world_size, "config": {key: getattr(config, key) for key in shaping}}
+
+
+def _env_name(config: Any, key: str) -> str:
+    return next(item.metadata["env"] for item in config_fields(type(config)) if item.name == key)
+
+
+def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: Any) -> list[str]:
+    """Why checkpoint ``name`` (recorded) cannot be resumed with ``now``: one line each, then the ways out."""
+    problems = [f"MODEL_DIR: checkpoint {name} was trained from another {what} (revision {recorded[key]}, now "
+                f"{now[key]} in {config.model_dir})"
+                for key, what in (("model_revision", "model"), ("tokenizer_revision", "tokenizer"))
+                if recorded.get(key) != now[key]]
+    problems += [f"{_env_name(config, key)}: checkpoint {name} was trained with {_env_name(config, key)}={value}, "
+                 f"now {now['config'][key]}" for key, value in recorded.get("config", {}).items()
+                 if key in now["config"] and str(value) != str(now["config"][key])]
+    if recorded.get("world_size") != now["world_size"]:
+        problems.append(f"WORLD_SIZE: checkpoint {name} was taken with {recorded.get('world_size')} processes, now "
+                        f"{now['world_size']}: each process's share of the epoch would change")
+    if problems:
+        problems.append(f"either put the old model or value(s) back, or start a new run: another OUTPUT_DIR (now "
+                        f"{config.output_dir}) or RESUME=false")
+    return problems
+
+
+def newest(directory: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads (a file, or a sharded checkpoint's directory), with its record; one that
+    does not is named and passed over."""
+    import torch
+
+    found = sorted((path for path in directory.glob("step-*.ckpt") if NAME.match(path.name)), reverse=True)
+    for path in found:
+        try:
+            record_file = path / SHARDED_RECORD_FILE if path.is_dir() else path
+            checkpoint = torch.load(record_file, map_location="cpu", weights_only=False, mmap=True)
+            return path, checkpoint[RECORD_KEY]
+        except Exception as error:  # a damaged file: torch's errors share no base class  # noqa: BLE001
+            log(f"checkpoint {path.name} cannot be read ({type(error).__name__}: {error}); trying an older one")
+    return None
+
+
+def prune(directory: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints."""
+    for old in sorted(directory.glob("step-*.ckpt"), reverse=True)[keep:]:
+        remove(old)
+
+
+def remove_temporaries(directory: Path) -> None:
+    """What a write cut short left behind (the checkpoints themselves are whole or absent)."""
+    for path in directory.glob(f"{TEMP_PREFIX}*"):
+        remove(path)
+
+
+def write(checkpoint: dict[str, Any], path: Path) -> None:
+    """torch.save streamed into a temporary file renamed into place: readers (and a resume after a kill) see the
+    previous checkpoint or the whole new one."""
+    import torch
+
+    from trainer_contract.atomic import atomic_write_with
+
+    atomic_write_with(path, lambda handle: torch.save(checkpoint, handle))

@@ -1,0 +1,41 @@
+"""SIGTERM and SIGINT, at any point of a run.
+
+During set-up (checking the output directory, downloading, waiting for the data, building the model) there
+is nothing worth saving, so the signal ends the process at once: ``Terminated`` is raised where the process
+stands and every writer on the way out removes its temporary (atomic writes, the download's staging
+directory). During training the signal is only remembered: the gang agrees within one step to stop and rank 0
+checkpoints first (worker.mnist.train). During the final save it is remembered too: the model is written whole, and
+the run is complete.
+"""
+
+from __future__ import annotations
+
+import signal
+
+
+class Terminated(BaseException):
+    """SIGTERM (or SIGINT) arrived while nothing needed saving. A BaseException, as KeyboardInterrupt is, so
+    that no ``except Exception`` on the way (a retry loop, a store poll) mistakes it for an error."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"received {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class StopRequest:
+    """Remembers SIGTERM/SIGINT; raises Terminated at once while ``immediate`` is true (set-up)."""
+
+    def __init__(self):
+        self.requested = False
+        self.immediate = True
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+        if self.immediate:
+            raise Terminated(signum)
+
+    def defer(self) -> None:
+        """From now on only remember the signal (training, the final save)."""
+        self.immediate = False

@@ -1,0 +1,21 @@
+"""STRATEGY=ddp: torch's DistributedDataParallel. Gradients are reduced in buckets while backward still runs,
+which hides most of the communication behind computation on a large model (on GPUs, with NCCL)."""
+
+from __future__ import annotations
+
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer_runtime.strategies.base import Strategy
+
+
+class DDPStrategy(Strategy):
+    name = "ddp"
+
+    def __init__(self, module, env, device, precision):
+        super().__init__(module, env, device, precision)
+        # module stays the plain model: checkpoints and model.pt hold its names, without DDP's "module." prefix
+        self.wrapped = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+    @property
+    def model(self):
+        return self.wrapped

@@ -1,0 +1,125 @@
+"""Checkpoints in a bucket (checkpoint.storage_uri): what the mirror uploads and the stager restores.
+
+Each checkpoint of the volume lives under ``<prefix>/<name>/``: a sharded checkpoint's files below it, a
+single-file checkpoint as the one object ``<prefix>/<name>/<name>``; COMPLETE_OBJECT is written last, listing
+every file with its size and MD5 (trainer_stager/upload.py, as for an export). A checkpoint without it was cut
+off: it is never restored, and the next mirror removes it. Torch-free: the stager restores before training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
+from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
+from trainer_stager.errors import StagingError
+from trainer_stager.fetch_s3 import classify, client
+from trainer_stager.place import Progress, check_room, copy_stream
+from trainer_stager.upload import complete_record, upload_files
+
+
+def files_of(checkpoint: Path) -> dict[str, Path]:
+    """A checkpoint's files by their key below its place in the bucket."""
+    if checkpoint.is_dir():
+        return {str(path.relative_to(checkpoint)): path for path in sorted(checkpoint.rglob("*")) if path.is_file()}
+    return {checkpoint.name: checkpoint}
+
+
+def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dict:
+    """Upload the published ``checkpoint`` (a file or a directory) under ``uri``; its record (written last)."""
+    return upload_files(uri.below(checkpoint.name), files_of(checkpoint), say)
+
+
+def listed(uri: StorageUri) -> dict[str, bool]:
+    """Every checkpoint under ``uri``'s prefix, complete (its listing is there) or not."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    prefix = f"{uri.prefix}/" if uri.prefix else ""
+    found: dict[str, bool] = {}
+    try:
+        for page in client().get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                name, _, rest = item["Key"][len(prefix):].partition("/")
+                if layout.position_of(name) is not None:
+                    found[name] = found.get(name, False) or rest == COMPLETE_OBJECT
+    except (ClientError, BotoCoreError) as error:
+        raise classify(uri, error) from None
+    return found
+
+
+def newest_complete(uri: StorageUri) -> str | None:
+    complete = [(position, name) for name, done in listed(uri).items()
+                if done and (position := layout.position_of(name)) is not None]
+    return max(complete)[1] if complete else None
+
+
+def remove_except(uri: StorageUri, kept: set[str]) -> list[str]:
+    """Remove every checkpoint under ``uri`` not named in ``kept``, each one's listing first (it stops being
+    complete before any of its files goes); the names removed."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    removed = sorted(set(listed(uri)) - kept)
+    s3 = client()
+    try:
+        for name in removed:
+            place = uri.below(name)
+            s3.delete_object(Bucket=uri.bucket, Key=f"{place.prefix}/{COMPLETE_OBJECT}")
+            keys = [item["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+                Bucket=uri.bucket, Prefix=f"{place.prefix}/") for item in page.get("Contents", [])]
+            for start in range(0, len(keys), 1000):  # delete_objects' limit
+                s3.delete_objects(Bucket=uri.bucket, Delete={"Objects": [{"Key": key} for key in keys[start:start + 1000]],
+                                                             "Quiet": True})
+    except (ClientError, BotoCoreError) as error:
+        raise classify(uri, error) from None
+    return removed
+
+
+def download(uri: StorageUri, name: str, directory: Path, progress: Progress) -> Path:
+    """Fetch the complete checkpoint ``name`` into ``directory`` (beside, then renamed into place), every file
+    checked against its listing; its path there."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    place = uri.below(name)
+    s3 = client()
+    temporary = directory / f"{TEMP_PREFIX}restore-{name}"
+    try:
+        record = complete_record(s3, place)
+        if record is None:
+            raise StagingError(f"{place.text}: no longer complete (removed while restoring?)", retryable=True)
+        files = record["files"]
+        progress.total, progress.done = sum(item["bytes"] for item in files.values()), 0  # an attempt again: anew
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir()
+        check_room(temporary, progress.total)
+        for relative, listed_file in files.items():
+            _fetch_file(s3, place, relative, listed_file, temporary, progress)
+    except (ClientError, BotoCoreError) as error:
+        raise classify(place, error) from None
+    # a single-file checkpoint is its one file; a sharded one the whole directory
+    if list(files) == [name]:
+        os.rename(temporary / name, directory / name)
+        shutil.rmtree(temporary)
+    else:
+        os.rename(temporary, directory / name)
+    fsync_directory(directory)
+    return directory / name
+
+
+def _fetch_file(s3, place: StorageUri, relative: str, listed_file: dict, temporary: Path, progress: Progress) -> None:
+    path = PurePosixPath(relative)
+    if path.is_absolute() or ".." in path.parts:
+        raise StagingError(f"{place.text}: its listing names {relative!r}, outside the checkpoint", retryable=False)
+    target = temporary / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    body = s3.get_object(Bucket=place.bucket, Key=f"{place.prefix}/{relative}")["Body"]
+    md5 = hashlib.md5(usedforsecurity=False)
+    size = copy_stream(body, target, progress, md5)
+    if size != listed_file["bytes"] or md5.hexdigest() != listed_file["md5"]:
+        raise StagingError(f"{place.text}: {relative} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; listed "
+                           f"{listed_file['bytes']} bytes, MD5 {listed_file['md5']})", retryable=True)

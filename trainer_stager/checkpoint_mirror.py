@@ -1,0 +1,104 @@
+"""Rank 0's mirror of the volume's checkpoints in a bucket (checkpoint.storage_uri), beside the training.
+
+Each checkpoint the manager publishes is offered; a thread uploads the newest one offered (an older one still
+waiting is skipped: a restore wants the newest), then removes from the bucket what the volume no longer keeps, so
+the bucket holds what the volume holds. The training never waits for an upload, except at the end of the
+process (``close``), which tries the newest checkpoint once more when it is not in the bucket yet. A failed upload
+is said and left for the next checkpoint (the one on the volume is intact); a refused one (credentials, no such
+bucket) stops the mirror with one line saying why. Torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
+from trainer_contract.variables import ConfigError
+from trainer_stager.errors import StagingError, missing_library
+
+
+def mirror_from(environ: Mapping[str, str], directory: Path, log: Callable[[str], None]) -> CheckpointMirror | None:
+    """The mirror checkpoint.storage_uri asks for (rendered as INDEXED_TRAINER_CHECKPOINT_URI), or None."""
+    text = environ.get(URI_VARIABLES["checkpoint"])
+    if not text:
+        return None
+    if importlib.util.find_spec("boto3") is None:
+        raise ConfigError([f"checkpoint.storage_uri {missing_library(text, 'boto3')}"])
+    return CheckpointMirror(parse(text, "checkpoint"), directory, log)
+
+
+class CheckpointMirror:
+    def __init__(self, uri: StorageUri, directory: Path, log: Callable[[str], None]):
+        from trainer_stager import checkpoint_bucket as remote  # boto3, only when a bucket is asked for
+
+        self.remote = remote
+        self.uri, self.directory, self.log = uri, directory, log
+        self.condition = threading.Condition()
+        self.offered: Path | None = None
+        self.closing = False
+        self.stopped: str | None = None  # why the mirror gave up, when it did
+        self.mirrored: str | None = None  # the newest checkpoint this process put in the bucket
+        self.thread = threading.Thread(target=self._run, name="checkpoint-mirror", daemon=True)
+        self.thread.start()
+
+    def offer(self, checkpoint: Path) -> None:
+        """``checkpoint`` is published on the volume: upload it when the thread is free (returns at once)."""
+        with self.condition:
+            if self.stopped is None:
+                self.offered = checkpoint
+                self.condition.notify_all()
+
+    def close(self) -> None:
+        """Upload what is still offered, and the volume's newest checkpoint if the bucket lacks it; then stop."""
+        with self.condition:
+            self.closing = True
+            self.condition.notify_all()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while self.offered is None and not self.closing:
+                    self.condition.wait()
+                checkpoint, self.offered = self.offered, None
+            if checkpoint is None:  # closing: last, the newest on the volume, unless it is in the bucket
+                newest = layout.list_checkpoints(self.directory)
+                if newest and self.stopped is None and self.mirrored != newest[0][1].name:
+                    self._try(newest[0][1])
+                return
+            if self.stopped is None:
+                self._try(checkpoint)
+
+    def _try(self, checkpoint: Path) -> None:
+        try:
+            self._mirror(checkpoint)
+        except Exception as error:  # a mirror's bug must not end the training: said, and the next one tries
+            self.log(f"checkpoint mirror: {checkpoint.name} not mirrored: {type(error).__name__}: {error}")
+
+    def _mirror(self, checkpoint: Path) -> None:
+        def say(line: str) -> None:
+            self.log(f"checkpoint mirror: {line}")
+
+        try:
+            self.remote.upload(self.uri, checkpoint, say)
+            kept = {path.name for _, path in layout.list_checkpoints(self.directory)} | {checkpoint.name}
+            removed = self.remote.remove_except(self.uri, kept)
+        except (StagingError, FileNotFoundError) as error:
+            if not checkpoint.exists():  # pruned by newer checkpoints while it waited: the newest is what matters
+                say(f"{checkpoint.name} left the volume before it was uploaded; skipped")
+                return
+            if isinstance(error, FileNotFoundError) or error.retryable:
+                say(f"{checkpoint.name} is not in the bucket: {error}; the volume's copy is intact, the next "
+                    "checkpoint tries again")
+                return
+            with self.condition:
+                self.stopped = str(error)
+            self.log(f"checkpoint mirror stopped: {error}; checkpoints stay on the volume only")
+            return
+        self.mirrored = checkpoint.name
+        if removed:
+            say(f"removed {', '.join(removed)} from {self.uri.text} (no longer on the volume)")

@@ -1,0 +1,163 @@
+"""python -m worker.staging: stage the model and dataset the environment names (INDEXED_TRAINER_MODEL_URI,
+INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with INDEXED_TRAINER_CHECKPOINT_URI restore
+the newest checkpoint onto a volume that has none (restore.py), as index 0 or as an index that waits."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from trainer_contract import exit_codes
+from trainer_contract.launcher import write_termination_message
+from trainer_contract.storage import (
+    PATH_VARIABLES,
+    STAGED_ROLES,
+    URI_VARIABLES,
+    Role,
+    StorageUri,
+    StorageUriError,
+    parse,
+)
+from trainer_stager import place, restore
+from trainer_stager.errors import StagingError, missing_library, with_retries
+
+T = TypeVar("T")
+# How often index 0 tries a source before it gives up and lets the pod restart (retryable failures only), and
+# how long it waits first (doubling).
+ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED_TRAINER_STAGING_RETRY_SECONDS"
+
+
+def say(message: str) -> None:
+    print(f"stage: {message}", flush=True)
+
+
+def index_of(environ: Mapping[str, str]) -> int:
+    """This pod's or node's index: the Indexed Job's completion index, Slurm's node id, else 0."""
+    return int(environ.get("JOB_COMPLETION_INDEX") or environ.get("SLURM_NODEID") or 0)
+
+
+# The library each scheme needs (the staging extra: pip install 'indexed-trainer[staging]').
+LIBRARIES = {"hf": "huggingface_hub", "s3": "boto3"}
+
+
+def _fetcher(uri: StorageUri) -> Callable:
+    try:
+        if uri.scheme == "hf":
+            import huggingface_hub  # noqa: F401
+
+            from trainer_stager import fetch_hf
+
+            return fetch_hf.fetch
+        if uri.scheme == "s3":
+            import boto3  # noqa: F401
+
+            from trainer_stager import fetch_s3
+
+            return fetch_s3.fetch
+    except ImportError:
+        raise missing_library(uri.text, LIBRARIES[uri.scheme]) from None
+    from trainer_stager import fetch_https
+
+    return fetch_https.fetch
+
+
+def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
+    """Index 0's part: nothing when the marker is there, else fetch, verify, publish."""
+    what = uri.named(role)
+    marker = place.marker_of(where)
+    if marker is not None:
+        say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
+        return
+    started = time.monotonic()
+    fetch = _fetcher(uri)
+
+    def attempt() -> dict:
+        temporary = place.temporary_for(where)
+        progress = place.Progress(where, what, say)
+        return {"source": fetch(uri, temporary, progress), "temporary": temporary}
+
+    done = retrying(environ)(attempt)
+    record = {"uri": uri.text, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **done["source"]}
+    place.publish(done["temporary"], where, record)
+    seconds = time.monotonic() - started
+    say(f"{what} staged at {where} in {seconds:.1f} s")
+
+
+def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
+    """``action()`` tried as index 0 tries a source: retryable failures again after a back-off."""
+    attempts, first_delay = int(environ.get(ATTEMPTS_VARIABLE, "4")), float(environ.get(DELAY_VARIABLE, "2"))
+    return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
+
+
+def _code(error: Exception) -> int:
+    """Retryable: the pod is restarted (counted); not: the Job fails at once."""
+    return exit_codes.DATA_UNAVAILABLE if getattr(error, "retryable", False) else exit_codes.BAD_CONFIG
+
+
+def run(environ: Mapping[str, str]) -> int:
+    index = index_of(environ)
+    for role in STAGED_ROLES:
+        text = environ.get(URI_VARIABLES[role])
+        if not text:
+            continue
+        uri = parse(text, role)
+        where = Path(environ.get(PATH_VARIABLES[role]) or uri.staged_path(os.getcwd(), role))
+        if uri.scheme == "path":
+            if not where.exists():
+                raise StagingError(f"{role} {uri.text}: no such path on the shared volume; copy it there, or "
+                                   "give an hf://, s3:// or https:// URI to stage", retryable=False)
+            say(f"{role} is read from {where}, already on the shared volume")
+        elif index == 0:
+            with failure_recorded(where):
+                stage(role, uri, where, environ)
+        else:
+            marker = place.wait_for(where, uri.named(role), say)
+            say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+    text = environ.get(URI_VARIABLES["checkpoint"])
+    if text:
+        with failure_recorded(restore.decision_place(environ)) if index == 0 else contextlib.nullcontext():
+            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ))
+    return exit_codes.OK
+
+
+@contextlib.contextmanager
+def failure_recorded(where: Path) -> Iterator[None]:
+    """Index 0's failure is recorded at ``where``, so that the indexes waiting for it stop too."""
+    try:
+        yield
+    except (StagingError, OSError) as error:
+        place.record_failure(where, str(error), _code(error))
+        raise
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    try:
+        return run(environ)
+    except place.LeaderFailed as error:  # a victim: index 0's own failure is the one counted
+        say(f"index 0 failed to stage: {error}; exiting {exit_codes.PEER_LOST}")
+        write_termination_message(f"exit {exit_codes.PEER_LOST}: index 0 failed to stage: {error}")
+        return exit_codes.PEER_LOST
+    except (StorageUriError, StagingError) as error:
+        code = _code(error)
+        say(f"error: {error}; exiting {code}")
+        write_termination_message(f"exit {code}: staging failed: {error}")
+        return code
+    except OSError as error:  # the shared volume: full, or not writable by the pod's user
+        fix = ("raise shared_volume.size or free space there" if error.errno == errno.ENOSPC else
+               "check that the pod's user may write there (security.fs_group)")
+        message = f"the shared volume: {error.strerror or error} ({error.filename or ''}): {fix}"
+        say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")
+        write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
+        return exit_codes.BAD_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""hf:// sources: a model or dataset repository of the Hugging Face Hub at a revision, through huggingface_hub
+(HF_ENDPOINT for another hub, HF_TOKEN from a Secret for a private or gated one). The revision is resolved to
+its commit once; every file is checked against the size the Hub lists and its digest (an LFS file's sha256, a
+git blob id otherwise)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from trainer_contract.storage import StorageUri
+from trainer_stager.errors import StagingError
+from trainer_stager.place import Progress, check_room, file_digest
+
+PARALLEL_FILES = 8  # huggingface_hub's snapshot_download default (max_workers)
+
+
+def classify(uri: StorageUri, error: Exception) -> StagingError:
+    """A huggingface_hub error as staging's: refused (with the fix) or retryable."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{uri.text} ({uri.describe})"
+    if isinstance(error, GatedRepoError):
+        return StagingError(f"{where}: a gated repository: accept its terms on the Hub and give the pod HF_TOKEN "
+                            "from a Secret", retryable=False)
+    if isinstance(error, RevisionNotFoundError):
+        return StagingError(f"{where}: no revision {uri.revision!r}; check the part after '@'", retryable=False)
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(error, (RepositoryNotFoundError, RemoteEntryNotFoundError)) or status == 404:
+        return StagingError(f"{where}: not found, or private: check the name, and for a private repository give "
+                            "the pod HF_TOKEN from a Secret", retryable=False)
+    if isinstance(error, OfflineModeIsEnabled):
+        return StagingError(f"{where}: HF_HUB_OFFLINE is set and it is not staged yet: stage it once online, or "
+                            "set the storage_uri to a path on the volume", retryable=False)
+    if isinstance(error, HfHubHTTPError) and status in (401, 403):
+        return StagingError(f"{where}: {status}: the token may not read it; check HF_TOKEN's Secret",
+                            retryable=False)
+    return StagingError(f"{where}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+                        retryable=True)
+
+
+def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
+    """The repository's files at the revision into ``into``; the commit and each file's size and digest."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    api = HfApi()
+    try:
+        info = api.repo_info(uri.repo, repo_type=uri.repo_type, revision=uri.revision, files_metadata=True)
+        siblings = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
+        progress.total = sum(sibling.size or 0 for sibling in siblings)
+        check_room(into, progress.total)
+
+        def fetch_one(sibling) -> dict:
+            hf_hub_download(uri.repo, sibling.rfilename, repo_type=uri.repo_type, revision=info.sha,
+                            local_dir=into)
+            verified = _verify(uri, into / sibling.rfilename, sibling)
+            progress.add(verified["bytes"])
+            return verified
+
+        # a few files at a time, as snapshot_download does: one file's hashing overlaps another's transfer
+        with ThreadPoolExecutor(max_workers=PARALLEL_FILES) as pool:
+            futures = {sibling.rfilename: pool.submit(fetch_one, sibling) for sibling in siblings}
+            try:
+                files = {name: future.result() for name, future in futures.items()}
+            finally:
+                for future in futures.values():
+                    future.cancel()  # after a failure, the files not begun yet are not fetched
+    except StagingError:
+        raise
+    except Exception as error:  # huggingface_hub's and httpx's errors: classified, never a traceback
+        raise classify(uri, error) from None
+    shutil.rmtree(into / ".cache", ignore_errors=True)  # hf_hub_download's own bookkeeping
+    return {"repo": uri.repo, "repo_type": uri.repo_type, "revision": uri.revision, "commit": info.sha,
+            "files": files}
+
+
+def _verify(uri: StorageUri, path: Path, sibling) -> dict:
+    """The file against what the Hub lists for it: its size, and its LFS sha256 or its git blob id."""
+    size = path.stat().st_size
+    lfs = getattr(sibling, "lfs", None)
+    if lfs is not None:
+        digest, expected = file_digest(path, hashlib.sha256()), lfs.sha256
+    else:
+        digest, expected = file_digest(path, hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)), \
+            sibling.blob_id
+    if (sibling.size is not None and size != sibling.size) or (expected and digest != expected):
+        raise StagingError(f"{uri.text}: {sibling.rfilename} arrived damaged ({size} bytes, digest {digest}; the "
+                           f"Hub lists {sibling.size} bytes, {expected})", retryable=True)
+    return {"bytes": size, "sha256" if lfs is not None else "blob_id": digest}

@@ -1,0 +1,172 @@
+"""Where a staged source lives and how it gets there: fetched into a temporary directory beside its place,
+verified, marked, renamed into place in one step; the indexes that do not fetch wait for the marker, saying
+what they wait for (index 0's progress file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_contract.storage import MARKER
+from trainer_stager.errors import StagingError
+
+MB = 1_000_000
+CHUNK = 1 << 20
+
+
+def progress_file(place: Path) -> Path:
+    return place.parent / f".progress-{place.name}.json"
+
+
+def failure_file(place: Path) -> Path:
+    """Where index 0 says it failed, so that the waiting indexes stop too (a Slurm step's other tasks keep
+    running when one fails)."""
+    return place.parent / f".failed-{place.name}.json"
+
+
+class LeaderFailed(Exception):
+    """Index 0 failed to stage what this index waits for."""
+
+
+def record_failure(place: Path, message: str, code: int) -> None:
+    atomic_write(failure_file(place), json.dumps({"message": message, "code": code, "at": time.time()}).encode())
+
+
+def marker_of(place: Path) -> dict | None:
+    """The marker of a staged place, or None where nothing is staged (yet)."""
+    try:
+        return json.loads((place / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def amount(done: int, total: int | None) -> str:
+    return f"{done / MB:.0f}/{total / MB:.0f} MB" if total else f"{done / MB:.0f} MB"
+
+
+@dataclass
+class Progress:
+    """Index 0's bytes so far, published for the waiting indexes and said every ``every`` seconds."""
+
+    place: Path
+    what: str  # "model org/name@rev"
+    say: Callable[[str], None]
+    every: float = 10.0
+    total: int | None = None
+    done: int = 0
+    _published: float = field(default=0.0)
+    _said: float = field(default=0.0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, count: int) -> None:
+        with self._lock:  # files are fetched a few at a time
+            self.done += count
+            now = time.monotonic()
+            if now - self._published >= min(self.every, 2.0):
+                self._publish()
+                self._published = now
+            if now - self._said >= self.every:
+                self.say(f"staging {self.what}: {amount(self.done, self.total)}")
+                self._said = now
+
+    def _publish(self) -> None:
+        record = {"what": self.what, "done": self.done, "total": self.total, "at": time.time()}
+        atomic_write(progress_file(self.place), json.dumps(record).encode())
+
+
+def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
+    """Copy the readable ``stream`` into the file ``target``, feeding ``digest`` and ``progress``; the size."""
+    size = 0
+    with open(target, "wb") as out:
+        while chunk := stream.read(CHUNK):
+            out.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+            progress.add(len(chunk))
+    return size
+
+
+def file_digest(path: Path, digest) -> str:
+    """``digest`` (a hashlib object, maybe already fed a prefix) of the file at ``path``, in hex."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_room(place: Path, needed: int | None) -> None:
+    """Refuse to start a download the volume cannot hold."""
+    if not needed:
+        return
+    free = shutil.disk_usage(place.parent).free
+    if free < needed:
+        raise StagingError(f"the shared volume has {free / MB:.0f} MB free at {place.parent} and the source needs "
+                           f"{needed / MB:.0f} MB: raise shared_volume.size (or free space there)", retryable=False)
+
+
+def publish(temporary: Path, place: Path, marker: dict) -> None:
+    """Write the marker into the verified ``temporary`` directory and rename it into ``place``: readers see
+    nothing or all of it. Something at ``place`` without a marker (a copy made by hand) is moved aside."""
+    atomic_write(temporary / MARKER, json.dumps(marker, indent=2, sort_keys=True).encode())
+    if place.exists():
+        aside = place.parent / f"{TEMP_PREFIX}unmarked-{place.name}-{int(time.time())}"
+        os.rename(place, aside)
+    os.rename(temporary, place)
+    fsync_directory(place.parent)
+    progress_file(place).unlink(missing_ok=True)
+
+
+def temporary_for(place: Path) -> Path:
+    """An empty directory beside ``place`` to fetch into; what an interrupted fetch left there is removed (only
+    index 0 fetches, and its previous pod has ended before a new one starts)."""
+    place.parent.mkdir(parents=True, exist_ok=True)
+    failure_file(place).unlink(missing_ok=True)  # this attempt is not the one that failed
+    temporary = place.parent / f"{TEMP_PREFIX}{place.name}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    return temporary
+
+
+def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float = 10.0,
+             poll: float = 0.5) -> dict:
+    """Wait until index 0 has staged ``place``; say what for every ``every`` seconds."""
+    started, since = time.monotonic(), time.time()
+    last = started
+    if (marker := marker_of(place)) is not None:  # staged before: nothing to wait for, nothing to say
+        return marker
+    say(f"waiting for index 0 to stage {what} at {place}")
+    while (marker := marker_of(place)) is None:
+        _raise_if_failed(place, since)
+        time.sleep(poll)
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            say(_waiting_line(place, what, last - started))
+    return marker
+
+
+def _raise_if_failed(place: Path, since: float) -> None:
+    """LeaderFailed when index 0 recorded a failure after this index began to wait (an older one is from an
+    attempt before, which index 0's next attempt clears)."""
+    try:
+        record = json.loads(failure_file(place).read_text())
+    except (OSError, ValueError):
+        return
+    if record.get("at", 0) >= since:
+        raise LeaderFailed(record.get("message", "index 0 failed"))
+
+
+def _waiting_line(place: Path, what: str, waited: float) -> str:
+    try:
+        record = json.loads(progress_file(place).read_text())
+    except (OSError, ValueError):
+        return f"index 0 has not started staging {what} ({waited:.0f} s)"
+    stale = time.time() - record["at"]
+    line = f"index 0 is staging {what}: {amount(record['done'], record['total'])}"
+    return line + (f" (no progress for {stale:.0f} s)" if stale > 60 else "")

@@ -1,0 +1,76 @@
+"""The stager's last part, with checkpoint.storage_uri: a volume that holds no checkpoint (a new PVC, another
+cluster) gets the newest complete one from the bucket before training, where the worker resumes from it as from
+its own (it verifies it, and refuses it when the run's settings changed).
+
+Index 0 decides and fetches (beside the checkpoints directory, renamed into place); it writes its decision into
+OUTPUT_DIR (the marker), which the other indexes wait for, saying what they wait for. RESUME=false restores
+nothing, everywhere (the worker starts over). Torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract.atomic import atomic_write
+from trainer_contract.config_reading import load_config
+from trainer_contract.storage import MARKER, StorageUri
+from trainer_contract.variables import ConfigError
+from trainer_stager import place
+from trainer_stager.errors import StagingError, missing_library
+
+
+def decision_place(environ: Mapping[str, str]) -> Path:
+    """Where index 0 marks its decision (and a failure): OUTPUT_DIR, outside the checkpoints themselves."""
+    return _config(environ).output_dir
+
+
+def _config(environ: Mapping[str, str]):
+    try:
+        return load_config(environ)  # OUTPUT_DIR and RESUME as the worker reads them
+    except ConfigError as error:
+        raise StagingError("; ".join(error.problems), retryable=False) from None
+
+
+def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[str], None],
+        retries: Callable[[Callable], Any]) -> None:
+    config = _config(environ)
+    if not config.resume:
+        say(f"RESUME=false: no checkpoint restored from {uri.text}; training starts from the beginning")
+        return
+    decision = config.output_dir
+    if index != 0:
+        marker = place.wait_for(decision, f"the newest checkpoint of {uri.text} (or decide there is none)", say)
+        say(f"index 0 decided: {marker.get('outcome', '?')}")
+        return
+    outcome = _restore(uri, config.checkpoint_dir, decision, say, retries)
+    atomic_write(decision / MARKER, json.dumps({"outcome": outcome, "uri": uri.text,
+                                                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+    say(outcome)
+
+
+def _restore(uri: StorageUri, directory: Path, decision: Path, say: Callable[[str], None],
+             retries: Callable[[Callable], Any]) -> str:
+    """What index 0 did, in a line."""
+    on_volume = layout.list_checkpoints(directory)
+    if on_volume:
+        return f"the volume holds {on_volume[0][1].name}: nothing restored from {uri.text}"
+    (decision / MARKER).unlink(missing_ok=True)  # an earlier decision: the indexes wait for this one
+    if importlib.util.find_spec("boto3") is None:
+        raise missing_library(uri.text, "boto3")
+    from trainer_stager import checkpoint_bucket as remote
+
+    name = retries(lambda: remote.newest_complete(uri))
+    if name is None:
+        return f"{uri.text} holds no complete checkpoint: training starts from the beginning"
+    started = time.monotonic()
+    progress = place.Progress(decision, f"checkpoint {name}", say)
+    retries(lambda: remote.download(uri, name, directory, progress))
+    place.progress_file(decision).unlink(missing_ok=True)
+    return (f"checkpoint {name} restored from {uri.text} into {directory} ({progress.done / place.MB:.1f} MB, "
+            f"{time.monotonic() - started:.1f} s)")

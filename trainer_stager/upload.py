@@ -1,0 +1,78 @@
+"""Uploads to s3:// (export.storage_uri): every file of a directory under the prefix, each checked by its size
+in the bucket, then COMPLETE_OBJECT last, listing them with their MD5: a reader (and a rerun) takes the prefix
+as complete only when that object is there, so an upload cut off never shows as complete. An upload of the
+same files again transfers nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
+from trainer_stager.errors import StagingError
+from trainer_stager.fetch_s3 import classify, client
+from trainer_stager.place import file_digest
+
+MB = 1_000_000
+
+
+def _key(uri: StorageUri, relative: str) -> str:
+    return f"{uri.prefix}/{relative}" if uri.prefix else relative
+
+
+def complete_record(s3, uri: StorageUri) -> dict | None:
+    """The prefix's COMPLETE_OBJECT, or None where the prefix holds no complete upload."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3.get_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT))["Body"].read()
+    except ClientError as error:
+        if str(error.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404"):
+            return None
+        raise
+    return json.loads(body)
+
+
+def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None]) -> dict:
+    """Upload every file below ``directory`` to ``uri``; the record written last (or already there)."""
+    files = {str(path.relative_to(directory)): path for path in sorted(directory.rglob("*")) if path.is_file()}
+    if not files:
+        raise StagingError(f"{uri.text}: nothing to upload: {directory} holds no file", retryable=False)
+    return upload_files(uri, files, say)
+
+
+def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], None]) -> dict:
+    """Upload ``files`` (each under its key below ``uri``'s prefix), then the record listing them; the record
+    (or the one already there, when it lists the same files)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    listing: dict[str, dict] = {relative: {"bytes": path.stat().st_size, "md5": file_digest(path, hashlib.md5(usedforsecurity=False))}
+                                for relative, path in files.items()}
+    s3 = client()
+    try:
+        previous = complete_record(s3, uri)
+        if previous is not None and previous.get("files") == listing:
+            say(f"{uri.text} already holds {'these' if len(files) != 1 else 'this'} {len(files)} "
+                f"file{'s' if len(files) != 1 else ''}: nothing uploaded")
+            return previous
+        if previous is not None:  # another upload's files: it is no longer complete from here on
+            s3.delete_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT))
+        for relative, path in files.items():
+            s3.upload_file(str(path), uri.bucket, _key(uri, relative))
+            stored = s3.head_object(Bucket=uri.bucket, Key=_key(uri, relative))["ContentLength"]
+            if stored != listing[relative]["bytes"]:
+                raise StagingError(f"{uri.text}: {relative} stored with {stored} bytes, not "
+                                   f"{listing[relative]['bytes']}", retryable=True)
+        record = {"files": listing, "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        s3.put_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT), Body=json.dumps(record, indent=2).encode())
+    except (ClientError, BotoCoreError) as error:
+        raise classify(uri, error) from None
+    except OSError as error:  # a connection cut (retryable), a file that cannot be read (not)
+        raise StagingError(f"{uri.text}: {error}", retryable=isinstance(error, (ConnectionError, TimeoutError))) \
+            from None
+    total = sum(item["bytes"] for item in listing.values())
+    say(f"uploaded {len(files)} file{'s' if len(files) != 1 else ''} ({total / MB:.1f} MB) to {uri.text}")
+    return record

@@ -1,0 +1,181 @@
+"""Getting the four MNIST files onto disk, verified and atomically; no torch here.
+
+The files land in DATA_DIR/MNIST/raw/ (where torchvision.datasets.MNIST reads them) only after every one was
+downloaded into a temporary directory beside it, checked against its checksum, decompressed and checked
+for a complete IDX structure. Then a marker recording each file's SHA-256 is written. A crash at any point
+leaves either the previous state or temporary files that nothing reads: torchvision's own existence check
+would accept a half-extracted set, this one does not.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from trainer_contract.atomic import atomic_write
+from trainer_contract.digests import file_digest
+from worker.mnist import idx
+
+# File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST
+# .resources; kept here so that checking the data never imports torch).
+OFFICIAL_ARCHIVES = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+OFFICIAL_MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
+MARKER = ".verified.json"
+
+
+class DataError(Exception):
+    """The dataset could not be obtained or failed verification (exit_codes.DATA_UNAVAILABLE)."""
+
+
+def raw_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "MNIST" / "raw"
+
+
+def check_idx(path: Path) -> int:
+    """Check that ``path`` is a complete IDX file of unsigned bytes; return its item count."""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        try:
+            shape = idx.read_header(handle)
+        except idx.IdxError as exc:
+            raise DataError(f"{path.name}: {exc}" if size >= 4 else f"{path.name}: truncated ({size} bytes)") from None
+    expected = idx.header_size(shape) + idx.item_count(shape)
+    if size != expected:
+        raise DataError(f"{path.name}: {size} bytes, but its header {list(shape)} needs {expected}: truncated or corrupt")
+    if len(shape) == 3 and shape[1:] != (28, 28):
+        raise DataError(f"{path.name}: images are {shape[1]}x{shape[2]}, not 28x28")
+    return shape[0]
+
+
+def _sha256(path: Path) -> str:
+    return file_digest(path, "sha256")
+
+
+def _md5(path: Path) -> str:
+    return file_digest(path, "md5")
+
+
+def check_raw_files(directory: Path) -> dict[str, int]:
+    """Check the four decompressed files; return their item counts. Raises DataError naming the first bad one."""
+    counts = {}
+    for archive in OFFICIAL_ARCHIVES:
+        name = archive.removesuffix(".gz")
+        path = directory / name
+        if not path.is_file():
+            raise DataError(f"{name}: missing from {directory}")
+        counts[name] = check_idx(path)
+    for split in ("train", "t10k"):
+        images, labels = counts[f"{split}-images-idx3-ubyte"], counts[f"{split}-labels-idx1-ubyte"]
+        if images != labels:
+            raise DataError(f"{split}: {images} images but {labels} labels")
+    marker = directory / MARKER
+    if marker.exists():
+        try:
+            recorded = json.loads(marker.read_text())["sha256"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise DataError(f"{marker}: unreadable ({exc})") from None
+        for name, digest in recorded.items():
+            if _sha256(directory / name) != digest:
+                raise DataError(f"{name}: its SHA-256 no longer matches the one recorded when it was downloaded")
+    return counts
+
+
+def data_ready(data_dir: Path) -> bool:
+    try:
+        check_raw_files(raw_dir(data_dir))
+        return True
+    except DataError:
+        return False
+
+
+def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
+    """A sha256sum-format file ('<hex>  <name>') -> {archive name: ("sha256", hex)}."""
+    table = {}
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"MNIST_CHECKSUMS: cannot read {path} ({exc.strerror if isinstance(exc, OSError) else exc}); "
+                        "point it at a sha256sum-format file the pod can see") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[0]) != 64:
+            raise DataError(f"{path}:{number}: expected '<sha256>  <file name>'")
+        table[parts[1].lstrip("*")] = ("sha256", parts[0].lower())
+    missing = [name for name in OFFICIAL_ARCHIVES if name not in table]
+    if missing:
+        raise DataError(f"{path}: no checksum for {', '.join(missing)}")
+    return table
+
+
+def _fetch(url: str, destination: Path, timeout: float) -> None:
+    request = urllib.request.Request(url, headers={"User-Agent": "indexed-trainer"})
+    with urllib.request.urlopen(request, timeout=timeout) as response, destination.open("wb") as out:
+        expected = response.headers.get("Content-Length")
+        shutil.copyfileobj(response, out, 1 << 20)
+    if expected is not None and destination.stat().st_size != int(expected):
+        raise DataError(f"{url}: connection cut after {destination.stat().st_size} of {expected} bytes")
+
+
+def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str, str]] | None = None,
+             timeout: float = 60.0, log=print) -> None:
+    """Download, verify and install the four files into raw_dir(data_dir), all or nothing."""
+    target = raw_dir(data_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    expected = checksums or {name: ("md5", digest) for name, digest in OFFICIAL_ARCHIVES.items()}
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
+    try:
+        digests = {}
+        for archive in OFFICIAL_ARCHIVES:
+            errors = []
+            for mirror in mirrors:
+                url = mirror + archive
+                compressed = staging / archive
+                started = time.monotonic()
+                try:
+                    _fetch(url, compressed, timeout)
+                    kind, want = expected[archive]
+                    got = _md5(compressed) if kind == "md5" else _sha256(compressed)
+                    if got != want:
+                        raise DataError(f"{url}: {kind} {got} does not match the expected {want}")
+                    raw = staging / archive.removesuffix(".gz")
+                    with gzip.open(compressed) as source, raw.open("wb") as out:
+                        shutil.copyfileobj(source, out, 1 << 20)
+                    check_idx(raw)
+                except (OSError, EOFError, urllib.error.URLError, DataError) as exc:
+                    errors.append(f"{url}: {exc}")
+                    continue
+                finally:
+                    compressed.unlink(missing_ok=True)
+                digests[raw.name] = _sha256(raw)
+                log(f"downloaded {url} ({raw.stat().st_size} bytes, {time.monotonic() - started:.1f} s)")
+                break
+            else:
+                raise DataError(f"could not get {archive}: " + "; ".join(errors))
+        for name in digests:
+            with (staging / name).open("rb") as handle:
+                os.fsync(handle.fileno())
+        target.mkdir(exist_ok=True)
+        (target / MARKER).unlink(missing_ok=True)  # the old marker must never vouch for new files
+        for name in digests:
+            os.replace(staging / name, target / name)
+        _write_marker(target, digests)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_marker(directory: Path, digests: dict[str, str]) -> None:
+    atomic_write(directory / MARKER, json.dumps({"sha256": digests}, indent=2, sort_keys=True).encode())

@@ -1,0 +1,87 @@
+"""What a start finds in OUTPUT_DIR, decided once by rank 0 and sent to every rank before anything is written:
+start (from the newest valid checkpoint, or from the beginning), the run is already complete, or refused
+because the run there was made with other settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer_contract.checkpoint_layout import Position
+from trainer_contract.variables import TrainConfig
+from trainer_runtime.checkpoints.found import Checkpoint
+from trainer_runtime.checkpoints.manager import CheckpointManager
+from worker.mnist import settings
+
+
+@dataclass(frozen=True)
+class Start:
+    checkpoint: Checkpoint | None = None  # None: from the beginning
+    clean_temporaries: bool = False  # RESUME=true: what an interrupted write left is removed
+    set_aside_previous: bool = False  # RESUME=false: a run already there is moved to previous-runs/
+
+
+@dataclass(frozen=True)
+class Complete:
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Refused:
+    problems: list[str]
+
+
+Verdict = Start | Complete | Refused
+
+
+def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
+           log: Callable[[str], None]) -> Verdict:
+    if not config.resume:
+        return Start(set_aside_previous=True)
+    summary = settings.finished_run(config)
+    if summary is not None:
+        problems = settings.changed_settings(summary["config"], config, f"the finished run in {config.output_dir}")
+        return Refused(problems) if problems else Complete(summary)
+    found = checkpoints.load_newest()
+    if found is None:
+        return Start(clean_temporaries=True)
+    state, name = found.state, found.path.name
+    problems = settings.changed_settings(state.config, config, f"checkpoint {name}")
+    position = state.position
+    if position.step and state.world_size != world_size:
+        problems[:0] = [
+            f"WORLD_SIZE: checkpoint {name} was taken in the middle of epoch {position.epoch + 1} (after "
+            f"batch {position.step}) with {state.world_size} processes, now {world_size}: the rest of "
+            f"that epoch's shards cannot be dealt to another number of processes. Run this epoch with "
+            f"{state.world_size} processes (replicas x processes per pod), or remove {name} to "
+            f"resume from the start of epoch {position.epoch + 1}"]
+    if problems:
+        return Refused(problems)
+    log(f"resuming from {name}")
+    return Start(found, clean_temporaries=True)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where the loop starts, and what the interrupted epoch already counted (rank 0 carries the gang's sums)."""
+
+    position: Position = Position(0, 0)
+    carried_loss: float = 0.0
+    carried_samples: float = 0.0
+    result: dict[str, Any] = field(default_factory=dict)  # the last finished epoch's metrics
+
+
+def resume_point(checkpoint: Checkpoint | None, steps_per_epoch: int, is_rank0: bool,
+                 log0: Callable[[str], None]) -> ResumePoint:
+    if checkpoint is None:
+        return ResumePoint()
+    state = checkpoint.state
+    position = state.position
+    if position.step and state.steps_per_epoch != steps_per_epoch:
+        log0(f"the checkpoint was taken with {state.steps_per_epoch} steps per epoch, now {steps_per_epoch}: "
+             f"epoch {position.epoch + 1} starts over")
+        position = Position(position.epoch, 0)
+    carries = bool(position.step) and is_rank0
+    return ResumePoint(position, state.epoch_loss_sum if carries else 0.0, state.epoch_samples if carries else 0.0,
+                       state.result or {})

@@ -1,0 +1,435 @@
+"""The training run of one process: set up, resume, train (gradients combined by the STRATEGY, computed in the
+PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+import warnings
+from datetime import datetime, timedelta, timezone
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from trainer_contract import exit_codes, gang_ledger, hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.checkpoint_layout import Position
+from trainer_contract.variables import ConfigError, TrainConfig
+from trainer_runtime import precision, process_group, strategies
+from trainer_runtime.checkpoints.manager import CheckpointManager
+from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.progress import Progress
+from trainer_runtime.stop import StopRequest, Terminated
+from trainer_runtime.threads import threads_per_process
+from trainer_stager.checkpoint_mirror import mirror_from
+from worker.mnist import data, export, previous_runs, resume, settings
+from worker.mnist.metrics import EpochTally, epoch_record
+from worker.mnist.model import MnistCNN, parameter_count
+
+# Test images per forward pass: 1000 held 230 MiB of conv activations at every rank's peak; 128 and 64 slowed
+# the next epoch's training by a fifth on this CPU (oneDNN; measured with python -m bench's throughput row).
+EVAL_CHUNK = 250
+
+
+class Stopped(Exception):
+    """The ranks agreed to stop early (SIGTERM somewhere in the gang); the checkpoint is written."""
+
+    def __init__(self, signalled_here: bool):
+        super().__init__("stopped on request")
+        self.exit_code = exit_codes.TERMINATED if signalled_here else exit_codes.PEER_LOST
+
+
+class AlreadyComplete(Exception):
+    """OUTPUT_DIR holds the finished run with these settings: nothing to do, nothing to write."""
+
+
+class Trainer:
+    """Sets a run up and delegates: the step (``train_step``), evaluation (``evaluate``), checkpoints
+    (trainer_runtime.checkpoints: format, cadence, verification), what a start finds (worker.mnist.resume), and the lines,
+    curves and metrics (trainer_runtime.progress, worker.mnist.metrics)."""
+
+    def __init__(self, config: TrainConfig, env: DistEnv):
+        self.config, self.env = config, env
+        self.stop = StopRequest()
+        self.distributed = env.world_size > 1
+        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval)
+        self.started_at = time.time()  # the run's first start: a resumed run takes its checkpoint's
+        self.log, self.log0 = self.progress.log, self.progress.log0
+
+    # -- setup --------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """The device and the gang, the start (resume, complete or fresh), the data, the model."""
+        cfg = self.config
+        store = self._join_gang()
+        self.checkpoints = CheckpointManager(
+            cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
+            rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
+            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout,
+            mirror=mirror_from(os.environ, cfg.checkpoint_dir, self.log) if self.env.is_rank0 else None)
+        self.start = self.decide_start()
+        self.record_gang()
+        self._load_data(store)
+        self._build_model()
+        self.log0(f"{len(self.images)} training images, {self.test_count} test images, "
+                  f"{self.parameters} parameters, {self.steps} steps per epoch on {self.device}, "
+                  f"strategy {cfg.strategy}, precision {cfg.precision}")
+
+    def _join_gang(self):
+        """Choose the device and join the process group; the rendezvous' store (None for one process)."""
+        cfg, env = self.config, self.env
+        torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
+        use_cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
+        self.device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(self.device)
+        precision.require_supported(cfg.precision, self.device)  # before any rendezvous: every rank exits 78
+        hooks.point("start", rank=env.rank, output_dir=cfg.output_dir, under_launcher=env.under_launcher,
+                    log=self.log)
+        backend = "nccl" if use_cuda else "gloo"
+        if self.distributed:
+            process_group.init_process_group(
+                backend, timeout=timedelta(seconds=cfg.collective_timeout),
+                device_id=self.device if use_cuda else None,
+            )
+            self.log0(f"process group: {backend}, world size {env.world_size} "
+                      f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
+            return dist.distributed_c10d._get_default_store()
+        if cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
+            process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        return None
+
+    def _load_data(self, store) -> None:
+        cfg, env = self.config, self.env
+        self.data_source = data.prepare(cfg, env, store, self.log)
+        images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
+        test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
+        self.images, self.labels = images.to(self.device), labels.to(self.device)
+        # each rank evaluates its own slice of the test set; the counts are summed
+        self.test_images = test_images[env.rank::env.world_size].to(self.device)
+        self.test_labels = test_labels[env.rank::env.world_size].to(self.device)
+        self.test_count = len(test_images)
+        self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
+
+    def _build_model(self) -> None:
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        model = MnistCNN().to(self.device)
+        self.parameters = parameter_count(model)
+        if self.distributed:  # identical start everywhere, whatever each host's RNG did
+            for tensor in model.state_dict().values():
+                dist.broadcast(tensor, src=0)
+        self.parallel = strategies.build(cfg.strategy, model, self.env, self.device, cfg.precision)
+        self.model = self.parallel.module  # the plain model (sharded in place under fsdp)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate)
+        self.parallel.attach(self.optimizer)
+
+    def make_scheduler(self, done_steps: int):
+        total = self.config.epochs * self.steps
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            self.optimizer, max_lr=self.config.learning_rate, total_steps=max(total, 2), pct_start=0.15)
+        with warnings.catch_warnings():  # replaying the schedule without optimizer steps is intended
+            warnings.simplefilter("ignore")
+            for _ in range(min(done_steps, total - 1)):
+                scheduler.step()
+        return scheduler
+
+    def decide_start(self) -> resume.Start:
+        """Rank 0 looks at OUTPUT_DIR (worker.mnist.resume) and every rank learns the verdict; nothing is written
+        before it. AlreadyComplete if the finished run is there; ConfigError if it was made with other settings."""
+        verdict = resume.decide(self.config, self.env.world_size, self.checkpoints, self.log) \
+            if self.env.is_rank0 else None
+        if self.distributed:
+            box = [verdict]
+            dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+            verdict = box[0]
+        if isinstance(verdict, resume.Refused):
+            raise ConfigError(verdict.problems)
+        if isinstance(verdict, resume.Complete):
+            self.log0(settings.describe(verdict.summary, self.config))
+            raise AlreadyComplete()
+        assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
+        if verdict.clean_temporaries and self.env.is_rank0:
+            self.checkpoints.remove_stale_temporaries()
+        if verdict.set_aside_previous and self.env.is_rank0:
+            # before any rank can write: the others wait for rank 0 in the first collective of the data or
+            # the training
+            moved = previous_runs.set_aside(self.config.output_dir)
+            if moved is not None:
+                self.log(f"RESUME=false: the run that was in {self.config.output_dir} is kept, whole, in {moved}; "
+                         "this run starts from the beginning")
+        return verdict
+
+    def record_gang(self) -> None:
+        """Under the indexed-trainer launcher: rank 0 records which launcher is each node of this attempt
+        (trainer_contract.gang_ledger), so that the launcher of index 0 knows a pod that vanished without waiting."""
+        token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
+        if token is None or not self.env.under_launcher:
+            return
+        tokens: list = [None] * self.env.world_size
+        if self.distributed:
+            dist.all_gather_object(tokens, (self.env.group_rank, token))
+        else:
+            tokens = [(self.env.group_rank, token)]
+        if self.env.is_rank0:
+            gang_ledger.record_attempt(self.config.output_dir, dict(tokens))
+
+    def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
+                       result: dict | None = None) -> TrainingState:
+        return TrainingState(
+            position=position, steps_per_epoch=self.steps, world_size=self.env.world_size,
+            epoch_loss_sum=loss_sum, epoch_samples=samples, config=settings.recorded_config(self.config),
+            result=result, strategy=self.config.strategy, scaler=self.parallel.precision.state_dict(),
+            started_at=self.started_at)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def all_sum(self, values: list[float]) -> list[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.distributed:
+            dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def train(self) -> dict:
+        checkpoint = self.start.checkpoint
+        if checkpoint is not None:
+            restoring = time.perf_counter()
+            self.checkpoints.restore(checkpoint, self.parallel)
+            self.started_at = checkpoint.state.started_at or self.started_at
+            self.log0(f"restored {checkpoint.path.name} ({time.perf_counter() - restoring:.2f} s)")
+        start = resume.resume_point(checkpoint, self.steps, self.env.is_rank0, self.log0)
+        scheduler = self.make_scheduler(start.position.epoch * self.steps + start.position.step)
+        self.progress.open_curves(self.config.tensorboard,
+                                  self.images_seen(start.position) if checkpoint is not None else None)
+        self.progress.begin(start.position.epoch, start.position.step, self.steps)
+        self.progress.keep_records_up_to(start.position.epoch)
+        self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
+        self.model.train()
+        carried_loss, carried_samples, result = start.carried_loss, start.carried_samples, start.result
+        for epoch in range(start.position.epoch, self.config.epochs):
+            first = start.position.step if epoch == start.position.epoch else 0
+            tally = self.train_epoch(epoch, first, scheduler, carried_loss, carried_samples)
+            result = self.end_epoch(epoch, tally, scheduler, carried_loss, carried_samples)
+            carried_loss = carried_samples = 0.0
+        return result
+
+    def train_epoch(self, epoch: int, first: int, scheduler, carried_loss: float,
+                    carried_samples: float) -> EpochTally:
+        """Steps ``first``.. of ``epoch``; on a stop agreed by the gang, checkpoint where it stands and raise
+        Stopped."""
+        indices = data.shard_indices(len(self.images), self.env.world_size, self.env.rank, self.config.seed,
+                                     epoch).to(self.device)
+        tally = EpochTally(first, torch.zeros((), dtype=torch.float64, device=self.device))
+        for step in range(first, self.steps):
+            hooks.point("batch", epoch=epoch + 1, batch=step + 1)
+            chosen = indices[step * self.config.batch_size:(step + 1) * self.config.batch_size]
+            loss, stop = self.train_step(step, chosen, tally)
+            scheduler.step()
+            if self.progress.batch_due(step + 1, self.steps):  # float(loss) waits for the device: only here
+                self.progress.batch(epoch, step + 1, self.steps, len(chosen), None if loss is None else float(loss),
+                                    scheduler.get_last_lr()[0], self.images_seen(Position(epoch, step + 1)))
+            if stop:
+                total_loss, total_samples = self.all_sum([float(tally.loss_sum), tally.local_samples])
+                self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
+                self.checkpoints.save(self.training_state(Position(epoch, step + 1), total_loss + carried_loss,
+                                                          total_samples + carried_samples), self.parallel, wait=True)
+                raise Stopped(self.stop.requested)
+        return tally
+
+    def train_step(self, step: int, chosen: torch.Tensor, tally: EpochTally) -> tuple[torch.Tensor | None, bool]:
+        """Forward, backward (gradients combined by the strategy), optimizer step on this rank's ``chosen``
+        images; returns this rank's summed loss (None where it forwarded nothing) and the gang's stop vote."""
+        parallel, count = self.parallel, len(self.images)
+        expected = (data.images_before_step(count, self.env.world_size, self.config.batch_size, step + 1)
+                    - data.images_before_step(count, self.env.world_size, self.config.batch_size, step))
+        parallel.zero_grad()
+        loss = None
+        if len(chosen) or parallel.forwards_empty_batches:
+            with parallel.precision.autocast():
+                logits = parallel.model(self.images[chosen])
+            loss = F.cross_entropy(logits.float(), self.labels[chosen], reduction="sum")
+            tally.loss_sum += loss.detach()
+        backward_started = time.perf_counter()
+        step_samples, stop = parallel.backward(loss, len(chosen), expected, self.stop.requested)
+        tally.backward_seconds += time.perf_counter() - backward_started
+        tally.sync_seconds += parallel.sync_seconds
+        parallel.step()
+        tally.local_samples += len(chosen)
+        tally.global_samples += step_samples
+        return (None if loss is None else loss.detach()), stop
+
+    def evaluate(self) -> tuple[int, int]:
+        self.model.eval()
+        correct = 0
+        # the same number of forward passes on every rank: under fsdp each one gathers parameters from all
+        largest_shard = -(-self.test_count // self.env.world_size)
+        with torch.no_grad(), self.parallel.precision.autocast():  # no_grad: FSDP2 cannot run in inference_mode
+            for start in range(0, largest_shard, EVAL_CHUNK):
+                logits = self.model(self.test_images[start:start + EVAL_CHUNK])
+                correct += int((logits.argmax(1) == self.test_labels[start:start + EVAL_CHUNK]).sum())
+        self.model.train()
+        return correct, len(self.test_images)
+
+    def end_epoch(self, epoch: int, tally: EpochTally, scheduler, carried_loss: float,
+                  carried_samples: float) -> dict:
+        """Evaluate, agree on the totals (and on a stop), report, checkpoint when due; Stopped if the gang
+        stops before the last epoch."""
+        cfg = self.config
+        train_seconds = time.perf_counter() - tally.started
+        local_correct, local_tested = self.evaluate()
+        total_loss, total_samples, correct, tested, stop_votes = self.all_sum(
+            [float(tally.loss_sum), tally.local_samples, local_correct, local_tested, float(self.stop.requested)])
+        stop = stop_votes > 0
+        average = (total_loss + carried_loss) / max(total_samples + carried_samples, 1)
+        accuracy = correct / max(tested, 1)
+        result = epoch_record(epoch + 1, average, accuracy, scheduler.get_last_lr()[0], tally, train_seconds,
+                              self.steps, self.env.world_size, cfg.strategy, cfg.precision)
+        self.progress.epoch(result, average, accuracy)
+        last = epoch + 1 == cfg.epochs
+        if stop:
+            self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
+        if self.checkpoints.due(epoch + 1, stop):
+            self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel,
+                                  wait=stop)  # a stop's checkpoint is on disk before the process exits
+        self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))
+        if stop and not last:
+            raise Stopped(self.stop.requested)
+        return result
+
+    def images_seen(self, position: Position) -> int:
+        """Training images processed by all ranks up to ``position``: the curves' x-axis."""
+        count = len(self.images)
+        return position.epoch * count + data.images_before_step(count, self.env.world_size, self.config.batch_size,
+                                                                 position.step)
+
+    def save_model(self, result: dict) -> None:
+        """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
+        pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
+        while rank 0 could still fail)."""
+        self.checkpoints.wait()  # the last checkpoint is on disk before the model (the mark of a finished run)
+        # plain tensors on rank 0, gathered from every rank under fsdp
+        weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
+        if self.env.is_rank0:
+            finished = time.time()
+            buffer = io.BytesIO()
+            torch.save(weights, buffer)
+            atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
+            summary_path = self.config.output_dir / settings.MODEL_SUMMARY
+            summary = {
+                **_read_json(summary_path),  # a field it had is never lost
+                "accuracy": result.get("accuracy"),
+                "loss": result.get("loss"),
+                "epochs": self.config.epochs,
+                "world_size": self.env.world_size,
+                "parameters": self.parameters,
+                "model": "worker.mnist.model.MnistCNN",
+                "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
+                "config": settings.recorded_config(self.config),
+                # wall-clock times of the whole run, restarts and their waits included (UTC, ISO 8601)
+                "started_at": _iso(self.started_at),
+                "finished_at": _iso(finished),
+                "duration_seconds": round(finished - self.started_at, 3),
+            }
+            atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+            self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
+                     f"{result.get('accuracy') or 0:.4f})")
+            if self.config.export_dir is not None:
+                names = export.write_export(self.config.output_dir, self.config.export_dir)
+                self.log(f"model exported to {self.config.export_dir} ({', '.join(names)})")
+        if self.distributed:
+            dist.barrier()
+
+    def close(self, failed: bool) -> None:
+        if hasattr(self, "checkpoints"):
+            self.checkpoints.close(failed)
+        self.progress.close()
+        process_group.destroy_process_group()
+
+
+def _iso(unix_time: float) -> str:
+    return datetime.fromtimestamp(unix_time, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _read_json(path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def run(config: TrainConfig, env: DistEnv) -> int:
+    """Train; return the process exit code (see worker.exit_codes)."""
+    trainer = Trainer(config, env)
+    failed = True
+    try:
+        trainer.setup()
+        result = trainer.train()
+        trainer.save_model(result)
+        trainer.log("training completed.")
+        hooks.point("completed")
+        failed = False
+        return exit_codes.OK
+    except AlreadyComplete:
+        return exit_codes.OK
+    except ConfigError as error:
+        for problem in error.problems:
+            trainer.log(f"configuration error: {problem}")
+        trainer.log(f"exiting with code {exit_codes.BAD_CONFIG} (bad configuration); nothing was written")
+        return exit_codes.BAD_CONFIG
+    except Terminated as terminated:
+        trainer.log(f"stopped: {terminated} before training started; nothing to save")
+        return exit_codes.TERMINATED
+    except Stopped as stopped:
+        failed = False  # its checkpoint is written (synchronously)
+        trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
+                                   else "a peer was asked to stop; the gang restarts from the checkpoint"))
+        return stopped.exit_code
+    except data.DataError as exc:
+        trainer.log(f"error: data unavailable: {exc}")
+        return exit_codes.DATA_UNAVAILABLE
+    except data.PeerLost as exc:
+        trainer.log(f"error: {exc}")
+        return exit_codes.PEER_LOST
+    except (dist.DistError, RuntimeError) as exc:
+        if not _is_communication_error(exc):
+            raise
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if env.is_rank0 and _is_timeout(exc):
+            # a peer that stops answering exits nowhere (or only with 75): the leader's exit is what counts
+            # this gang restart against the Job's backoffLimit, once
+            trainer.log(f"error: a peer stopped answering ({first_line}); exiting so that the gang restarts "
+                        "from the last checkpoint")
+            return exit_codes.STALLED
+        trainer.log(f"error: lost contact with a peer ({first_line}); exiting so that the gang restarts "
+                    "from the last checkpoint")
+        return exit_codes.PEER_LOST
+    finally:
+        trainer.stop.defer()  # a second signal must not interrupt the clean-up
+        trainer.close(failed)
+
+
+# Where gloo's transport raises from: torch wraps these in a plain RuntimeError whose first line names the
+# source file ("[.../gloo/transport/tcp/pair.cc:545] Read error ...: Connection reset by peer", also inside
+# "Gloo connectFullMesh failed with [...]"); it gives no exception type for them, unlike the store
+# (DistStoreError), the network (DistNetworkError) and NCCL (DistBackendError).
+_GLOO_TRANSPORT = re.compile(r"\[[^\]\s]*/gloo/transport/[^\]\s]*:\d+\]")
+
+
+def _is_communication_error(exc: BaseException) -> bool:
+    """A failure of the gang's communication, by type (torch.distributed's DistError family) or, for gloo,
+    by the transport's own source location; any other error (a RuntimeError of the model, the data, a bug)
+    is this rank's failure and counts."""
+    if isinstance(exc, dist.DistError):
+        return True
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return isinstance(exc, RuntimeError) and bool(_GLOO_TRANSPORT.search(first_line))
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """A peer that stopped answering: the store's or gloo's wait ran out (no type of its own in torch)."""
+    text = str(exc).splitlines()[0].lower() if str(exc).strip() else ""
+    return "timed out" in text or "timeout" in text
