@@ -1,6 +1,6 @@
 """python -m bench: every figure as a ratio of two things measured in the same run, alternating, medians.
 
-    python -m bench                                  # the digits the worker ships (worker/mnist-sample)
+    python -m bench                                  # the digits the worker ships (worker/mnist/mnist-sample)
     python -m bench --data-dir DIR                   # DIR/MNIST/raw/ holding the four MNIST files
     python -m bench --quick                          # a few steps of everything (the test suite runs this)
 """
@@ -23,7 +23,7 @@ from trainer_contract.variables import STRATEGIES
 
 
 def default_data_dir() -> Path:
-    """The digits the worker ships (worker/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
+    """The digits the worker ships (worker/mnist/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
     files, split as the worker's offline fallback splits them: the first 8,000 to train, the last 2,000 to test.
     Both contenders (the worker and torchvision's MNIST in the standard loop) read these files."""
     from worker.mnist import idx, mnist_sample

@@ -95,7 +95,7 @@ def median_of(samples: list[dict]) -> dict:
 
 
 def measure(quick: bool, repeats: int, target: float, log) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the models and data are made there
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
 
     from testbed.qa_data import make_model, make_squad

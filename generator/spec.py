@@ -134,6 +134,12 @@ class JobSpec:
         onto a volume that has none."""
         return bool(self.staged) or "checkpoint" in self.storage
 
+    @property
+    def restores_for(self) -> str | None:
+        """The built-in program whose checkpoints the stager restores from checkpoint.storage_uri (its module), or
+        None (no bucket; validation refuses one for a program of the user's)."""
+        return self.program[1] if "checkpoint" in self.storage and self.built_in_worker else None
+
     def placement(self, shared: str) -> dict[str, str]:
         """Where data and results go by default, under the location every node shares, and where the model and
         dataset are staged (config_map overrides)."""

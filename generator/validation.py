@@ -20,7 +20,6 @@ from generator.resources import default_values, schema
 from generator.spec import STORAGE_KEYS, JobSpec, entry_module, environment_text, storage_uri_text
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
-from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.storage import CREDENTIAL_VARIABLES, StorageUriError
 from trainer_contract.storage import parse as parse_storage_uri
@@ -271,11 +270,11 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
         yield ("export.storage_uri: the indexed-trainer launcher uploads the export when training ends, and "
                "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
                "indexed-trainer)")
-    if "checkpoint" in spec.storage and spec.program[:2] != ("-m", BUILT_IN_WORKER):
+    if "checkpoint" in spec.storage and not spec.built_in_worker:
         program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
-        yield ("checkpoint.storage_uri: the MNIST worker (python -m worker) mirrors its checkpoints to the bucket, and "
-               f"this job runs {program}, which keeps its own on the volume: remove checkpoint.storage_uri (or upload "
-               "from your program)")
+        yield (f"checkpoint.storage_uri: the built-in programs (python -m {', '.join(BUILT_IN_PROGRAMS)}) mirror "
+               f"their checkpoints to the bucket, and this job runs {program}, which keeps its own on the volume: "
+               "remove checkpoint.storage_uri (or upload from your program)")
 
 
 def neutral_problems(values: dict) -> list[str]:

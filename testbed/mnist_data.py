@@ -1,7 +1,7 @@
 """MNIST-format files for tests: the real digits the installed worker ships, or synthetic ones.
 
 Tests never download: they write IDX files themselves, or split the real MNIST test set that the worker ships
-(worker/mnist-sample/, the 10,000 official test digits, byte-identical to ../shared/data/mnist-test-set; first
+(worker/mnist/mnist-sample/, the 10,000 official test digits, byte-identical to ../shared/data/mnist-test-set; first
 8,000 to train, last 2,000 to test) into the layout the worker reads. Read from the installed package, they are
 there on every machine, with or without ../shared, and every documented accuracy is tested on them.
 """

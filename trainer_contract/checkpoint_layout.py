@@ -1,8 +1,11 @@
-"""Where checkpoints live and how they are named, listed, pruned and cleaned: the part both formats share.
+"""Where checkpoints live and how they are named, listed, pruned and cleaned: the part every format and every
+built-in program shares, on the volume and in the bucket (trainer_stager's checkpoint_bucket lists by the same rule).
 
-``ckpt-e<epoch>-s<step>.<suffix>`` (``.pt``: one verified file, ``.dcp``: a directory of shards), newest first
-by (epoch, step). A write goes to a ``TEMP_PREFIX`` name first, which nothing lists or reads and the next start
-removes. Torch-free.
+Two namings, one per kind of program: the MNIST worker's ``ckpt-e<epoch>-s<step>.<suffix>`` (``.pt``: one verified
+file, ``.dcp``: a directory of shards), and the transformer workloads' ``step-<optimizer step>.ckpt`` (a file, or
+under FSDP a directory of every rank's shards); each program's config names its own (``checkpoint_naming``). Newest
+first by the numbers in the name. A write goes to a ``TEMP_PREFIX`` name first, which nothing lists or reads and the
+next start removes. Torch-free.
 """
 
 from __future__ import annotations
@@ -14,11 +17,33 @@ from pathlib import Path
 
 from trainer_contract.atomic import TEMP_PREFIX
 
-_NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(pt|dcp)$")
-
 
 class CorruptCheckpoint(Exception):
     """A checkpoint that does not verify: skipped in favour of the one before it, never loaded."""
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How one kind of program names its checkpoints: ``pattern``'s groups are numbers, and a checkpoint's place
+    among the others (the newest largest) is theirs in turn. A name of another naming is no checkpoint of its."""
+
+    pattern: re.Pattern[str]
+
+    def order(self, name: str) -> tuple[int, ...] | None:
+        """Where the checkpoint named ``name`` stands; None for a name that is not one of this naming's."""
+        match = self.pattern.match(name)
+        return tuple(int(number) for number in match.groups()) if match else None
+
+
+# The MNIST worker's: by (epoch, step in it).
+EPOCH_STEP = Naming(re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(?:pt|dcp)$"))
+# The transformer workloads' (worker.qa, worker.finetune): by the optimizer step.
+OPTIMIZER_STEP = Naming(re.compile(r"^step-(\d{8,})\.ckpt$"))
+
+
+def step_checkpoint_name(step: int) -> str:
+    """The transformer workloads' name of the checkpoint taken after optimizer step ``step`` (OPTIMIZER_STEP)."""
+    return f"step-{step:08d}.ckpt"
 
 
 @dataclass(frozen=True, order=True)
@@ -29,23 +54,24 @@ class Position:
     step: int
 
     def filename(self, suffix: str = ".pt") -> str:
+        """The MNIST worker's name of this position's checkpoint (EPOCH_STEP)."""
         return f"ckpt-e{self.epoch:04d}-s{self.step:06d}{suffix}"
 
 
 def position_of(name: str) -> Position | None:
-    """Where the checkpoint named ``name`` stands; None for a name that is not a checkpoint's."""
-    match = _NAME.match(name)
-    return Position(int(match.group(1)), int(match.group(2))) if match else None
+    """Where the MNIST worker's checkpoint named ``name`` stands; None for a name that is not one."""
+    order = EPOCH_STEP.order(name)
+    return Position(*order) if order else None
 
 
-def list_checkpoints(directory: Path) -> list[tuple[Position, Path]]:
-    """Checkpoints in ``directory`` (files and sharded directories), newest first."""
+def list_checkpoints(directory: Path, naming: Naming = EPOCH_STEP) -> list[tuple[tuple[int, ...], Path]]:
+    """The checkpoints of ``naming`` in ``directory`` (files and sharded directories), newest first."""
     found = []
     if directory.is_dir():
         for path in directory.iterdir():
-            position = position_of(path.name)
-            if position is not None:
-                found.append((position, path))
+            order = naming.order(path.name)
+            if order is not None:
+                found.append((order, path))
     return sorted(found, key=lambda item: item[0], reverse=True)
 
 
@@ -56,9 +82,9 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def prune(directory: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints, of either format."""
-    for _, old in list_checkpoints(directory)[keep:]:
+def prune(directory: Path, keep: int, naming: Naming = EPOCH_STEP) -> None:
+    """Keep the newest ``keep`` checkpoints of ``naming``, of either format."""
+    for _, old in list_checkpoints(directory, naming)[keep:]:
         remove(old)
 
 

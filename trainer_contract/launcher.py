@@ -22,8 +22,21 @@ def check_config_command(module: str) -> tuple[str, ...]:
     return ("python", "-m", module, "--check-config")
 
 
-# The stager's command (worker/staging/, torch-free): index 0 stages the model and dataset, the others wait.
+# The stager's command (trainer_stager/, torch-free): index 0 stages the model and dataset, the others wait.
 STAGE_COMMAND = ("python", "-m", "worker.staging")
+# Its flag naming the built-in program whose checkpoints it restores from checkpoint.storage_uri (its variables
+# say where they are and how they are named); without it, the MNIST worker's.
+STAGE_PROGRAM_FLAG = "--program"
+
+
+def stage_command(restoring: str | None) -> tuple[str, ...]:
+    """The stager's command; ``restoring``: the module of the built-in program whose checkpoints it restores from
+    the bucket (None: it restores none)."""
+    if restoring is None or restoring == BUILT_IN_WORKER:
+        return STAGE_COMMAND
+    return (*STAGE_COMMAND, STAGE_PROGRAM_FLAG, restoring)
+
+
 # Where the shared volume is mounted in the pod (the image's WORKDIR; DATA_DIR and OUTPUT_DIR live under it).
 SHARED_MOUNT = "/pvc-home"
 

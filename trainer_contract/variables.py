@@ -10,8 +10,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
+
+from trainer_contract.checkpoint_layout import EPOCH_STEP, OPTIMIZER_STEP, Naming
 
 
 class ConfigError(Exception):
@@ -86,7 +88,7 @@ def _optional_url(text: str) -> str | None:
     return _url(text) if text.strip() else None
 
 
-# STRATEGY's words (worker/strategies/ maps each to its class) and PRECISION's.
+# STRATEGY's words (trainer_runtime/strategies/ maps each to its class) and PRECISION's.
 STRATEGIES = ("allreduce", "ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -164,6 +166,8 @@ class TrainConfig:
     download_timeout: float = _setting(
         "DOWNLOAD_TIMEOUT", _positive_float, 600.0,
         "Seconds the other ranks wait for the downloading rank before giving up (exit 75).")
+    # how its checkpoints are named (trainer_contract/checkpoint_layout.py): the volume's and the bucket's
+    checkpoint_naming: ClassVar[Naming] = EPOCH_STEP
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -256,6 +260,7 @@ class QaConfig:
     tensorboard: bool = _tensorboard()
     usage_log_seconds: float = _usage_log_seconds()
     collective_timeout: float = _collective_timeout()
+    checkpoint_naming: ClassVar[Naming] = OPTIMIZER_STEP
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -311,6 +316,7 @@ class FinetuneConfig:
     tensorboard: bool = _tensorboard()
     usage_log_seconds: float = _usage_log_seconds()
     collective_timeout: float = _collective_timeout()
+    checkpoint_naming: ClassVar[Naming] = OPTIMIZER_STEP
 
     @property
     def checkpoint_dir(self) -> Path:

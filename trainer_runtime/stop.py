@@ -3,14 +3,16 @@
 During set-up (checking the output directory, downloading, waiting for the data, building the model) there
 is nothing worth saving, so the signal ends the process at once: ``Terminated`` is raised where the process
 stands and every writer on the way out removes its temporary (atomic writes, the download's staging
-directory). During training the signal is only remembered: the gang agrees within one step to stop and rank 0
-checkpoints first (worker.mnist.train). During the final save it is remembered too: the model is written whole, and
-the run is complete.
+directory). During training the signal is only remembered: every step the gang agrees (``agreed``) whether any
+of its processes has one, and if so checkpoints the step reached and stops (worker.mnist, worker.finetune,
+worker.qa), so a preemption costs at most one step. During the final save it is remembered too: the model is
+written whole, and the run is complete.
 """
 
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 
 class Terminated(BaseException):
@@ -28,6 +30,10 @@ class StopRequest:
     def __init__(self):
         self.requested = False
         self.immediate = True
+        self.listen()
+
+    def listen(self) -> None:
+        """(Again) take SIGTERM and SIGINT: a framework that installed its own handlers gives them back."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._handle)
 
@@ -39,3 +45,16 @@ class StopRequest:
     def defer(self) -> None:
         """From now on only remember the signal (training, the final save)."""
         self.immediate = False
+
+
+def agreed(flag: bool, device: Any) -> bool:
+    """Whether any process of the gang has ``flag`` set: every process calls it at the same step (one all-reduce of
+    a number), so that all stop together or none does."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())

@@ -1,9 +1,11 @@
 """Checkpoints in a bucket (checkpoint.storage_uri): what the mirror uploads and the stager restores.
 
-Each checkpoint of the volume lives under ``<prefix>/<name>/``: a sharded checkpoint's files below it, a
-single-file checkpoint as the one object ``<prefix>/<name>/<name>``; COMPLETE_OBJECT is written last, listing
-every file with its size and MD5 (trainer_stager/upload.py, as for an export). A checkpoint without it was cut
-off: it is never restored, and the next mirror removes it. Torch-free: the stager restores before training.
+Each checkpoint of the volume lives under ``<prefix>/<name>/``, named as the program names it on the volume (the
+naming of trainer_contract/checkpoint_layout.py its config gives, which every listing here takes): a sharded
+checkpoint's files below it, a single-file checkpoint as the one object ``<prefix>/<name>/<name>``; COMPLETE_OBJECT
+is written last, listing every file with its size and MD5 (trainer_stager/upload.py, as for an export). A
+checkpoint without it was cut off: it is never restored, and the next mirror removes it. Torch-free: the stager
+restores before training.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dic
     return upload_files(uri.below(checkpoint.name), files_of(checkpoint), say)
 
 
-def listed(uri: StorageUri) -> dict[str, bool]:
-    """Every checkpoint under ``uri``'s prefix, complete (its listing is there) or not."""
+def listed(uri: StorageUri, naming: layout.Naming) -> dict[str, bool]:
+    """Every checkpoint of ``naming`` under ``uri``'s prefix, complete (its listing is there) or not."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     prefix = f"{uri.prefix}/" if uri.prefix else ""
@@ -45,25 +47,25 @@ def listed(uri: StorageUri) -> dict[str, bool]:
         for page in client().get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 name, _, rest = item["Key"][len(prefix):].partition("/")
-                if layout.position_of(name) is not None:
+                if naming.order(name) is not None:
                     found[name] = found.get(name, False) or rest == COMPLETE_OBJECT
     except (ClientError, BotoCoreError) as error:
         raise classify(uri, error) from None
     return found
 
 
-def newest_complete(uri: StorageUri) -> str | None:
-    complete = [(position, name) for name, done in listed(uri).items()
-                if done and (position := layout.position_of(name)) is not None]
+def newest_complete(uri: StorageUri, naming: layout.Naming) -> str | None:
+    complete = [(order, name) for name, done in listed(uri, naming).items()
+                if done and (order := naming.order(name)) is not None]
     return max(complete)[1] if complete else None
 
 
-def remove_except(uri: StorageUri, kept: set[str]) -> list[str]:
-    """Remove every checkpoint under ``uri`` not named in ``kept``, each one's listing first (it stops being
-    complete before any of its files goes); the names removed."""
+def remove_except(uri: StorageUri, kept: set[str], naming: layout.Naming) -> list[str]:
+    """Remove every checkpoint of ``naming`` under ``uri`` not named in ``kept``, each one's listing first (it stops
+    being complete before any of its files goes); the names removed."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    removed = sorted(set(listed(uri)) - kept)
+    removed = sorted(set(listed(uri, naming)) - kept)
     s3 = client()
     try:
         for name in removed:

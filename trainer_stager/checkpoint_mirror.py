@@ -1,4 +1,5 @@
-"""Rank 0's mirror of the volume's checkpoints in a bucket (checkpoint.storage_uri), beside the training.
+"""Rank 0's mirror of the volume's checkpoints in a bucket (checkpoint.storage_uri), beside the training: the MNIST
+worker's (through its checkpoint manager) and the transformer workloads', each program's by its own naming.
 
 Each checkpoint the manager publishes is offered; a thread uploads the newest one offered (an older one still
 waiting is skipped: a restore wants the newest), then removes from the bucket what the volume no longer keeps, so
@@ -14,6 +15,7 @@ import importlib.util
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
@@ -21,22 +23,23 @@ from trainer_contract.variables import ConfigError
 from trainer_stager.errors import StagingError, missing_library
 
 
-def mirror_from(environ: Mapping[str, str], directory: Path, log: Callable[[str], None]) -> CheckpointMirror | None:
-    """The mirror checkpoint.storage_uri asks for (rendered as INDEXED_TRAINER_CHECKPOINT_URI), or None."""
+def mirror_from(environ: Mapping[str, str], config: Any, log: Callable[[str], None]) -> CheckpointMirror | None:
+    """The mirror checkpoint.storage_uri asks for (rendered as INDEXED_TRAINER_CHECKPOINT_URI), or None; of the
+    checkpoints a built-in program's ``config`` says where (``checkpoint_dir``) and how (``checkpoint_naming``)."""
     text = environ.get(URI_VARIABLES["checkpoint"])
     if not text:
         return None
     if importlib.util.find_spec("boto3") is None:
         raise ConfigError([f"checkpoint.storage_uri {missing_library(text, 'boto3')}"])
-    return CheckpointMirror(parse(text, "checkpoint"), directory, log)
+    return CheckpointMirror(parse(text, "checkpoint"), config.checkpoint_dir, config.checkpoint_naming, log)
 
 
 class CheckpointMirror:
-    def __init__(self, uri: StorageUri, directory: Path, log: Callable[[str], None]):
+    def __init__(self, uri: StorageUri, directory: Path, naming: layout.Naming, log: Callable[[str], None]):
         from trainer_stager import checkpoint_bucket as remote  # boto3, only when a bucket is asked for
 
         self.remote = remote
-        self.uri, self.directory, self.log = uri, directory, log
+        self.uri, self.directory, self.naming, self.log = uri, directory, naming, log
         self.condition = threading.Condition()
         self.offered: Path | None = None
         self.closing = False
@@ -66,7 +69,7 @@ class CheckpointMirror:
                     self.condition.wait()
                 checkpoint, self.offered = self.offered, None
             if checkpoint is None:  # closing: last, the newest on the volume, unless it is in the bucket
-                newest = layout.list_checkpoints(self.directory)
+                newest = layout.list_checkpoints(self.directory, self.naming)
                 if newest and self.stopped is None and self.mirrored != newest[0][1].name:
                     self._try(newest[0][1])
                 return
@@ -85,8 +88,8 @@ class CheckpointMirror:
 
         try:
             self.remote.upload(self.uri, checkpoint, say)
-            kept = {path.name for _, path in layout.list_checkpoints(self.directory)} | {checkpoint.name}
-            removed = self.remote.remove_except(self.uri, kept)
+            kept = {path.name for _, path in layout.list_checkpoints(self.directory, self.naming)} | {checkpoint.name}
+            removed = self.remote.remove_except(self.uri, kept, self.naming)
         except (StagingError, FileNotFoundError) as error:
             if not checkpoint.exists():  # pruned by newer checkpoints while it waited: the newest is what matters
                 say(f"{checkpoint.name} left the volume before it was uploaded; skipped")

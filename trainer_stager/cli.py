@@ -1,9 +1,11 @@
-"""python -m worker.staging: stage the model and dataset the environment names (INDEXED_TRAINER_MODEL_URI,
-INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with INDEXED_TRAINER_CHECKPOINT_URI restore
-the newest checkpoint onto a volume that has none (restore.py), as index 0 or as an index that waits."""
+"""python -m worker.staging [--program MODULE]: stage the model and dataset the environment names
+(INDEXED_TRAINER_MODEL_URI, INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with
+INDEXED_TRAINER_CHECKPOINT_URI restore the newest checkpoint of built-in program MODULE (the MNIST worker's without
+it) onto a volume that has none (restore.py), as index 0 or as an index that waits."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import os
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainer_contract import exit_codes
-from trainer_contract.launcher import write_termination_message
+from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
 from trainer_contract.storage import (
     PATH_VARIABLES,
     STAGED_ROLES,
@@ -24,6 +26,7 @@ from trainer_contract.storage import (
     StorageUriError,
     parse,
 )
+from trainer_contract.variables import BUILT_IN_PROGRAMS
 from trainer_stager import place, restore
 from trainer_stager.errors import StagingError, missing_library, with_retries
 
@@ -101,7 +104,22 @@ def _code(error: Exception) -> int:
     return exit_codes.DATA_UNAVAILABLE if getattr(error, "retryable", False) else exit_codes.BAD_CONFIG
 
 
-def run(environ: Mapping[str, str]) -> int:
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # only a render writes the command: a wrong one is bad configuration (78)
+        raise StagingError(f"{self.prog}: {message}", retryable=False)
+
+
+def program_of(argv: list[str] | None) -> type:
+    """The config class of the built-in program whose checkpoints are restored (the stage command's --program)."""
+    parser = _Parser(prog="python -m worker.staging", description="Stage the model and dataset onto the shared "
+                     "volume, and restore the newest checkpoint from checkpoint.storage_uri onto a volume with none.")
+    parser.add_argument(STAGE_PROGRAM_FLAG, dest="program", default=BUILT_IN_WORKER, choices=list(BUILT_IN_PROGRAMS),
+                        help="the built-in program whose checkpoints are restored (default: %(default)s)")
+    return BUILT_IN_PROGRAMS[parser.parse_args(argv).program]
+
+
+def run(environ: Mapping[str, str], program: type) -> int:
+    """Stage, then restore ``program``'s newest checkpoint (a config class of BUILT_IN_PROGRAMS) when asked."""
     index = index_of(environ)
     for role in STAGED_ROLES:
         text = environ.get(URI_VARIABLES[role])
@@ -122,8 +140,8 @@ def run(environ: Mapping[str, str]) -> int:
             say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
     text = environ.get(URI_VARIABLES["checkpoint"])
     if text:
-        with failure_recorded(restore.decision_place(environ)) if index == 0 else contextlib.nullcontext():
-            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ))
+        with failure_recorded(restore.decision_place(environ, program)) if index == 0 else contextlib.nullcontext():
+            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ), program)
     return exit_codes.OK
 
 
@@ -137,10 +155,10 @@ def failure_recorded(where: Path) -> Iterator[None]:
         raise
 
 
-def main(environ: Mapping[str, str] | None = None) -> int:
+def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     try:
-        return run(environ)
+        return run(environ, program_of(argv))
     except place.LeaderFailed as error:  # a victim: index 0's own failure is the one counted
         say(f"index 0 failed to stage: {error}; exiting {exit_codes.PEER_LOST}")
         write_termination_message(f"exit {exit_codes.PEER_LOST}: index 0 failed to stage: {error}")

@@ -1,6 +1,8 @@
 """The stager's last part, with checkpoint.storage_uri: a volume that holds no checkpoint (a new PVC, another
-cluster) gets the newest complete one from the bucket before training, where the worker resumes from it as from
-its own (it verifies it, and refuses it when the run's settings changed).
+cluster) gets the newest complete one from the bucket before training, where the program resumes from it as from
+its own (it verifies it, and refuses it when the run's settings changed). The program is a built-in one (the stage
+command's --program: the MNIST worker's without it); its config says where its checkpoints are and how they are
+named, and its OUTPUT_DIR and RESUME are read as it reads them.
 
 Index 0 decides and fetches (beside the checkpoints directory, renamed into place); it writes its decision into
 OUTPUT_DIR (the marker), which the other indexes wait for, saying what they wait for. RESUME=false restores
@@ -25,21 +27,22 @@ from trainer_stager import place
 from trainer_stager.errors import StagingError, missing_library
 
 
-def decision_place(environ: Mapping[str, str]) -> Path:
+def decision_place(environ: Mapping[str, str], program: type) -> Path:
     """Where index 0 marks its decision (and a failure): OUTPUT_DIR, outside the checkpoints themselves."""
-    return _config(environ).output_dir
+    return _config(environ, program).output_dir
 
 
-def _config(environ: Mapping[str, str]):
+def _config(environ: Mapping[str, str], program: type) -> Any:
+    """``program``'s variables (a config class of BUILT_IN_PROGRAMS) as the program reads them."""
     try:
-        return load_config(environ)  # OUTPUT_DIR and RESUME as the worker reads them
+        return load_config(environ, config_class=program)
     except ConfigError as error:
         raise StagingError("; ".join(error.problems), retryable=False) from None
 
 
 def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[str], None],
-        retries: Callable[[Callable], Any]) -> None:
-    config = _config(environ)
+        retries: Callable[[Callable], Any], program: type) -> None:
+    config = _config(environ, program)
     if not config.resume:
         say(f"RESUME=false: no checkpoint restored from {uri.text}; training starts from the beginning")
         return
@@ -48,16 +51,17 @@ def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[
         marker = place.wait_for(decision, f"the newest checkpoint of {uri.text} (or decide there is none)", say)
         say(f"index 0 decided: {marker.get('outcome', '?')}")
         return
-    outcome = _restore(uri, config.checkpoint_dir, decision, say, retries)
+    outcome = _restore(uri, config, decision, say, retries)
     atomic_write(decision / MARKER, json.dumps({"outcome": outcome, "uri": uri.text,
                                                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
     say(outcome)
 
 
-def _restore(uri: StorageUri, directory: Path, decision: Path, say: Callable[[str], None],
+def _restore(uri: StorageUri, config: Any, decision: Path, say: Callable[[str], None],
              retries: Callable[[Callable], Any]) -> str:
     """What index 0 did, in a line."""
-    on_volume = layout.list_checkpoints(directory)
+    directory, naming = config.checkpoint_dir, config.checkpoint_naming
+    on_volume = layout.list_checkpoints(directory, naming)
     if on_volume:
         return f"the volume holds {on_volume[0][1].name}: nothing restored from {uri.text}"
     (decision / MARKER).unlink(missing_ok=True)  # an earlier decision: the indexes wait for this one
@@ -65,7 +69,7 @@ def _restore(uri: StorageUri, directory: Path, decision: Path, say: Callable[[st
         raise missing_library(uri.text, "boto3")
     from trainer_stager import checkpoint_bucket as remote
 
-    name = retries(lambda: remote.newest_complete(uri))
+    name = retries(lambda: remote.newest_complete(uri, naming))
     if name is None:
         return f"{uri.text} holds no complete checkpoint: training starts from the beginning"
     started = time.monotonic()

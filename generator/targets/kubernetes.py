@@ -256,6 +256,7 @@ class JobObjects:
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
     check_config_command: tuple[str, ...]  # a built-in program's (empty for the user's)
+    stage_command: tuple[str, ...]  # the stager's (rendered when the spec runs it)
     # The worker's exit codes, which its launcher makes the pod's (trainer_contract/exit_codes.py): those whose
     # action is "fail" fail the whole Job instead of retrying what cannot work; "free" ones (a victim) are not
     # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
@@ -263,7 +264,6 @@ class JobObjects:
     exit_ignored: tuple[int, ...]
     shared_mount: str = launcher.SHARED_MOUNT
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
-    stage_command: tuple[str, ...] = launcher.STAGE_COMMAND
 
 
 def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, str]]:
@@ -320,6 +320,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         exit_fail_job=exit_codes.codes_taking("fail"),
         exit_ignored=exit_codes.codes_taking("free"),
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
+        stage_command=launcher.stage_command(spec.restores_for),
     )
 
 

@@ -111,7 +111,7 @@ class BatchScript:
     working_dir: str | None
     # the exit codes the script acts on (trainer_contract/exit_codes.py): "fail" ends the job unrequeued; a
     # "stop" (SIGTERM after the checkpoint) requeues without counting; any other failure counts
-    stage_command: str | None  # the stager's, when the spec stages a model or dataset
+    stage_command: str | None  # the stager's, when the spec stages a model or dataset or restores a checkpoint
     fail_codes: tuple[exit_codes.ExitCode, ...]
     stop_codes: tuple[exit_codes.ExitCode, ...]
     bad_config: int = exit_codes.BAD_CONFIG
@@ -148,7 +148,7 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
                              for name, group in groupby(flags, key=lambda flag: flag.group) if name != "node"),
         program=shlex.join(spec.program),
         working_dir=shlex.quote(spec.working_dir) if spec.working_dir is not None else None,
-        stage_command=" ".join(launcher.STAGE_COMMAND) if spec.runs_stager else None,
+        stage_command=shlex.join(launcher.stage_command(spec.restores_for)) if spec.runs_stager else None,
         fail_codes=exit_codes.taking("fail"),
         stop_codes=exit_codes.taking("stop"),
     )

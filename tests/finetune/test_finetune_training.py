@@ -151,3 +151,21 @@ def test_resuming_with_another_model_or_batch_size_is_refused_naming_each(world,
     assert "configuration error: BATCH_SIZE: checkpoint step-00000016.ckpt was trained with BATCH_SIZE=16, now 8" \
         in result.stdout
     assert "another tokenizer" not in result.stdout
+
+
+def test_a_planted_checkpoint_is_refused_naming_it_and_runs_nothing(world, tmp_path):
+    """A checkpoint that names a callable (a file someone put on the volume, or a bucket's) is not loaded: the run
+    exits 78 naming it, and the callable never ran (trainer_runtime.checkpoints.safe_load)."""
+    import torch
+
+    from tests.worker.test_safe_load import Planted
+
+    model, data = world
+    marker = tmp_path / "ran"
+    (tmp_path / "out" / "checkpoints").mkdir(parents=True)
+    torch.save({"record": {}, "evil": Planted(marker)}, tmp_path / "out" / "checkpoints" / "step-00000099.ckpt")
+    result = run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1"})
+    assert result.returncode == 78, result.stdout[-3000:]
+    assert "configuration error: checkpoint step-00000099.ckpt was refused: it names " in result.stdout
+    assert not marker.exists()
+    assert "Traceback" not in result.stdout + result.stderr

@@ -148,8 +148,28 @@ def test_a_checkpoint_bucket_is_refused_for_a_program_that_keeps_its_own_checkpo
     result = run_main("--set", "checkpoint.storage_uri=s3://team-ckpt/x", "--set", "env_from_secrets=[s3]",
                       "--set", "entrypoint.module=team.train")
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith("gen-manifests: error: checkpoint.storage_uri: the MNIST worker (python -m worker) mirrors its "
-                                    "checkpoints to the bucket, and this job runs -m team.train")
+    assert result.stderr.startswith("gen-manifests: error: checkpoint.storage_uri: the built-in programs (python -m "
+                                    "worker, worker.qa, worker.finetune) mirror their checkpoints to the bucket, and "
+                                    "this job runs -m team.train")
+
+
+@pytest.mark.parametrize("module", ["worker.qa", "worker.finetune"])
+def test_a_workload_with_a_checkpoint_bucket_names_itself_to_the_stage_step_on_both_targets(module):
+    """The stager restores a workload's checkpoints by its own settings and naming: the stage command names it (the
+    MNIST worker's, above, stays the plain command)."""
+    sets = ("checkpoint.storage_uri=s3://team-ckpt/run", "env_from_secrets=[s3]", f"entrypoint.module={module}")
+    job, config = _job_and_config(*sets)
+    assert config["INDEXED_TRAINER_CHECKPOINT_URI"] == "s3://team-ckpt/run"
+    init = job["spec"]["template"]["spec"]["initContainers"]
+    assert [container["name"] for container in init] == ["check-config", "stage"]
+    assert init[1]["command"] == ["python", "-m", "worker.staging", "--program", module]
+    script = run_main("--target", "slurm", "--set", sets[0], "--set", sets[2]).stdout  # Slurm has no Secrets
+    stage = next(line for line in script.splitlines() if "worker.staging" in line)
+    assert stage.endswith(f" python -m worker.staging --program {module} && \\")
+    assert "restores the newest complete one from checkpoint.storage_uri" in script
+    staging_only = _job_and_config(f"entrypoint.module={module}", "initializer.model.storage_uri=hf://org/bert")[0]
+    assert staging_only["spec"]["template"]["spec"]["initContainers"][1]["command"] == [
+        "python", "-m", "worker.staging"]
 
 
 def test_a_script_is_named_without_its_arguments_when_a_checkpoint_bucket_is_refused():

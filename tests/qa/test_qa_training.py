@@ -5,6 +5,7 @@ run exactly, and refuses to resume with another tokenizer."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,30 @@ SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.003", "MAX_SE
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("qa")
     return make_model(root / "model"), make_squad(root / "data", train=256, validation=64)
+
+
+@pytest.fixture(scope="module")
+def whole(world, tmp_path_factory):
+    """The uninterrupted run of each strategy (made once, on first use): what an interrupted one must end as."""
+    runs: dict[str, object] = {}
+
+    def run(strategy: str):
+        if strategy not in runs:
+            output = tmp_path_factory.mktemp(f"whole-{strategy}")
+            result = run_qa(*world, output, {"STRATEGY": strategy})
+            assert result.returncode == 0, result.stdout[-3000:]
+            runs[strategy] = output
+        return runs[strategy]
+
+    return run
+
+
+def same_weights(a, b) -> bool:
+    from safetensors.torch import load_file
+
+    first = load_file(a / "bert_squad_trained" / "model.safetensors")
+    second = load_file(b / "bert_squad_trained" / "model.safetensors")
+    return first.keys() == second.keys() and all((first[key] == second[key]).all() for key in first)
 
 
 def run_qa(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
@@ -115,10 +140,9 @@ def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tm
     ("ddp", "2.3", 10),
     ("fsdp", "3.1", 16),  # before epoch 3's first batch: the checkpoint of epoch 2's end (after its evaluation)
 ])
-def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path, strategy, batch, checkpoint):
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, whole, tmp_path, strategy, batch,
+                                                                        checkpoint):
     model, data = world
-    whole = run_qa(model, data, tmp_path / "whole", {"STRATEGY": strategy})
-    assert whole.returncode == 0, whole.stdout[-3000:]
     fault = fault_env(f"sigkill@batch={batch},rank=1,attempt=0")
     killed = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy, **fault})
     assert killed.returncode != 0
@@ -129,10 +153,8 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tm
 
     from safetensors.torch import load_file
 
-    whole_weights = load_file(tmp_path / "whole" / "bert_squad_trained" / "model.safetensors")
+    assert same_weights(whole(strategy), tmp_path / "killed")
     resumed_weights = load_file(tmp_path / "killed" / "bert_squad_trained" / "model.safetensors")
-    assert whole_weights.keys() == resumed_weights.keys()
-    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
     lines = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))  # none twice, none missing
     assert [line["epoch"] for line in lines if "f1" in line] == [1, 2, 3]
@@ -143,6 +165,29 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tm
     assert "loss" not in again.stdout
     exported = load_file(tmp_path / "killed" / "bert_squad_trained" / "model.safetensors")
     assert all((exported[key] == resumed_weights[key]).all() for key in exported)
+
+
+@pytest.mark.parametrize("strategy", ["fsdp"])
+def test_sigterm_checkpoints_the_step_reached_and_the_resumed_run_ends_bit_identical(world, whole, tmp_path,
+                                                                                      strategy):
+    """A preempted pod (SIGTERM to its launcher, forwarded to the workers) costs at most the step in flight: the
+    gang agrees at that step's end, checkpoints it (every rank its shards under FSDP) and exits 143; the next start
+    goes on from it and ends as an uninterrupted run did. No mid-epoch cadence: only the stop writes one."""
+    model, data = world
+    settings = {"STRATEGY": strategy, "CHECKPOINT_EVERY_STEPS": "0"}
+    stopped = run_qa(model, data, tmp_path / "out", {**settings, **fault_env("sigterm-pod@batch=2.3,rank=0,attempt=0")})
+    assert stopped.returncode == 143, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    # the signal reaches the workers through torchrun while batch 3 of epoch 2 (step 11) or a later one runs
+    step = int(re.search(r"Rank 0: stopped on request at step (\d+), checkpointed; exiting 143", stopped.stdout)[1])
+    assert 11 <= step < 16, stopped.stdout[-3000:]
+    saved = sorted(path.name for path in (tmp_path / "out" / "checkpoints").glob("step-*.ckpt"))
+    assert saved == ["step-00000008.ckpt", f"step-{step:08d}.ckpt"]  # epoch 1's end, and the step the stop reached
+    resumed = run_qa(model, data, tmp_path / "out", settings)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from step-{step:08d}.ckpt" in resumed.stdout
+    assert same_weights(whole(strategy), tmp_path / "out")
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))
 
 
 def test_resuming_with_another_tokenizer_or_batch_size_is_refused_naming_each(world, tmp_path):

@@ -30,11 +30,12 @@ def s3():
         yield server
 
 
-def publish(directory: Path, name: str, size: int = 40_000) -> Path:
-    """A checkpoint as the manager publishes it: a file, or (.dcp) a directory of shards and a manifest."""
+def publish(directory: Path, name: str, size: int = 40_000, sharded: bool = False) -> Path:
+    """A checkpoint as the manager publishes it: a file, or (.dcp, ``sharded``) a directory of shards and a
+    manifest."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    if name.endswith(".dcp"):
+    if sharded or name.endswith(".dcp"):
         path.mkdir()
         for part in ("__0_0.distcp", "__1_0.distcp", ".metadata", "manifest.json"):
             (path / part).write_bytes(os.urandom(size // 4))
@@ -49,9 +50,11 @@ def tree(path: Path) -> dict[str, bytes]:
     return {str(item.relative_to(path)): item.read_bytes() for item in sorted(path.rglob("*")) if item.is_file()}
 
 
-def mirror_of(prefix: str, directory: Path) -> tuple[CheckpointMirror, list[str]]:
+def mirror_of(prefix: str, directory: Path, naming: layout.Naming = layout.EPOCH_STEP
+              ) -> tuple[CheckpointMirror, list[str]]:
     said: list[str] = []
-    return CheckpointMirror(storage.parse(f"s3://{BUCKET}/{prefix}", "checkpoint"), directory, said.append), said
+    return CheckpointMirror(storage.parse(f"s3://{BUCKET}/{prefix}", "checkpoint"), directory, naming,
+                            said.append), said
 
 
 def test_each_checkpoint_is_mirrored_and_the_bucket_keeps_what_the_volume_keeps(s3, tmp_path):
@@ -64,7 +67,7 @@ def test_each_checkpoint_is_mirrored_and_the_bucket_keeps_what_the_volume_keeps(
     layout.prune(directory, 1)  # as the manager does (KEEP_CHECKPOINTS=1) before it offers the new one
     mirror.offer(newest)
     mirror.close()
-    assert remote.listed(uri) == {"ckpt-e0003-s000000.pt": True}
+    assert remote.listed(uri, layout.EPOCH_STEP) == {"ckpt-e0003-s000000.pt": True}
     record = json.loads(s3.client().get_object(
         Bucket=BUCKET, Key=f"run-a/ckpt-e0003-s000000.pt/{storage.COMPLETE_OBJECT}")["Body"].read())
     assert record["files"]["ckpt-e0003-s000000.pt"]["bytes"] == 40_000
@@ -80,7 +83,7 @@ def test_a_sharded_checkpoint_round_trips_file_by_file(s3, tmp_path):
     mirror.offer(publish(directory, "ckpt-e0001-s000000.dcp"))
     mirror.close()
     uri = storage.parse(f"s3://{BUCKET}/run-sharded", "checkpoint")
-    assert remote.newest_complete(uri) == "ckpt-e0001-s000000.dcp"
+    assert remote.newest_complete(uri, layout.EPOCH_STEP) == "ckpt-e0001-s000000.dcp"
     place = remote.download(uri, "ckpt-e0001-s000000.dcp", tmp_path / "new", Progress(tmp_path, "c", print))
     assert place.is_dir() and tree(place) == tree(directory / "ckpt-e0001-s000000.dcp")
     assert not list((tmp_path / "new").glob(".tmp-*"))
@@ -93,7 +96,8 @@ def test_close_uploads_the_newest_checkpoint_when_the_bucket_lacks_it(s3, tmp_pa
     publish(directory, "ckpt-e0004-s000000.pt")
     mirror, said = mirror_of("run-close", directory)
     mirror.close()
-    assert remote.listed(storage.parse(f"s3://{BUCKET}/run-close", "checkpoint")) == {"ckpt-e0004-s000000.pt": True}
+    assert remote.listed(storage.parse(f"s3://{BUCKET}/run-close", "checkpoint"), layout.EPOCH_STEP) == {
+        "ckpt-e0004-s000000.pt": True}
     again, said = mirror_of("run-close", directory)
     again.close()
     assert said == ["checkpoint mirror: s3://team-ckpt/run-close/ckpt-e0004-s000000.pt already holds this 1 file: "
@@ -103,7 +107,8 @@ def test_close_uploads_the_newest_checkpoint_when_the_bucket_lacks_it(s3, tmp_pa
 def test_a_bucket_that_refuses_stops_the_mirror_with_one_line_and_training_goes_on(s3, tmp_path):
     directory = tmp_path / "checkpoints"
     said: list[str] = []
-    mirror = CheckpointMirror(storage.parse("s3://no-such-bucket/x", "checkpoint"), directory, said.append)
+    mirror = CheckpointMirror(storage.parse("s3://no-such-bucket/x", "checkpoint"), directory, layout.EPOCH_STEP,
+                              said.append)
     mirror.offer(publish(directory, "ckpt-e0001-s000000.pt"))
     mirror.close()
     assert len(said) == 1 and said[0].startswith("checkpoint mirror stopped: s3://no-such-bucket/x/ckpt-e0001-s000000.pt: "
@@ -182,3 +187,70 @@ def test_the_restore_marker_says_what_index_0_decided(s3, tmp_path):
     stager(restore_environ(s3, tmp_path, "run-never"))
     marker = json.loads((tmp_path / "runs/job" / storage.MARKER).read_text())
     assert marker["uri"] == "s3://team-ckpt/run-never" and "holds no complete checkpoint" in marker["outcome"]
+
+
+def test_each_naming_lists_its_own_checkpoints_newest_first_by_their_numbers(tmp_path):
+    for name in ("ckpt-e0002-s000000.pt", "step-00000009.ckpt", "step-100000000.ckpt", ".tmp-step-00000011.ckpt"):
+        publish(tmp_path, name, size=8)
+    publish(tmp_path, "step-00000010.ckpt", size=8, sharded=True)
+    listed = [path.name for _, path in layout.list_checkpoints(tmp_path, layout.OPTIMIZER_STEP)]
+    assert listed == ["step-100000000.ckpt", "step-00000010.ckpt", "step-00000009.ckpt"]
+    assert [path.name for _, path in layout.list_checkpoints(tmp_path, layout.EPOCH_STEP)] == ["ckpt-e0002-s000000.pt"]
+    layout.prune(tmp_path, 1, layout.OPTIMIZER_STEP)  # another program's checkpoint is none of its own
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith(".")) == [
+        "ckpt-e0002-s000000.pt", "step-100000000.ckpt"]
+
+
+def test_a_workloads_checkpoints_are_mirrored_and_restored_by_its_own_naming(s3, tmp_path):
+    """worker.qa and worker.finetune name theirs step-XXXXXXXX.ckpt (under FSDP a directory): the stage command's
+    --program (as a render writes it for them) restores the newest; the MNIST worker's restore sees none there."""
+    written = tmp_path / "first-volume/runs/job/checkpoints"
+    mirror, _ = mirror_of("run-qa", written, layout.OPTIMIZER_STEP)
+    mirror.offer(publish(written, "step-00000005.ckpt"))
+    newest = publish(written, "step-00000010.ckpt", sharded=True)
+    layout.prune(written, 1, layout.OPTIMIZER_STEP)
+    mirror.offer(newest)
+    mirror.close()
+    uri = storage.parse(f"s3://{BUCKET}/run-qa", "checkpoint")
+    assert remote.listed(uri, layout.OPTIMIZER_STEP) == {"step-00000010.ckpt": True}
+
+    volume = tmp_path / "new-volume"
+    restored = stager(restore_environ(s3, volume, "run-qa"), args=["--program", "worker.qa"])
+    assert restored.returncode == OK, restored.stdout + restored.stderr
+    assert "stage: checkpoint step-00000010.ckpt restored from s3://team-ckpt/run-qa into " in restored.stdout
+    assert tree(volume / "runs/job/checkpoints/step-00000010.ckpt") == tree(newest)
+    mnist = stager(restore_environ(s3, tmp_path / "mnist-volume", "run-qa"))
+    assert "s3://team-ckpt/run-qa holds no complete checkpoint" in mnist.stdout
+    unknown = stager(restore_environ(s3, tmp_path / "v", "run-qa"), args=["--program", "team.train"])
+    assert unknown.returncode == BAD_CONFIG and "invalid choice: 'team.train'" in unknown.stdout
+
+
+# -- for the workloads' own runs with a bucket (tests/finetune/test_finetune_bucket.py, tests/qa/test_qa_bucket.py)
+def rendered_stage_arguments(module: str, uri: str) -> list[str]:
+    """What the stage init container runs after python -m worker.staging, as gen-manifests renders it for
+    built-in program ``module`` with checkpoint.storage_uri ``uri``."""
+    import yaml
+
+    from tests.generator.helpers import run_main
+
+    result = run_main("--set", f"entrypoint.module={module}", "--set", f"checkpoint.storage_uri={uri}",
+                      "--set", "env_from_secrets=[s3-credentials]")
+    assert result.exit_code == 0, result.stderr
+    job = next(document for document in yaml.safe_load_all(result.stdout) if document["kind"] == "Job")
+    command = next(container["command"] for container in job["spec"]["template"]["spec"]["initContainers"]
+                   if container["name"] == "stage")
+    assert command[:3] == ["python", "-m", "worker.staging"], command
+    return command[3:]
+
+
+def assert_the_bucket_holds_what_the_volume_holds(text: str, directory: Path, naming: layout.Naming,
+                                                  scratch: Path) -> list[str]:
+    """Every checkpoint of ``directory`` is complete in the bucket, byte for byte, and nothing else is; their
+    names, newest first."""
+    uri = storage.parse(text, "checkpoint")
+    on_volume = [path for _, path in layout.list_checkpoints(directory, naming)]
+    assert remote.listed(uri, naming) == {path.name: True for path in on_volume}
+    for path in on_volume:
+        copy = remote.download(uri, path.name, scratch / path.name, Progress(scratch, "checkpoint", print))
+        assert tree(copy) == tree(path), path.name
+    return [path.name for path in on_volume]

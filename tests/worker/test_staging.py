@@ -25,11 +25,11 @@ TINY_MODEL = {"config.json": b'{"model_type": "bert", "hidden_size": 32}\n', "vo
               "model.safetensors": os.urandom(300_000)}
 
 
-def stager(environ: dict[str, str], *, index: int = 0, wait: bool = True, timeout: float = 120):
-    """Run python -m worker.staging as index ``index`` with ``environ`` (and nothing of the test's own)."""
+def stager(environ: dict[str, str], *, index: int = 0, wait: bool = True, timeout: float = 120, args=()):
+    """Run python -m worker.staging ``args`` as index ``index`` with ``environ`` (and nothing of the test's own)."""
     env = {"PATH": os.environ["PATH"], "HOME": str(OUTSIDE), "JOB_COMPLETION_INDEX": str(index),
            "INDEXED_TRAINER_STAGING_RETRY_SECONDS": "0.2", "HF_HUB_DISABLE_TELEMETRY": "1", **environ}
-    command = [str(BIN / "python"), "-m", "worker.staging"]
+    command = [str(BIN / "python"), "-m", "worker.staging", *args]
     if not wait:
         return subprocess.Popen(command, env=env, cwd=OUTSIDE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)

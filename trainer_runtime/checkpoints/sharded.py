@@ -23,6 +23,7 @@ import torch.distributed as dist
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from trainer_contract.checkpoint_layout import CorruptCheckpoint
 from trainer_contract.digests import file_digest
+from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.state import TrainingState
 
@@ -115,4 +116,8 @@ def read(path: Path) -> Checkpoint:
 
 
 def restore(checkpoint: Checkpoint, strategy: Strategy) -> None:
-    strategy.load_sharded(checkpoint.path)
+    """Every rank reads its part of ``checkpoint`` (resharded to this gang) through the allow-lists of
+    safe_load."""
+    state = strategy.sharded_state()
+    safe_load.dcp_load(state, checkpoint.path)
+    strategy.load_sharded_state(state)

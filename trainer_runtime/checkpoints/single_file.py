@@ -18,6 +18,7 @@ import torch
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import CorruptCheckpoint
+from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.state import TrainingState
 
@@ -36,13 +37,13 @@ def encode(payload_state: dict[str, Any]) -> bytes:
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
 
-def decode(data: bytes) -> dict[str, Any]:
+def decode(data: bytes, name: str = "in memory") -> dict[str, Any]:
     if not data.startswith(MAGIC):
         raise CorruptCheckpoint("not a checkpoint (bad header)" if data else "empty file")
     digest, _, payload = data[len(MAGIC):].partition(b"\n")
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CorruptCheckpoint(f"checksum mismatch ({len(payload)} payload bytes): truncated or corrupt")
-    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    return safe_load.load(io.BytesIO(payload), name=name)
 
 
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
@@ -59,7 +60,7 @@ def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
 
 
 def read(path: Path) -> Checkpoint:
-    content = decode(path.read_bytes())
+    content = decode(path.read_bytes(), path.name)
     tensors = {"model": content.pop("model"), "optimizer": content.pop("optimizer")}
     return Checkpoint(path, TrainingState.from_record(content), tensors)
 

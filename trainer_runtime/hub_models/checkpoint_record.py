@@ -1,27 +1,31 @@
 """What a transformer run's checkpoint records of how it was made, and why a resume is refused: another model,
 another tokenizer (each by a digest of its files), another shaping setting or another number of processes, one
 line each naming the variable, as the MNIST worker refuses a changed hyper-parameter. Checkpoints are named by
-the optimizer step (``step-XXXXXXXX.ckpt``: a file, or under FSDP a directory of every rank's shards), each
-written under a temporary name and renamed into place when whole; the newest that loads is resumed."""
+the optimizer step (trainer_contract.checkpoint_layout's OPTIMIZER_STEP, ``step-XXXXXXXX.ckpt``: a file, or under
+FSDP a directory of every rank's shards), each written under a temporary name and renamed into place when whole;
+rank 0 keeps the newest few and offers each to the bucket's mirror (checkpoint.storage_uri); the newest that loads
+is resumed."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import TEMP_PREFIX
 from trainer_contract.checkpoint_layout import remove  # a checkpoint: a file, or a sharded one's directory
 from trainer_contract.digests import file_digest
 from trainer_contract.variables import config_fields
 
+if TYPE_CHECKING:
+    from trainer_stager.checkpoint_mirror import CheckpointMirror
+
 RECORD_KEY = "indexed_trainer"
 # A sharded checkpoint is a directory of torch.distributed.checkpoint's files, each rank's shards, and this file
 # with everything but the tensors (Lightning's layout), the record among it.
 SHARDED_RECORD_FILE = "meta.pt"
-NAME = re.compile(r"^step-(\d{8})\.ckpt$")
 # Files of a model directory that belong to its tokenizer (their digest is the tokenizer's revision); every
 # other file but the stager's marker and hidden files is the model's.
 TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -29,8 +33,7 @@ TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special
                              "sentencepiece.bpe.model", "chat_template.jinja"})
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}.ckpt"
+checkpoint_name = layout.step_checkpoint_name
 
 
 def revision(directory: Path, tokenizer: bool) -> str:
@@ -73,23 +76,27 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
 def newest(directory: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that loads (a file, or a sharded checkpoint's directory), with its record; one that
     does not is named and passed over."""
-    import torch
+    from trainer_runtime.checkpoints import safe_load
 
-    found = sorted((path for path in directory.glob("step-*.ckpt") if NAME.match(path.name)), reverse=True)
-    for path in found:
+    for _, path in layout.list_checkpoints(directory, layout.OPTIMIZER_STEP):
         try:
             record_file = path / SHARDED_RECORD_FILE if path.is_dir() else path
-            checkpoint = torch.load(record_file, map_location="cpu", weights_only=False, mmap=True)
+            checkpoint = safe_load.load(record_file, name=path.name, mmap=True)
             return path, checkpoint[RECORD_KEY]
+        except safe_load.UnsafeCheckpoint:
+            raise  # refused, never passed over for an older one: someone wrote it
         except Exception as error:  # a damaged file: torch's errors share no base class  # noqa: BLE001
             log(f"checkpoint {path.name} cannot be read ({type(error).__name__}: {error}); trying an older one")
     return None
 
 
-def prune(directory: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints."""
-    for old in sorted(directory.glob("step-*.ckpt"), reverse=True)[keep:]:
-        remove(old)
+def published(path: Path, keep: int, mirror: CheckpointMirror | None) -> None:
+    """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, and offer it
+    to the mirror (checkpoint.storage_uri), which uploads it beside the training and removes from the bucket what
+    the volume no longer keeps."""
+    layout.prune(path.parent, keep, layout.OPTIMIZER_STEP)
+    if mirror is not None:
+        mirror.offer(path)
 
 
 def remove_temporaries(directory: Path) -> None:

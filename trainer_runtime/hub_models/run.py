@@ -1,19 +1,22 @@
 """Around a transformer run: refusals (a line each, then the exit code of the contract), the usage log beside
-the training, the pretrained model directory checked before anything loads, and the checkpoint a start resumes
-from."""
+the training, rank 0's mirror of the checkpoints in a bucket (checkpoint.storage_uri), the pretrained model
+directory checked before anything loads, and the checkpoint a start resumes from."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from trainer_contract import exit_codes
+from trainer_contract.variables import ConfigError
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.run_log import say
 from trainer_runtime.stop import Terminated
 from trainer_runtime.usage_log import UsageLog
+from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
 
 
 class Refusal(Exception):
@@ -22,26 +25,44 @@ class Refusal(Exception):
         self.code, self.problems = code, problems
 
 
-def run_logged(config: Any, env: DistEnv, train: Callable[[Any, DistEnv, Callable[[str], None]], int]) -> int:
-    """``train(config, env, log)`` with every process's usage log running beside it; a Refusal becomes its lines
-    and its exit code."""
+Train = Callable[[Any, DistEnv, Callable[[str], None], CheckpointMirror | None], int]
+
+
+def run_logged(config: Any, env: DistEnv, train: Train) -> int:
+    """``train(config, env, log, mirror)`` with every process's usage log running beside it and rank 0's checkpoint
+    mirror (None elsewhere, or without checkpoint.storage_uri), closed at the end, which waits for the newest
+    checkpoint to be in the bucket; a Refusal becomes its lines and its exit code."""
     def log(message: str) -> None:
         say(env.rank, message)
 
     usage = UsageLog(config.output_dir / "logs" / f"usage-rank{env.rank}.log", f"rank {env.rank}",
                      every=config.usage_log_seconds).start()
+    mirror = None
     try:
-        return train(config, env, log)
-    except Refusal as refusal:
+        mirror = _mirror(config, env, log)
+        return train(config, env, log, mirror)
+    except (Refusal, ConfigError) as refusal:  # ConfigError: a refused checkpoint (safe_load.UnsafeCheckpoint)
+        code = refusal.code if isinstance(refusal, Refusal) else exit_codes.BAD_CONFIG
         for problem in refusal.problems:
-            log(f"{'configuration error' if refusal.code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
-        log(f"exiting with code {refusal.code} ({exit_codes.meaning(refusal.code)})")
-        return refusal.code
+            log(f"{'configuration error' if code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
+        log(f"exiting with code {code} ({exit_codes.meaning(code)})")
+        return code
     except Terminated as terminated:  # during set-up (a StopRequest's), before anything worth saving
         log(f"stopped: {terminated} before training started; nothing to save")
         return exit_codes.TERMINATED
     finally:
+        if mirror is not None:
+            mirror.close()
         usage.stop()
+
+
+def _mirror(config: Any, env: DistEnv, log: Callable[[str], None]) -> CheckpointMirror | None:
+    if not env.is_rank0:
+        return None
+    try:
+        return mirror_from(os.environ, config, log)
+    except ConfigError as error:  # the bucket's library is missing
+        raise Refusal(exit_codes.BAD_CONFIG, error.problems) from None
 
 
 def require_model(model_dir: Path) -> None:

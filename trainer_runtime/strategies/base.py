@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,13 +112,11 @@ class Strategy:
             set_state_dict(self.module, self.optimizer, model_state_dict=model_state,
                            optim_state_dict=optimizer_state, options=StateDictOptions(full_state_dict=True))
 
-    def load_sharded(self, directory: Path) -> None:
-        """Load a sharded checkpoint, resharded to this world size by torch.distributed.checkpoint."""
-        import torch.distributed.checkpoint as dcp
+    def load_sharded_state(self, state: dict) -> None:
+        """Take ``state`` (``sharded_state``'s shape, filled from a sharded checkpoint, resharded to this world
+        size) into the model and the optimizer."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        state = self.sharded_state()
-        dcp.load(state, checkpoint_id=str(directory))
         set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
 

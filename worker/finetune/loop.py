@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer_contract import hooks
@@ -110,12 +109,3 @@ class Loop:
 
 class Stopped(Exception):
     """The gang agreed to stop (SIGTERM somewhere in it); the checkpoint is written."""
-
-
-def agreed(flag: bool, device: torch.device) -> bool:
-    """Whether any process of the gang has ``flag`` set (every process calls it at the same step)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())

@@ -19,17 +19,18 @@ from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import ConfigError, FinetuneConfig
 from trainer_runtime import precision, process_group
+from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir, save_pretrained
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.stop import StopRequest, agreed
 from trainer_runtime.threads import threads_per_process
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
-from worker.finetune.loop import Loop, Stopped, agreed
+from worker.finetune.loop import Loop, Stopped
 
 SUMMARY_FILE = "summary.json"
 # Settings whose change makes a resumed run another run: the schedule, the batches, the texts, the seed.
@@ -98,7 +99,7 @@ def _load_data(config: FinetuneConfig, log):
     return tokenizer, model, train, evaluation
 
 
-def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
+def _train(config: FinetuneConfig, env: DistEnv, log, mirror) -> int:
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     device = _join(config, env, log)
@@ -108,11 +109,11 @@ def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
     loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id or 0, config, device, env.rank)
     if found:
-        loop.load_state_dict(torch.load(found[0], map_location=device, weights_only=False))
+        loop.load_state_dict(safe_load.load(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
     stop.defer()
     try:
-        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop)
+        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop, mirror)
     except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
         code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
         log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
@@ -128,14 +129,14 @@ def _train(config: FinetuneConfig, env: DistEnv, log) -> int:
 
 
 def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, num_labels: int, now: dict,
-            stop: StopRequest) -> dict[str, float]:
+            stop: StopRequest, mirror) -> dict[str, float]:
     def checkpoint() -> None:
         hooks.point("checkpoint")
         if env.is_rank0:
             config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             path = config.checkpoint_dir / checkpoint_record.checkpoint_name(loop.step)
             checkpoint_record.write({**loop.state_dict(), checkpoint_record.RECORD_KEY: now}, path)
-            checkpoint_record.prune(config.checkpoint_dir, config.keep_checkpoints)
+            checkpoint_record.published(path, config.keep_checkpoints, mirror)
         dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
 
     def scored() -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The MNIST sample shipped with the worker (worker/mnist-sample/: the 10,000 official test digits, CC BY-SA 3.0),
+"""The MNIST sample shipped with the worker (worker/mnist/mnist-sample/: the 10,000 official test digits, CC BY-SA 3.0),
 for a run on one machine without network: the first 8,000 digits to train, the last 2,000 to test."""
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class Trainer:
             cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
             rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
             asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout,
-            mirror=mirror_from(os.environ, cfg.checkpoint_dir, self.log) if self.env.is_rank0 else None)
+            mirror=mirror_from(os.environ, cfg, self.log) if self.env.is_rank0 else None)
         self.start = self.decide_start()
         self.record_gang()
         self._load_data(store)

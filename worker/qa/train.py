@@ -10,11 +10,12 @@ import logging
 import os
 import warnings
 from datetime import timedelta
+from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, TorchElasticEnvironment
-from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+from lightning.pytorch.strategies import DDPStrategy
 
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
@@ -25,6 +26,7 @@ from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.stop import StopRequest
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader
 from worker.qa.export import export_model, full_state_dict
@@ -66,9 +68,10 @@ def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
         if config.precision == "fp16":
             raise Refusal(exit_codes.BAD_CONFIG, ["PRECISION: fp16 under STRATEGY=fsdp has no gradient scaler here; "
                                                   "use bf16 (its mixed-precision policy) or STRATEGY=ddp"])
-        return ModelParallelStrategy(data_parallel_size=env.world_size, tensor_parallel_size=1,
-                                     save_distributed_checkpoint=True, process_group_backend=backend,
-                                     timeout=timeout), "32-true"
+        strategy = checkpoints.ShardedModelParallelStrategy(
+            data_parallel_size=env.world_size, tensor_parallel_size=1, save_distributed_checkpoint=True,
+            process_group_backend=backend, timeout=timeout)
+        return strategy, "32-true"
     precision = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}[config.precision]
     return DDPStrategy(process_group_backend=backend, timeout=timeout), precision
 
@@ -88,10 +91,11 @@ def _load(config: QaConfig):
     return tokenizer, model
 
 
-def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines) -> L.Trainer:
+def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines, stop: StopRequest,
+             mirror) -> L.Trainer:
     strategy, precision = _strategy(config, env, cuda)
     saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints,
-                                       sharded=config.strategy == "fsdp")
+                                       sharded=config.strategy == "fsdp", stop=stop, mirror=mirror)
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
                      callbacks=[progress, saving], logger=False, enable_checkpointing=False,
@@ -112,7 +116,8 @@ def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluat
     log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
 
 
-def _train(config: QaConfig, env: DistEnv, log) -> int:
+def _train(config: QaConfig, env: DistEnv, log, mirror) -> int:
+    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     _quiet_lightning()
     cuda = torch.cuda.is_available()
@@ -128,8 +133,8 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
     pad = tokenizer.pad_token_id or 0
-    train_loader = ResumableLoader(FeatureSet(train_features, True), train_batches, pad)
-    eval_loader = ResumableLoader(FeatureSet(eval_features, False), eval_batches, pad)
+    loaders = (ResumableLoader(FeatureSet(train_features, True), train_batches, pad),
+               ResumableLoader(FeatureSet(eval_features, False), eval_batches, pad))
     evaluation = Evaluation(evaluation_questions, eval_features, config.max_answer_length)
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
     progress = ProgressLines(run_log)
@@ -138,12 +143,14 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
                                train_batches=train_batches, evaluation=evaluation, record=now,
                                evaluated=progress.evaluated)
-    trainer = _trainer(config, env, cuda, progress)
+    trainer = _trainer(config, env, cuda, progress, stop, mirror)
+    stop.defer()
     try:
-        trainer.fit(module, train_loader, eval_loader, ckpt_path=found[0] if found else None)
-        if not evaluation.scores:  # resumed at the very end: nothing trained, evaluate the model as it is
-            trainer.validate(module, eval_loader, verbose=False)
-        state = full_state_dict(module.model)
+        state = _fit(trainer, module, loaders, found[0] if found else None, evaluation)
+    except checkpoints.Stopped as stopped:  # the step reached is checkpointed: the next start goes on from it
+        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+        log(f"stopped on request at step {stopped.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
+        return code
     finally:
         run_log.close()
     if env.is_rank0:
@@ -154,3 +161,12 @@ def _train(config: QaConfig, env: DistEnv, log) -> int:
         torch.distributed.destroy_process_group()
     return exit_codes.OK
 
+
+def _fit(trainer: L.Trainer, module: QuestionAnswering, loaders: tuple, checkpoint: Path | None,
+         evaluation: Evaluation) -> dict:
+    """Train (from ``checkpoint``, read through the runtime's allow-list), then the trained weights, whole."""
+    train_loader, eval_loader = loaders
+    trainer.fit(module, train_loader, eval_loader, ckpt_path=checkpoint, weights_only=True)
+    if not evaluation.scores:  # resumed at the very end: nothing trained, evaluate the model as it is
+        trainer.validate(module, eval_loader, verbose=False)
+    return full_state_dict(module.model)

@@ -1,0 +1,71 @@
+"""python -m worker.finetune with checkpoint.storage_uri, against moto's S3 (testbed/storage_servers.py), two
+processes under the launcher: rank 0 mirrors each checkpoint beside the training and the bucket holds what the
+volume holds; a run killed on one volume resumes on an empty one from the bucket, restored by the stage step as
+the render runs it (python -m worker.staging --program worker.finetune), and ends with the weights of a run that
+was never killed, bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.storage_servers import s3_in_this_process
+from tests.finetune.test_finetune_training import run_finetune, world  # noqa: F401 -- world: a fixture
+from tests.worker.launch import fault_env
+from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
+from tests.worker.test_staging import stager
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract import storage
+from trainer_contract.exit_codes import OK
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("moto")
+
+URI = "s3://team-ckpt/hub-finetune"
+# 2 epochs of 16 steps: checkpoints every 5 steps and at each epoch's end (16, 32). The newest only is kept: the
+# mirror uploads the newest offered and skips an older one still waiting, so with more the bucket may lack one.
+SHORT = {"EPOCHS": "2", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_in_this_process() as server:  # the runs inherit this process's environment: boto3 finds it too
+        server.client().create_bucket(Bucket="team-ckpt")
+        yield server
+
+
+def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(world, s3, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    model, data = world
+    whole = run_finetune(model, data, tmp_path / "whole", {"EPOCHS": "2"})
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    # rank 0 stalls before step 24 (the mirror has step 20 in the bucket meanwhile), then dies
+    first = tmp_path / "first-volume"
+    killed = run_finetune(model, data, first, {**SHORT, **fault_env("sleep=2@batch=2.8,rank=0; sigkill@batch=2.8,rank=0")})
+    assert killed.returncode != 0
+    assert "Rank 0: checkpoint mirror: uploaded " in killed.stdout, killed.stdout[-3000:]
+    assert assert_the_bucket_holds_what_the_volume_holds(URI, first / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-1") == ["step-00000020.ckpt"]
+
+    # another cluster, an empty volume: the stage step restores step 20, the run trains steps 21 to 32 only
+    second = tmp_path / "second-volume"
+    staged = stager({**s3.environ, "OUTPUT_DIR": str(second), **SHORT},
+                    args=rendered_stage_arguments("worker.finetune", URI))
+    assert staged.returncode == OK, staged.stdout + staged.stderr
+    assert f"stage: checkpoint step-00000020.ckpt restored from {URI} into " in staged.stdout
+    resumed = run_finetune(model, data, second, SHORT)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
+    assert "Rank 0: training from step 20 of 32" in resumed.stdout
+    whole_weights = load_file(tmp_path / "whole" / "bert_classifier_trained" / "model.safetensors")
+    resumed_weights = load_file(second / "bert_classifier_trained" / "model.safetensors")
+    assert whole_weights.keys() == resumed_weights.keys()
+    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
+    records = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in records if "accuracy" not in line] == list(range(21, 33))
+
+    # the process ends with the newest checkpoint in the bucket, and what the volume pruned gone from it
+    assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-2") == ["step-00000032.ckpt"]

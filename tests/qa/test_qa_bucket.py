@@ -1,0 +1,66 @@
+"""python -m worker.qa with checkpoint.storage_uri, against moto's S3 (testbed/storage_servers.py), under FSDP
+with two processes: rank 0 mirrors each checkpoint (a directory of every rank's shards) file by file; a run killed
+on one volume resumes on an empty one from the bucket, restored by the stage step as the render runs it (python -m
+worker.staging --program worker.qa), and ends with the weights of a run that was never killed, bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.storage_servers import s3_in_this_process
+from tests.qa.test_qa_training import run_qa, world  # noqa: F401 -- world: a fixture
+from tests.worker.launch import fault_env
+from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
+from tests.worker.test_staging import stager
+from trainer_contract import checkpoint_layout as layout
+from trainer_contract import storage
+from trainer_contract.exit_codes import OK
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("moto")
+
+URI = "s3://team-ckpt/bert-squad"
+# 2 epochs of 8 steps under FSDP: checkpoints every 5 steps and at each epoch's end, the newest only kept (as in
+# tests/finetune/test_finetune_bucket.py: then the bucket holds exactly what the volume holds)
+SHORT = {"EPOCHS": "2", "STRATEGY": "fsdp", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_in_this_process() as server:  # the runs inherit this process's environment: boto3 finds it too
+        server.client().create_bucket(Bucket="team-ckpt")
+        yield server
+
+
+def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(world, s3, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    model, data = world
+    whole = run_qa(model, data, tmp_path / "whole", {"EPOCHS": "2", "STRATEGY": "fsdp"})
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    # rank 0 stalls before batch 3 of epoch 2, step 11 (the mirror has step 10 in the bucket meanwhile), then dies
+    first = tmp_path / "first-volume"
+    killed = run_qa(model, data, first, {**SHORT, **fault_env("sleep=2@batch=2.3,rank=0; sigkill@batch=2.3,rank=0")})
+    assert killed.returncode != 0
+    assert (first / "checkpoints" / "step-00000010.ckpt").is_dir()  # every rank's shards
+    assert assert_the_bucket_holds_what_the_volume_holds(URI, first / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-1") == ["step-00000010.ckpt"]
+
+    second = tmp_path / "second-volume"
+    staged = stager({**s3.environ, "OUTPUT_DIR": str(second), **SHORT}, args=rendered_stage_arguments("worker.qa", URI))
+    assert staged.returncode == OK, staged.stdout + staged.stderr
+    assert f"stage: checkpoint step-00000010.ckpt restored from {URI} into " in staged.stdout
+    resumed = run_qa(model, data, second, SHORT)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    assert "Rank 0: training from step 10 of 16" in resumed.stdout
+    whole_weights = load_file(tmp_path / "whole" / "bert_squad_trained" / "model.safetensors")
+    resumed_weights = load_file(second / "bert_squad_trained" / "model.safetensors")
+    assert whole_weights.keys() == resumed_weights.keys()
+    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
+    lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == list(range(11, 17))
+    assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-2") == ["step-00000016.ckpt"]
