@@ -111,3 +111,15 @@ def node_environment(directory: Path, wheel: Path) -> Path:
                              str(wheel)], capture_output=True, text=True, timeout=300, cwd=OUTSIDE)
     assert result.returncode == 0, result.stderr[-2000:]
     return directory
+
+
+@pytest.fixture(scope="module")
+def checkpoint_s3():
+    """moto's S3 reached from this process (the runs it starts inherit its environment), with the bucket
+    ``team-ckpt`` that the checkpoint-bucket tests mirror to."""
+    pytest.importorskip("moto")
+    from testbed.storage_servers import s3_in_this_process
+
+    with s3_in_this_process() as server:
+        server.client().create_bucket(Bucket="team-ckpt")
+        yield server

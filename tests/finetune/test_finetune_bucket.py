@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from testbed.storage_servers import s3_in_this_process
+from tests.exports import same_weights
 from tests.finetune.test_finetune_training import run_finetune, world  # noqa: F401 -- world: a fixture
 from tests.worker.launch import fault_env
 from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
@@ -28,16 +28,9 @@ URI = "s3://team-ckpt/hub-finetune"
 SHORT = {"EPOCHS": "2", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with s3_in_this_process() as server:  # the runs inherit this process's environment: boto3 finds it too
-        server.client().create_bucket(Bucket="team-ckpt")
-        yield server
 
-
-def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(world, s3, tmp_path):  # noqa: F811
-    from safetensors.torch import load_file
-
+def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
+        world, checkpoint_s3, tmp_path):  # noqa: F811
     model, data = world
     whole = run_finetune(model, data, tmp_path / "whole", {"EPOCHS": "2"})
     assert whole.returncode == 0, whole.stdout[-3000:]
@@ -51,7 +44,7 @@ def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(w
 
     # another cluster, an empty volume: the stage step restores step 20, the run trains steps 21 to 32 only
     second = tmp_path / "second-volume"
-    staged = stager({**s3.environ, "OUTPUT_DIR": str(second), **SHORT},
+    staged = stager({**checkpoint_s3.environ, "OUTPUT_DIR": str(second), **SHORT},
                     args=rendered_stage_arguments("worker.finetune", URI))
     assert staged.returncode == OK, staged.stdout + staged.stderr
     assert f"stage: checkpoint step-00000020.ckpt restored from {URI} into " in staged.stdout
@@ -59,10 +52,7 @@ def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(w
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
     assert "Rank 0: training from step 20 of 32" in resumed.stdout
-    whole_weights = load_file(tmp_path / "whole" / "bert_classifier_trained" / "model.safetensors")
-    resumed_weights = load_file(second / "bert_classifier_trained" / "model.safetensors")
-    assert whole_weights.keys() == resumed_weights.keys()
-    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
+    assert same_weights(tmp_path / "whole" / "bert_classifier_trained", second / "bert_classifier_trained")
     records = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in records if "accuracy" not in line] == list(range(21, 33))
 

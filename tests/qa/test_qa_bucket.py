@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from testbed.storage_servers import s3_in_this_process
+from tests.exports import same_weights
 from tests.qa.test_qa_training import run_qa, world  # noqa: F401 -- world: a fixture
 from tests.worker.launch import fault_env
 from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
@@ -27,16 +27,9 @@ URI = "s3://team-ckpt/bert-squad"
 SHORT = {"EPOCHS": "2", "STRATEGY": "fsdp", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with s3_in_this_process() as server:  # the runs inherit this process's environment: boto3 finds it too
-        server.client().create_bucket(Bucket="team-ckpt")
-        yield server
 
-
-def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(world, s3, tmp_path):  # noqa: F811
-    from safetensors.torch import load_file
-
+def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
+        world, checkpoint_s3, tmp_path):  # noqa: F811
     model, data = world
     whole = run_qa(model, data, tmp_path / "whole", {"EPOCHS": "2", "STRATEGY": "fsdp"})
     assert whole.returncode == 0, whole.stdout[-3000:]
@@ -49,17 +42,15 @@ def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identi
                                                          tmp_path / "scratch-1") == ["step-00000010.ckpt"]
 
     second = tmp_path / "second-volume"
-    staged = stager({**s3.environ, "OUTPUT_DIR": str(second), **SHORT}, args=rendered_stage_arguments("worker.qa", URI))
+    staged = stager({**checkpoint_s3.environ, "OUTPUT_DIR": str(second), **SHORT},
+                    args=rendered_stage_arguments("worker.qa", URI))
     assert staged.returncode == OK, staged.stdout + staged.stderr
     assert f"stage: checkpoint step-00000010.ckpt restored from {URI} into " in staged.stdout
     resumed = run_qa(model, data, second, SHORT)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
     assert "Rank 0: training from step 10 of 16" in resumed.stdout
-    whole_weights = load_file(tmp_path / "whole" / "bert_squad_trained" / "model.safetensors")
-    resumed_weights = load_file(second / "bert_squad_trained" / "model.safetensors")
-    assert whole_weights.keys() == resumed_weights.keys()
-    assert all((whole_weights[key] == resumed_weights[key]).all() for key in whole_weights)
+    assert same_weights(tmp_path / "whole" / "bert_squad_trained", second / "bert_squad_trained")
     lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(11, 17))
     assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,

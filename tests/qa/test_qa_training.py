@@ -14,12 +14,14 @@ import pytest
 
 from testbed.qa_data import make_model, make_squad
 from tests.conftest import OUTSIDE
+from tests.exports import same_weights
 from tests.worker.launch import fault_env
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("lightning")
 
+EXPORT = "bert_squad_trained"  # where the run exports, in OUTPUT_DIR
 SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.003", "MAX_SEQ_LENGTH": "64", "LOG_INTERVAL": "1",
             "CHECKPOINT_EVERY_STEPS": "5", "USAGE_LOG_SECONDS": "0.5", "OMP_NUM_THREADS": "1"}
 
@@ -44,14 +46,6 @@ def whole(world, tmp_path_factory):
         return runs[strategy]
 
     return run
-
-
-def same_weights(a, b) -> bool:
-    from safetensors.torch import load_file
-
-    first = load_file(a / "bert_squad_trained" / "model.safetensors")
-    second = load_file(b / "bert_squad_trained" / "model.safetensors")
-    return first.keys() == second.keys() and all((first[key] == second[key]).all() for key in first)
 
 
 def run_qa(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
@@ -153,7 +147,7 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, wh
 
     from safetensors.torch import load_file
 
-    assert same_weights(whole(strategy), tmp_path / "killed")
+    assert same_weights(whole(strategy) / EXPORT, tmp_path / "killed" / EXPORT)
     resumed_weights = load_file(tmp_path / "killed" / "bert_squad_trained" / "model.safetensors")
     lines = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))  # none twice, none missing
@@ -185,7 +179,7 @@ def test_sigterm_checkpoints_the_step_reached_and_the_resumed_run_ends_bit_ident
     resumed = run_qa(model, data, tmp_path / "out", settings)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"Rank 0: resuming from step-{step:08d}.ckpt" in resumed.stdout
-    assert same_weights(whole(strategy), tmp_path / "out")
+    assert same_weights(whole(strategy) / EXPORT, tmp_path / "out" / EXPORT)
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))
 

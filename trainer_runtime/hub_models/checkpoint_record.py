@@ -18,6 +18,7 @@ from trainer_contract.atomic import TEMP_PREFIX
 from trainer_contract.checkpoint_layout import remove  # a checkpoint: a file, or a sharded one's directory
 from trainer_contract.digests import file_digest
 from trainer_contract.variables import config_fields
+from trainer_runtime import run_record
 
 if TYPE_CHECKING:
     from trainer_stager.checkpoint_mirror import CheckpointMirror
@@ -61,15 +62,14 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
                 f"{now[key]} in {config.model_dir})"
                 for key, what in (("model_revision", "model"), ("tokenizer_revision", "tokenizer"))
                 if recorded.get(key) != now[key]]
-    problems += [f"{_env_name(config, key)}: checkpoint {name} was trained with {_env_name(config, key)}={value}, "
-                 f"now {now['config'][key]}" for key, value in recorded.get("config", {}).items()
+    problems += [run_record.changed_setting(_env_name(config, key), f"checkpoint {name}", value, now["config"][key])
+                 for key, value in recorded.get("config", {}).items()
                  if key in now["config"] and str(value) != str(now["config"][key])]
     if recorded.get("world_size") != now["world_size"]:
         problems.append(f"WORLD_SIZE: checkpoint {name} was taken with {recorded.get('world_size')} processes, now "
                         f"{now['world_size']}: each process's share of the epoch would change")
     if problems:
-        problems.append(f"either put the old model or value(s) back, or start a new run: another OUTPUT_DIR (now "
-                        f"{config.output_dir}) or RESUME=false")
+        problems.append(run_record.ways_out(config.output_dir, put_back="model or value(s)"))
     return problems
 
 

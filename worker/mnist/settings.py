@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract.variables import TrainConfig
+from trainer_runtime import run_record
 
 # TrainConfig fields whose value changes the result of resuming: the schedule (EPOCHS, LEARNING_RATE),
 # the batches (BATCH_SIZE, TRAIN_SAMPLES) and the shuffles and initialisation (SEED).
@@ -47,11 +48,10 @@ def _shown(value: Any) -> str:
 def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -> list[str]:
     """One problem line per shaping setting that differs from ``recorded``, then the ways out; [] if none."""
     now = recorded_config(config)
-    problems = [f"{env_name(key)}: {what} was trained with {env_name(key)}={_shown(recorded[key])}, now "
-                f"{_shown(now[key])}" for key in SHAPING if key in recorded and _differs(recorded[key], now[key])]
+    problems = [run_record.changed_setting(env_name(key), what, _shown(recorded[key]), _shown(now[key]))
+                for key in SHAPING if key in recorded and _differs(recorded[key], now[key])]
     if problems:
-        problems.append(f"either put the old value(s) back, or start a new run: another OUTPUT_DIR (now "
-                        f"{config.output_dir}) or RESUME=false ({NEW_RUN_KEEPS})")
+        problems.append(run_record.ways_out(config.output_dir, kept=NEW_RUN_KEEPS))
     return problems
 
 
