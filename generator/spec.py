@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainer_contract import variables
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import EXPORT_VARIABLE, PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, Role, StorageUri
 from trainer_contract.storage import parse as parse_storage_uri
@@ -137,8 +138,14 @@ class JobSpec:
     @property
     def restores_for(self) -> str | None:
         """The built-in program whose checkpoints the stager restores from checkpoint.storage_uri (its module), or
-        None (no bucket; validation refuses one for a program of the user's)."""
+        None (no bucket, or a program of the user's: the stager finds its directory in CHECKPOINT_DIR_VARIABLE)."""
         return self.program[1] if "checkpoint" in self.storage and self.built_in_worker else None
+
+    @property
+    def mirrors_own_checkpoints(self) -> bool:
+        """A program of the user's with checkpoint.storage_uri: it writes its checkpoints into CHECKPOINT_DIR_VARIABLE's
+        directory (trainer_contract/checkpoint_layout.py's convention), which node 0's launcher mirrors."""
+        return "checkpoint" in self.storage and not self.built_in_worker
 
     def placement(self, shared: str) -> dict[str, str]:
         """Where data and results go by default, under the location every node shares, and where the model and
@@ -149,7 +156,8 @@ class JobSpec:
         data = staged.get(PATH_VARIABLES["dataset"], f"{shared}/data")
         output = f"{shared}/runs/{self.name}"
         export = {EXPORT_VARIABLE: f"{output}/export"} if "export" in self.storage else {}
-        return {"DATA_DIR": data, "OUTPUT_DIR": output, **staged, **export}
+        own = {CHECKPOINT_DIR_VARIABLE: f"{output}/checkpoints"} if self.mirrors_own_checkpoints else {}
+        return {"DATA_DIR": data, "OUTPUT_DIR": output, **staged, **export, **own}
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's
@@ -221,9 +229,10 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         max_restarts=values["max_restarts"],
         grace_seconds=values["termination_grace_period_seconds"],
         working_dir=values["working_dir"],
-        # the indexed-trainer launcher passes the worker's exit codes on and uploads an export; torchrun alone
-        # is the default for another program that needs neither
-        launcher=entry["launcher"] or ("indexed-trainer" if built_in or "export" in sources else "torchrun"),
+        # the indexed-trainer launcher passes the worker's exit codes on, uploads an export and mirrors a program's
+        # checkpoints; torchrun alone is the default for another program that needs none of them
+        launcher=entry["launcher"] or ("indexed-trainer" if built_in or {"export", "checkpoint"} & set(sources)
+                                       else "torchrun"),
         built_in_worker=built_in,
         program=tuple((["-m", module] if module is not None else [entry["script"]]) + entry["args"]),
         environment=dict(sorted(environment.items())),

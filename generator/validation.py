@@ -20,6 +20,7 @@ from generator.resources import default_values, schema
 from generator.spec import STORAGE_KEYS, JobSpec, entry_module, environment_text, storage_uri_text
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.storage import CREDENTIAL_VARIABLES, StorageUriError
 from trainer_contract.storage import parse as parse_storage_uri
@@ -270,11 +271,20 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
         yield ("export.storage_uri: the indexed-trainer launcher uploads the export when training ends, and "
                "entrypoint.launcher is torchrun, which uploads nothing: remove entrypoint.launcher (or set "
                "indexed-trainer)")
-    if "checkpoint" in spec.storage and not spec.built_in_worker:
+    if spec.mirrors_own_checkpoints and spec.launcher != "indexed-trainer":
         program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
-        yield (f"checkpoint.storage_uri: the built-in programs (python -m {', '.join(BUILT_IN_PROGRAMS)}) mirror "
-               f"their checkpoints to the bucket, and this job runs {program}, which keeps its own on the volume: "
-               "remove checkpoint.storage_uri (or upload from your program)")
+        yield (f"checkpoint.storage_uri: the indexed-trainer launcher mirrors the checkpoints {program} writes into "
+               f"{CHECKPOINT_DIR_VARIABLE}, and entrypoint.launcher is torchrun, which mirrors nothing: remove "
+               "entrypoint.launcher (or set indexed-trainer; the image then needs indexed-trainer[staging])")
+    checkpoints, export = spec.storage.get("checkpoint"), spec.storage.get("export")
+    if spec.mirrors_own_checkpoints and checkpoints is not None and export is not None \
+            and export.bucket == checkpoints.bucket \
+            and (not checkpoints.prefix or f"{export.prefix}/".startswith(f"{checkpoints.prefix}/")):
+        # every name under the prefix is one of the program's checkpoints, which the mirror removes once the
+        # directory no longer holds it (a built-in program's naming never matches an export's name)
+        yield (f"export.storage_uri: {export.text} is inside checkpoint.storage_uri {checkpoints.text}, where the "
+               f"mirror keeps only what {CHECKPOINT_DIR_VARIABLE} holds (it would remove the export): give the "
+               "export a prefix of its own")
 
 
 def neutral_problems(values: dict) -> list[str]:

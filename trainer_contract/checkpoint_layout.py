@@ -1,11 +1,12 @@
 """Where checkpoints live and how they are named, listed, pruned and cleaned: the part every format and every
 built-in program shares, on the volume and in the bucket (trainer_stager's checkpoint_bucket lists by the same rule).
 
-Two namings, one per kind of program: the MNIST worker's ``ckpt-e<epoch>-s<step>.<suffix>`` (``.pt``: one verified
+Three namings, one per kind of program: the MNIST worker's ``ckpt-e<epoch>-s<step>.<suffix>`` (``.pt``: one verified
 file, ``.dcp``: a directory of shards), and the transformer workloads' ``step-<optimizer step>.ckpt`` (a file, or
-under FSDP a directory of every rank's shards); each program's config names its own (``checkpoint_naming``). Newest
-first by the numbers in the name. A write goes to a ``TEMP_PREFIX`` name first, which nothing lists or reads and the
-next start removes. Torch-free.
+under FSDP a directory of every rank's shards), newest first by the numbers in the name; and a user's program's
+(OWN_PROGRAM, the convention its checkpoint directory follows: CHECKPOINT_DIR_VARIABLE), newest first by the name's
+own sort order. Each program's config names its own (``checkpoint_naming``). A write goes to a ``TEMP_PREFIX`` name
+first, which nothing lists or reads and the next start removes. Torch-free.
 """
 
 from __future__ import annotations
@@ -25,20 +26,34 @@ class CorruptCheckpoint(Exception):
 @dataclass(frozen=True)
 class Naming:
     """How one kind of program names its checkpoints: ``pattern``'s groups are numbers, and a checkpoint's place
-    among the others (the newest largest) is theirs in turn. A name of another naming is no checkpoint of its."""
+    among the others (the newest largest) is theirs in turn, or (``by_name``) the name's own sort order. A name of
+    another naming is no checkpoint of its."""
 
     pattern: re.Pattern[str]
+    by_name: bool = False  # the name's own sort order is the checkpoint's place (the pattern has no groups)
 
     def order(self, name: str) -> tuple[int, ...] | None:
         """Where the checkpoint named ``name`` stands; None for a name that is not one of this naming's."""
         match = self.pattern.match(name)
-        return tuple(int(number) for number in match.groups()) if match else None
+        if not match:
+            return None
+        if self.by_name:  # its characters' code points in turn: Python's sorted() of the names, the C locale's ls
+            return tuple(ord(character) for character in name)
+        return tuple(int(number) for number in match.groups())
 
 
 # The MNIST worker's: by (epoch, step in it).
 EPOCH_STEP = Naming(re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.(?:pt|dcp)$"))
 # The transformer workloads' (worker.qa, worker.finetune): by the optimizer step.
 OPTIMIZER_STEP = Naming(re.compile(r"^step-(\d{8,})\.ckpt$"))
+# A user's program's (entrypoint.script or .module, with checkpoint.storage_uri and the indexed-trainer launcher):
+# every entry of CHECKPOINT_DIR_VARIABLE's directory, a file or a directory, is one whole checkpoint, written under
+# a temporary name and renamed into place; the newest sorts last (zero-padded step numbers: step-00000120.pt).
+# Names starting with "." (TEMP_PREFIX's among them) are a write in progress or not the program's: never a checkpoint.
+OWN_PROGRAM = Naming(re.compile(rf"^(?!\.|{re.escape(TEMP_PREFIX)}).", re.DOTALL), by_name=True)
+# Where that directory is, on the shared volume (the generator renders it; the launcher on node 0 mirrors it to
+# checkpoint.storage_uri, the stager restores into it).
+CHECKPOINT_DIR_VARIABLE = "INDEXED_TRAINER_CHECKPOINT_DIR"
 
 
 def step_checkpoint_name(step: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from trainer_contract.checkpoint_layout import EPOCH_STEP, OPTIMIZER_STEP, Naming
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE, EPOCH_STEP, OPTIMIZER_STEP, OWN_PROGRAM, Naming
 
 
 class ConfigError(Exception):
@@ -326,6 +326,25 @@ class FinetuneConfig:
 # The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
 # program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
 BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig}
+
+
+@dataclass(frozen=True)
+class OwnProgramCheckpoints:
+    """What the launcher and the stager read of a user's program with checkpoint.storage_uri: where it keeps its
+    checkpoints (the convention of trainer_contract/checkpoint_layout.py's OWN_PROGRAM), as a built-in program's
+    config says where it keeps its own. The generator renders the variable; no values file may set it."""
+
+    checkpoint_dir: Path = _setting(
+        CHECKPOINT_DIR_VARIABLE, _path, Path("checkpoints"),
+        "Where the program writes its checkpoints, each one file or directory renamed into place when whole.")
+    checkpoint_naming: ClassVar[Naming] = OWN_PROGRAM
+    # the stage step restores the bucket's newest into an empty directory: the program resumes from what it finds
+    resume: ClassVar[bool] = True
+
+    @property
+    def output_dir(self) -> Path:
+        """Beside the checkpoints: where the stage step marks its decision, which the indexes that wait read."""
+        return self.checkpoint_dir.parent
 
 
 def config_fields(config_class: type = TrainConfig) -> list[dataclasses.Field]:

@@ -16,6 +16,8 @@ what it exits with and in two checks before the rendezvous:
 - A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
 - For the built-in worker, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
   exits STALLED (76, counted once) when every pod of the attempt ended as a victim (trainer_contract.gang_ledger).
+- With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
+  INDEXED_TRAINER_CHECKPOINT_DIR to the bucket, beside torchrun (checkpoint_watch.py).
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
   the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
   if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
@@ -43,6 +45,7 @@ from trainer_contract.exit_codes import signal_exit_code
 from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.variables import ConfigError
+from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run
 
 _said: list[str] = []
@@ -213,7 +216,7 @@ def _launch(args) -> int:
         ledger.start()
     code = wait_for_leader(args)
     if code is None:
-        code = run_torchrun(args)
+        code = run_training(args)
     if ledger is None or code == exit_codes.OK:
         return code
     ledger.note(code)
@@ -277,6 +280,39 @@ def wait_for_leader(args) -> int | None:
                 f"timeout ({limit:g} s; {reason}); exiting {exit_codes.STALLED}")
             return exit_codes.STALLED
         time.sleep(LEADER_POLL_SECONDS)
+
+
+def tell(message: str) -> None:
+    """A line of the launcher's that is no reason for the pod's ending (the termination message keeps say()'s)."""
+    print(f"launcher: {message}", file=sys.stderr, flush=True)
+
+
+def run_training(args, environ=os.environ) -> int:
+    """torchrun, with node 0's watch over a user's program's checkpoint directory beside it when the render asks for
+    one (checkpoint.storage_uri: trainer_launcher/checkpoint_watch.py); the pod's exit code."""
+    try:
+        watch = watch_from(environ, args.node_rank, tell)
+    except ConfigError as error:
+        for problem in error.problems:
+            say(f"configuration error: {problem}; exiting {exit_codes.BAD_CONFIG}")
+        return exit_codes.BAD_CONFIG
+    try:
+        return run_torchrun(args)
+    finally:
+        if watch is not None:
+            close_watch(watch)
+
+
+def close_watch(watch) -> None:
+    """The newest checkpoint offered once more, and the upload in flight finished: a SIGTERM meanwhile (the Job
+    failing, a preemption) does not cut it off, the grace period does (a cut-off upload is never complete)."""
+    while True:
+        try:
+            watch.close()
+            return
+        except SignalException as stopped:
+            tell(f"checkpoint mirror: {signal.Signals(stopped.sigval).name} received; finishing the upload in "
+                 "flight within the grace period")
 
 
 def run_torchrun(args) -> int:

@@ -1,5 +1,6 @@
 """Rank 0's mirror of the volume's checkpoints in a bucket (checkpoint.storage_uri), beside the training: the MNIST
-worker's (through its checkpoint manager) and the transformer workloads', each program's by its own naming.
+worker's (through its checkpoint manager) and the transformer workloads', each program's by its own naming; and,
+through node 0's launcher (trainer_launcher/checkpoint_watch.py), those a user's program writes by the convention.
 
 Each checkpoint the manager publishes is offered; a thread uploads the newest one offered (an older one still
 waiting is skipped: a restore wants the newest), then removes from the bucket what the volume no longer keeps, so
@@ -25,7 +26,8 @@ from trainer_stager.errors import StagingError, missing_library
 
 def mirror_from(environ: Mapping[str, str], config: Any, log: Callable[[str], None]) -> CheckpointMirror | None:
     """The mirror checkpoint.storage_uri asks for (rendered as INDEXED_TRAINER_CHECKPOINT_URI), or None; of the
-    checkpoints a built-in program's ``config`` says where (``checkpoint_dir``) and how (``checkpoint_naming``)."""
+    checkpoints a program's ``config`` (a built-in program's, or OwnProgramCheckpoints) says where
+    (``checkpoint_dir``) and how (``checkpoint_naming``)."""
     text = environ.get(URI_VARIABLES["checkpoint"])
     if not text:
         return None

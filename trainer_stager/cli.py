@@ -1,7 +1,8 @@
 """python -m worker.staging [--program MODULE]: stage the model and dataset the environment names
 (INDEXED_TRAINER_MODEL_URI, INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with
 INDEXED_TRAINER_CHECKPOINT_URI restore the newest checkpoint of built-in program MODULE (the MNIST worker's without
-it) onto a volume that has none (restore.py), as index 0 or as an index that waits."""
+it; with INDEXED_TRAINER_CHECKPOINT_DIR, a program of the user's, into that directory) onto a volume that has none
+(restore.py), as index 0 or as an index that waits."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainer_contract import exit_codes
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
 from trainer_contract.storage import (
     PATH_VARIABLES,
@@ -26,7 +28,7 @@ from trainer_contract.storage import (
     StorageUriError,
     parse,
 )
-from trainer_contract.variables import BUILT_IN_PROGRAMS
+from trainer_contract.variables import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_stager import place, restore
 from trainer_stager.errors import StagingError, missing_library, with_retries
 
@@ -109,17 +111,27 @@ class _Parser(argparse.ArgumentParser):
         raise StagingError(f"{self.prog}: {message}", retryable=False)
 
 
-def program_of(argv: list[str] | None) -> type:
-    """The config class of the built-in program whose checkpoints are restored (the stage command's --program)."""
+def program_of(argv: list[str] | None, environ: Mapping[str, str] | None = None) -> type:
+    """The config class of the program whose checkpoints are restored: the built-in one the stage command's
+    --program names, or with CHECKPOINT_DIR_VARIABLE (rendered for a program of the user's only) the user's."""
     parser = _Parser(prog="python -m worker.staging", description="Stage the model and dataset onto the shared "
                      "volume, and restore the newest checkpoint from checkpoint.storage_uri onto a volume with none.")
-    parser.add_argument(STAGE_PROGRAM_FLAG, dest="program", default=BUILT_IN_WORKER, choices=list(BUILT_IN_PROGRAMS),
-                        help="the built-in program whose checkpoints are restored (default: %(default)s)")
-    return BUILT_IN_PROGRAMS[parser.parse_args(argv).program]
+    parser.add_argument(STAGE_PROGRAM_FLAG, dest="program", choices=list(BUILT_IN_PROGRAMS),
+                        help=f"the built-in program whose checkpoints are restored (default: {BUILT_IN_WORKER}; with "
+                             f"{CHECKPOINT_DIR_VARIABLE}, a program of your own's, into that directory)")
+    program = parser.parse_args(argv).program
+    if (environ or {}).get(CHECKPOINT_DIR_VARIABLE):
+        if program is not None:
+            raise StagingError(f"python -m worker.staging: {STAGE_PROGRAM_FLAG} {program} restores a built-in "
+                               f"program's checkpoints, and {CHECKPOINT_DIR_VARIABLE} names a program of your own's "
+                               "directory: a render sets one of them only", retryable=False)
+        return OwnProgramCheckpoints
+    return BUILT_IN_PROGRAMS[program or BUILT_IN_WORKER]
 
 
 def run(environ: Mapping[str, str], program: type) -> int:
-    """Stage, then restore ``program``'s newest checkpoint (a config class of BUILT_IN_PROGRAMS) when asked."""
+    """Stage, then restore ``program``'s newest checkpoint (a config class of BUILT_IN_PROGRAMS, or
+    OwnProgramCheckpoints) when asked."""
     index = index_of(environ)
     for role in STAGED_ROLES:
         text = environ.get(URI_VARIABLES[role])
@@ -158,7 +170,7 @@ def failure_recorded(where: Path) -> Iterator[None]:
 def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     try:
-        return run(environ, program_of(argv))
+        return run(environ, program_of(argv, environ))
     except place.LeaderFailed as error:  # a victim: index 0's own failure is the one counted
         say(f"index 0 failed to stage: {error}; exiting {exit_codes.PEER_LOST}")
         write_termination_message(f"exit {exit_codes.PEER_LOST}: index 0 failed to stage: {error}")

@@ -2,7 +2,9 @@
 cluster) gets the newest complete one from the bucket before training, where the program resumes from it as from
 its own (it verifies it, and refuses it when the run's settings changed). The program is a built-in one (the stage
 command's --program: the MNIST worker's without it); its config says where its checkpoints are and how they are
-named, and its OUTPUT_DIR and RESUME are read as it reads them.
+named, and its OUTPUT_DIR and RESUME are read as it reads them. A program of the user's (OwnProgramCheckpoints:
+INDEXED_TRAINER_CHECKPOINT_DIR) always resumes from what it finds there: its newest entry is restored, by the name's
+order (checkpoint_layout.OWN_PROGRAM), and the decision marked beside the directory.
 
 Index 0 decides and fetches (beside the checkpoints directory, renamed into place); it writes its decision into
 OUTPUT_DIR (the marker), which the other indexes wait for, saying what they wait for. RESUME=false restores
@@ -33,7 +35,8 @@ def decision_place(environ: Mapping[str, str], program: type) -> Path:
 
 
 def _config(environ: Mapping[str, str], program: type) -> Any:
-    """``program``'s variables (a config class of BUILT_IN_PROGRAMS) as the program reads them."""
+    """``program``'s variables (a config class of BUILT_IN_PROGRAMS, or OwnProgramCheckpoints) as the program
+    reads them."""
     try:
         return load_config(environ, config_class=program)
     except ConfigError as error:

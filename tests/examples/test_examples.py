@@ -144,6 +144,61 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
         s3.close()
 
 
+def test_own_checkpoints_reach_the_bucket_and_a_new_volume_resumes_from_them(tmp_path):
+    """examples/own-checkpoints/ (a user's torchrun program, nothing of ours in it) by the README's two lines, against
+    moto's S3 at the 127.0.0.1:9000 the values name (each local-job given its own volume root): the first cluster is
+    lost at step 25 (FAIL_AT_STEP: every rank exits 78, the Job fails at once) after index 0's launcher mirrored step
+    20; the second, on an empty volume, has step 20 restored into INDEXED_TRAINER_CHECKPOINT_DIR by the stage step,
+    resumes from it and finishes, its newest checkpoint in the bucket and what its volume pruned gone from there."""
+    from testbed.storage_servers import S3Server, port_is_free
+    from tests.test_readme import README
+    from trainer_contract import storage
+
+    block = re.search(r"like staged-mnist, in the same shell:\n\n```sh\n(.*?)```", README, re.S).group(1)
+    render, local_job = block.strip().splitlines()
+    assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the example's S3 there"
+    s3 = S3Server(port=9000)
+    try:
+        client = s3.client()
+        client.create_bucket(Bucket="team-checkpoints")
+        (tmp_path / "s3-credentials.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        (tmp_path / "examples").symlink_to(EXAMPLES)
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}  # a new shell, .venv active
+        subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env, check=True, timeout=120)
+
+        def run(root: str, *extra: str) -> tuple[int, str]:
+            line = f"{local_job} --volume-root {tmp_path / root} --backoff-seconds 1 {' '.join(extra)}"
+            result = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                    timeout=300)
+            return result.returncode, result.stdout + result.stderr
+
+        def directory(root: str) -> Path:
+            return tmp_path / root / "volumes/own-checkpoints-data/runs/own-checkpoints/checkpoints"
+
+        code, log = run("first", "--env=FAIL_AT_STEP=25")
+        assert code != 0 and "[rank 0] FAIL_AT_STEP=25: exiting 78" in log, log[-4000:]
+        assert re.search(r"^\[own-checkpoints-0-\w{5}\] launcher: checkpoint mirror: uploaded 1 file \(.* MB\) to "
+                         r"s3://team-checkpoints/own-checkpoints/step-00000020\.pt$", log, re.M), log[-4000:]
+        mirrored = client.get_object(Bucket="team-checkpoints", Key="own-checkpoints/step-00000020.pt/step-00000020.pt")
+        assert mirrored["Body"].read() == (directory("first") / "step-00000020.pt").read_bytes()
+
+        code, log = run("second")
+        assert code == 0, log[-4000:]
+        assert re.search(r"^\[own-checkpoints-0-\w{5}/stage\] stage: checkpoint step-00000020\.pt restored from "
+                         r"s3://team-checkpoints/own-checkpoints into .*/runs/own-checkpoints/checkpoints \(", log, re.M)
+        assert re.search(r"^\[own-checkpoints-1-\w{5}/stage\] stage: index 0 decided: checkpoint step-00000020", log, re.M)
+        for rank in (0, 1):
+            assert re.search(rf"\[rank {rank}\] resuming from step-00000020\.pt in .*/checkpoints: step 20$", log, re.M)
+            assert f"[rank {rank}] done: 40 steps" in log
+        assert sorted(path.name for path in directory("second").iterdir()) == ["step-00000030.pt", "step-00000040.pt"]
+        keys = {item["Key"] for item in client.list_objects_v2(Bucket="team-checkpoints")["Contents"]}
+        assert f"own-checkpoints/step-00000040.pt/{storage.COMPLETE_OBJECT}" in keys
+        assert {key.split("/")[1] for key in keys} <= {"step-00000030.pt", "step-00000040.pt"}  # step 20: pruned
+        assert "testing" not in log.replace("s3://", "")  # the Secret's values are never printed
+    finally:
+        s3.close()
+
+
 def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
     """The README's block that follows the sentence naming ``stages``, line by line in a new shell, with the tests'
     Hub (``serve(hub)`` fills it) as the mirror the README says to give local-job (--env HF_ENDPOINT=...): each

@@ -26,6 +26,8 @@ SLURM_MATRIX = {
                            "initializer.model.storage_uri=hf://google-bert/bert-base-uncased",
                            "initializer.dataset.storage_uri=hf://datasets/rajpurkar/squad",
                            "config_map={STRATEGY: fsdp, PRECISION: bf16}"],
+    "own-program-with-a-checkpoint-bucket": ["entrypoint.module=my_pkg.train", "slurm.shared_dir=/scratch/team",
+                                             "checkpoint.storage_uri=s3://team-checkpoints/own"],
     "staged": ["entrypoint.module=my_pkg.finetune", "slurm.shared_dir=/scratch/team",
                "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@v1.0",
                "initializer.dataset.storage_uri=https://data.example.com/squad/squad-v2.tar.gz",

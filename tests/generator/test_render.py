@@ -49,6 +49,10 @@ MATRIX = {
                            "initializer.model.storage_uri=hf://google-bert/bert-base-uncased",
                            "initializer.dataset.storage_uri=hf://datasets/rajpurkar/squad",
                            "config_map={STRATEGY: fsdp, PRECISION: bf16, MAX_SEQ_LENGTH: '256'}"],
+    # a program of the user's whose checkpoints the launcher mirrors to a bucket and the stage step restores
+    "own-program-with-a-checkpoint-bucket": ["entrypoint.module=my_pkg.train", "working_dir=/app",
+                                             "checkpoint.storage_uri=s3://team-checkpoints/own",
+                                             "env_from_secrets=[s3-credentials]"],
     "staged-from-hub-and-bucket": ["entrypoint.module=my_pkg.finetune",
                                    "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@main",
                                    "initializer.dataset.storage_uri=s3://datasets/squad/v2",

@@ -144,13 +144,34 @@ def test_a_checkpoint_bucket_runs_the_stager_everywhere_to_restore_onto_an_empty
     assert "restores the newest complete one from checkpoint.storage_uri" in script
 
 
-def test_a_checkpoint_bucket_is_refused_for_a_program_that_keeps_its_own_checkpoints():
+def test_a_users_program_with_a_checkpoint_bucket_is_told_its_directory_and_restored_on_both_targets():
+    """The program writes its checkpoints into INDEXED_TRAINER_CHECKPOINT_DIR (trainer_contract/checkpoint_layout.py's
+    convention), which index 0's launcher mirrors (the launcher is indexed-trainer unless set) and the plain stage
+    step restores into (the stager finds the directory in the environment: no --program)."""
+    sets = ("checkpoint.storage_uri=s3://team-ckpt/own", "env_from_secrets=[s3]", "entrypoint.module=team.train")
+    job, config = _job_and_config(*sets)
+    assert config["INDEXED_TRAINER_CHECKPOINT_DIR"] == "/pvc-home/runs/mnist-train/checkpoints"
+    assert config["INDEXED_TRAINER_CHECKPOINT_URI"] == "s3://team-ckpt/own"
+    pod = job["spec"]["template"]["spec"]
+    assert [(container["name"], container["command"]) for container in pod["initContainers"]] == [
+        ("stage", ["python", "-m", "worker.staging"])]
+    assert pod["containers"][0]["command"] == ["python", "-m", "worker.launch"]
+    script = run_main("--target", "slurm", "--set", sets[0], "--set", sets[2]).stdout
+    assert 'export INDEXED_TRAINER_CHECKPOINT_DIR="$shared_dir/runs/mnist-train/checkpoints"' in script
+    assert any(line.endswith(" python -m worker.staging && \\") for line in script.splitlines())
+    assert "node 0's launcher mirrors them to the bucket" in script
+    # the built-in programs keep theirs where their own variables say: no directory variable for them
+    assert "INDEXED_TRAINER_CHECKPOINT_DIR" not in _job_and_config(*sets[:2])[1]
+
+
+def test_plain_torchrun_with_a_checkpoint_bucket_is_refused_naming_both_keys_and_the_fix():
     result = run_main("--set", "checkpoint.storage_uri=s3://team-ckpt/x", "--set", "env_from_secrets=[s3]",
-                      "--set", "entrypoint.module=team.train")
+                      "--set", "entrypoint.module=team.train", "--set", "entrypoint.launcher=torchrun")
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith("gen-manifests: error: checkpoint.storage_uri: the built-in programs (python -m "
-                                    "worker, worker.qa, worker.finetune) mirror their checkpoints to the bucket, and "
-                                    "this job runs -m team.train")
+    assert result.stderr == (
+        "gen-manifests: error: checkpoint.storage_uri: the indexed-trainer launcher mirrors the checkpoints -m "
+        "team.train writes into INDEXED_TRAINER_CHECKPOINT_DIR, and entrypoint.launcher is torchrun, which mirrors "
+        "nothing: remove entrypoint.launcher (or set indexed-trainer; the image then needs indexed-trainer[staging])\n")
 
 
 @pytest.mark.parametrize("module", ["worker.qa", "worker.finetune"])
@@ -172,8 +193,25 @@ def test_a_workload_with_a_checkpoint_bucket_names_itself_to_the_stage_step_on_b
         "python", "-m", "worker.staging"]
 
 
+def test_an_export_inside_a_users_checkpoint_prefix_is_refused_as_the_mirror_would_remove_it():
+    """Every name under a user's program's checkpoint prefix is one of its checkpoints to the mirror (which keeps
+    what the directory holds); a built-in program's naming never matches an export, so its renders are unchanged."""
+    sets = ["--set", "checkpoint.storage_uri=s3://team-ckpt/own", "--set", "env_from_secrets=[s3]"]
+    for export in ("s3://team-ckpt/own/model", "s3://team-ckpt/own"):
+        refused = run_main(*sets, "--set", f"export.storage_uri={export}", "--set", "entrypoint.script=train.py")
+        assert refused.exit_code == 2 and refused.stderr == (
+            f"gen-manifests: error: export.storage_uri: {export} is inside checkpoint.storage_uri s3://team-ckpt/own, "
+            "where the mirror keeps only what INDEXED_TRAINER_CHECKPOINT_DIR holds (it would remove the export): give "
+            "the export a prefix of its own\n")
+    for export in ("s3://team-ckpt/owner", "s3://team-models/own"):
+        assert run_main(*sets, "--set", f"export.storage_uri={export}", "--set", "entrypoint.script=train.py"
+                        ).exit_code == 0
+    assert run_main(*sets, "--set", "export.storage_uri=s3://team-ckpt/own/model").exit_code == 0
+
+
 def test_a_script_is_named_without_its_arguments_when_a_checkpoint_bucket_is_refused():
     result = run_main("--set", "checkpoint.storage_uri=s3://team-ckpt/x", "--set", "env_from_secrets=[s3]",
-                      "--set", "entrypoint.script=train.py", "--set", "entrypoint.args=[--epochs, '3']")
+                      "--set", "entrypoint.script=train.py", "--set", "entrypoint.args=[--epochs, '3']",
+                      "--set", "entrypoint.launcher=torchrun")
     assert result.exit_code == 2
-    assert "this job runs train.py, which keeps its own" in result.stderr
+    assert "mirrors the checkpoints train.py writes into" in result.stderr
