@@ -94,20 +94,29 @@ def median_of(samples: list[dict]) -> dict:
     return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
 
 
-def measure(quick: bool, repeats: int, target: float, log) -> dict:
+def measure(quick: bool, repeats: int, target: float, log, memory_only: bool = False) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
-
-    from testbed.qa_data import make_model, make_squad
-    from testbed.text_data import make_texts
 
     disable_progress_bars()  # save_pretrained's bar for each model made here says nothing
     size = sizes(quick)
     scratch = Path(tempfile.mkdtemp(prefix="bench-transformers-"))
-    model = make_model(scratch / "model", hidden=size["hidden"], layers=size["layers"])
-    data = make_texts(scratch / "texts", train=size["train"], validation=size["validation"], named=False)
+    results: dict = {"quick": quick, "repeats": repeats, "target_f1": target, "sizes": size}
+    if not memory_only:
+        results.update(fine_tuning(size, repeats, target, scratch, log))
+    log("peak memory per rank, worker.qa fsdp vs ddp...")
+    results.update(memory(size, scratch))
+    return results
+
+
+def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log) -> dict:
+    """tokens/s and time to F1, worker.finetune against Trainer, alternating ``repeats`` times (medians)."""
+    from testbed.qa_data import make_model
+    from testbed.text_data import make_texts
     from transformers import AutoTokenizer
 
+    model = make_model(scratch / "model", hidden=size["hidden"], layers=size["layers"])
+    data = make_texts(scratch / "texts", train=size["train"], validation=size["validation"], named=False)
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts = (data / "train.csv").read_text().splitlines()[1:]
     tokens = size["epochs"] * sum(len(tokenizer(line.rsplit(",", 1)[0], truncation=True,
@@ -118,18 +127,21 @@ def measure(quick: bool, repeats: int, target: float, log) -> dict:
         log(f"fine-tuning, round {round_ + 1} of {repeats}: worker.finetune, then Trainer...")
         samples["worker"].append(finetune_run(model, data, size["epochs"], tokens, target, scratch))
         samples["trainer"].append(trainer_run(model, data, size["epochs"], tokens, target, scratch))
-    results: dict = {"quick": quick, "repeats": repeats, "target_f1": target, "sizes": size,
-                     "parameters": parameter_count(model), "finetune": {name: median_of(runs)
-                                                                         for name, runs in samples.items()}}
-    log("peak memory per rank, worker.qa fsdp vs ddp...")
+    return {"parameters": parameter_count(model),
+            "finetune": {name: median_of(runs) for name, runs in samples.items()}}
+
+
+def memory(size: dict, scratch: Path) -> dict:
+    """Peak memory growth per rank, worker.qa fsdp against ddp; once: a peak of resident memory does not depend on
+    the machine's load as a time does."""
+    from testbed.qa_data import make_model, make_squad
+
     big = make_model(scratch / "big", hidden=size["memory_hidden"], layers=size["memory_layers"])
     small = make_model(scratch / "small")
     squad = make_squad(scratch / "squad", train=64, validation=16)
-    # once: a peak of resident memory does not depend on the machine's load as a time does
-    results["memory_mib"] = {f"{strategy}{suffix}": qa_peak_mib(model_dir, squad, strategy, scratch)
-                             for strategy in ("fsdp", "ddp") for suffix, model_dir in (("", big), ("_floor", small))}
-    results["memory_parameters"] = parameter_count(big)
-    return results
+    return {"memory_mib": {f"{strategy}{suffix}": qa_peak_mib(model_dir, squad, strategy, scratch)
+                           for strategy in ("fsdp", "ddp") for suffix, model_dir in (("", big), ("_floor", small))},
+            "memory_parameters": parameter_count(big)}
 
 
 def parameter_count(model: Path) -> int:
@@ -140,22 +152,27 @@ def parameter_count(model: Path) -> int:
 
 
 def table(r: dict) -> str:
-    ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
-    size, memory = r["sizes"], r["memory_mib"]
-    model = f"BERT {size['layers']}x{size['hidden']} ({r['parameters'] / 1e6:.1f} M params)"
-    speed = ours["tokens_per_second"] / theirs["tokens_per_second"]
-    time = ours["seconds_to_f1"] / theirs["seconds_to_f1"]
-    fsdp = memory["fsdp"] - memory["fsdp_floor"]
-    ddp = memory["ddp"] - memory["ddp_floor"]
+    size, peaks = r["sizes"], r["memory_mib"]
+    fsdp = peaks["fsdp"] - peaks["fsdp_floor"]
+    ddp = peaks["ddp"] - peaks["ddp_floor"]
     state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
-    rows = [("measure", "worker", "baseline", "ratio", "target"),
-            (f"tokens/s per process, ws 2, {model}, bf16", f"{ours['tokens_per_second']:.0f} (worker.finetune, DDP)",
-             f"{theirs['tokens_per_second']:.0f} (Hugging Face Trainer)", f"{speed:.2f}", verdict(speed, 1, False)),
-            (f"time to macro F1 {r['target_f1']:g}, ws 2 (s)", f"{ours['seconds_to_f1']:.1f} (F1 {ours['f1']:.1f})",
-             f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True)),
-            (f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
+    rows = [("measure", "worker", "baseline", "ratio", "target")]
+    if "finetune" in r:
+        ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
+        model = f"BERT {size['layers']}x{size['hidden']} ({r['parameters'] / 1e6:.1f} M params)"
+        speed = ours["tokens_per_second"] / theirs["tokens_per_second"]
+        time = ours["seconds_to_f1"] / theirs["seconds_to_f1"]
+        rows += [(f"tokens/s per process, ws 2, {model}, bf16",
+                  f"{ours['tokens_per_second']:.0f} (worker.finetune, DDP)",
+                  f"{theirs['tokens_per_second']:.0f} (Hugging Face Trainer)", f"{speed:.2f}",
+                  verdict(speed, 1, False)),
+                 (f"time to macro F1 {r['target_f1']:g}, ws 2 (s)",
+                  f"{ours['seconds_to_f1']:.1f} (F1 {ours['f1']:.1f})",
+                  f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True))]
+    rows += [(f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
              f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
-             f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a", "→ 1/2 = 0.50")]
+             f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a",
+             verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
     return render_rows(rows)
 
 
@@ -165,10 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check it runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
+    parser.add_argument("--memory-only", action="store_true", help="only the memory row (worker.qa fsdp vs ddp)")
     parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
-    results = measure(args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr))
+    results = measure(args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr),
+                      memory_only=args.memory_only)
     import torch
     import transformers
 
