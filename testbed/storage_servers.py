@@ -28,7 +28,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:``port`` now: as the servers bind (SO_REUSEADDR), so that the
+    TIME_WAIT connections a server just closed on it (a test before) do not read as taken."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -13,11 +13,9 @@ import pytest
 from tests.exports import same_weights
 from tests.finetune.test_finetune_training import run_finetune, world  # noqa: F401 -- world: a fixture
 from tests.worker.launch import fault_env
-from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
-from tests.worker.test_staging import stager
+from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, restored_then_resumed
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
-from trainer_contract.exit_codes import OK
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("moto")
@@ -44,14 +42,8 @@ def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
 
     # another cluster, an empty volume: the stage step restores step 20, the run trains steps 21 to 32 only
     second = tmp_path / "second-volume"
-    staged = stager({**checkpoint_s3.environ, "OUTPUT_DIR": str(second), **SHORT},
-                    args=rendered_stage_arguments("worker.finetune", URI))
-    assert staged.returncode == OK, staged.stdout + staged.stderr
-    assert f"stage: checkpoint step-00000020.ckpt restored from {URI} into " in staged.stdout
-    resumed = run_finetune(model, data, second, SHORT)
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
-    assert "Rank 0: training from step 20 of 32" in resumed.stdout
+    restored_then_resumed(lambda volume, settings: run_finetune(model, data, volume, settings), "worker.finetune",
+                          URI, checkpoint_s3.environ, SHORT, second, step=20, total=32)
     assert same_weights(tmp_path / "whole" / "bert_classifier_trained", second / "bert_classifier_trained")
     records = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in records if "accuracy" not in line] == list(range(21, 33))

@@ -12,11 +12,9 @@ import pytest
 from tests.exports import same_weights
 from tests.qa.test_qa_training import run_qa, world  # noqa: F401 -- world: a fixture
 from tests.worker.launch import fault_env
-from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, rendered_stage_arguments
-from tests.worker.test_staging import stager
+from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, restored_then_resumed
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
-from trainer_contract.exit_codes import OK
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("moto")
@@ -42,14 +40,8 @@ def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identi
                                                          tmp_path / "scratch-1") == ["step-00000010.ckpt"]
 
     second = tmp_path / "second-volume"
-    staged = stager({**checkpoint_s3.environ, "OUTPUT_DIR": str(second), **SHORT},
-                    args=rendered_stage_arguments("worker.qa", URI))
-    assert staged.returncode == OK, staged.stdout + staged.stderr
-    assert f"stage: checkpoint step-00000010.ckpt restored from {URI} into " in staged.stdout
-    resumed = run_qa(model, data, second, SHORT)
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
-    assert "Rank 0: training from step 10 of 16" in resumed.stdout
+    restored_then_resumed(lambda volume, settings: run_qa(model, data, volume, settings), "worker.qa", URI,
+                          checkpoint_s3.environ, SHORT, second, step=10, total=16)
     assert same_weights(tmp_path / "whole" / "bert_squad_trained", second / "bert_squad_trained")
     lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(11, 17))

@@ -254,3 +254,19 @@ def assert_the_bucket_holds_what_the_volume_holds(text: str, directory: Path, na
         copy = remote.download(uri, path.name, scratch / path.name, Progress(scratch, "checkpoint", print))
         assert tree(copy) == tree(path), path.name
     return [path.name for path in on_volume]
+
+
+def restored_then_resumed(run, module: str, uri: str, environ: dict, settings: dict, volume: Path, step: int,
+                          total: int):
+    """Another cluster, an empty ``volume``: the stage step, as gen-manifests renders it for built-in program
+    ``module``, restores the bucket's checkpoint of ``step``, then ``run(volume, settings)`` (the workload under the
+    launcher) resumes from it and trains to step ``total``; its result."""
+    name = layout.step_checkpoint_name(step)
+    staged = stager({**environ, "OUTPUT_DIR": str(volume), **settings}, args=rendered_stage_arguments(module, uri))
+    assert staged.returncode == OK, staged.stdout + staged.stderr
+    assert f"stage: checkpoint {name} restored from {uri} into " in staged.stdout
+    resumed = run(volume, settings)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from {name}" in resumed.stdout
+    assert f"Rank 0: training from step {step} of {total}" in resumed.stdout
+    return resumed
