@@ -18,7 +18,8 @@ from pathlib import Path
 from bench.stats import BIN, ROOT, alternate, clean_env, launch_until, peak_rss_per_rank
 
 FIRST_STEP = re.compile(r"Rank 0: epoch: \d+/\d+, batch: 1/")
-_STALL = re.compile(r"sync_blocked_s=(\S+) async_blocked_s=(\S+) sync_write_s=(\S+) async_write_s=(\S+)")
+_STALL = re.compile(r"sync_blocked_s=(\S+) async_blocked_s=(\S+) sync_write_s=(\S+) async_write_s=(\S+) "
+                    r"async_first_blocked_s=(\S+)")
 WORKER_SETTINGS = dict(LOG_INTERVAL=1, DOWNLOAD="false", TENSORBOARD="false", OMP_NUM_THREADS=1)
 
 
@@ -189,7 +190,7 @@ def checkpoint_stall(strategy: str, model: str, repeats: int) -> dict:
     match = next((m for m in map(_STALL.search, lines) if m), None)
     if match is None:
         raise RuntimeError(f"bench.checkpoint_stall {strategy} {model} failed:\n{''.join(lines[-20:])}")
-    keys = ("sync_blocked_s", "async_blocked_s", "sync_write_s", "async_write_s")
+    keys = ("sync_blocked_s", "async_blocked_s", "sync_write_s", "async_write_s", "async_first_blocked_s")
     return dict(zip(keys, map(float, match.groups()), strict=True))
 
 

@@ -71,7 +71,9 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     assert loaded.id2label == {0: "negative", 1: "positive"}
 
     # from_pretrained(export) gives the logits of the last checkpoint's weights, and they classify as scored
-    checkpoint = torch.load(tmp_path / "out" / "checkpoints" / "step-00000048.ckpt", weights_only=False)
+    from trainer_runtime.checkpoints import single_file
+
+    checkpoint = single_file.read_payload(tmp_path / "out" / "checkpoints" / "step-00000048.ckpt")
     trained = transformers.AutoModelForSequenceClassification.from_pretrained(exported)
     trained.load_state_dict(checkpoint["model"])
     assert torch.equal(logits(exported, (data, exported)), logits(trained, (data, exported)))

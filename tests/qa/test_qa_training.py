@@ -99,15 +99,21 @@ def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tm
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
 
     # from_pretrained(export) gives the logits of the trained weights (the last checkpoint's, step 24: under fsdp a
-    # directory of each rank's shards, read whole here with torch.distributed.checkpoint's converter)
+    # directory of each rank's shards with the runtime's manifest, read whole here with torch.distributed.checkpoint's
+    # converter; under ddp the runtime's verified file)
+    from trainer_runtime.checkpoints import sharded, single_file
+
     checkpoint = tmp_path / "out" / "checkpoints" / "step-00000024.ckpt"
     assert checkpoint.is_dir() == (strategy == "fsdp")
     if checkpoint.is_dir():
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+        assert sharded.verify(checkpoint)["world_size"] == 2  # the record, in the manifest of digests
+        assert {"loops", "lr_schedulers"} <= set(sharded.read_extra(checkpoint))  # Lightning's own, beside
         dcp_to_torch_save(checkpoint, tmp_path / "whole.pt")
-        checkpoint = tmp_path / "whole.pt"
-    weights = torch.load(checkpoint, weights_only=False)["state_dict"]
+        weights = torch.load(tmp_path / "whole.pt", weights_only=False)["state_dict"]
+    else:
+        weights = single_file.read_payload(checkpoint)["state_dict"]
     trained = transformers.AutoModelForQuestionAnswering.from_pretrained(model)
     trained.load_state_dict({key.removeprefix("model."): value for key, value in weights.items()})
     questions, windows, export_starts, export_ends = logits(exported, (data, exported))

@@ -9,8 +9,9 @@ verified on reading, so the newest valid checkpoint wins whatever moment a crash
 order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is written before save returns; the
 model is saved only after the last checkpoint is on disk (``wait``).
 
-With checkpoint.storage_uri, rank 0 offers each published checkpoint to the mirror (mirror.py), which uploads it
-beside the training; ``close`` waits for the newest to be in the bucket.
+Publishing (keeping the newest few, offering each to the bucket's mirror: checkpoint.storage_uri), finding the
+newest that verifies and cleaning up are the store's (store.py), as for every workload's checkpoints; ``close``
+waits for the newest to be in the bucket.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import TYPE_CHECKING
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import hooks
-from trainer_contract.checkpoint_layout import CorruptCheckpoint
-from trainer_runtime.checkpoints import sharded, single_file
+from trainer_runtime.checkpoints import sharded, single_file, store
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 from trainer_runtime.checkpoints.state import TrainingState
@@ -42,14 +42,15 @@ def format_of(path: Path) -> ModuleType:
     return next(module for module in FORMATS if path.name.endswith(module.SUFFIX))
 
 
+def read(path: Path) -> Checkpoint:
+    """A checkpoint of either format, verified (CorruptCheckpoint otherwise)."""
+    return format_of(path).read(path)
+
+
 def load_newest(directory: Path, log: Callable[[str], None] = print) -> Checkpoint | None:
     """The newest checkpoint that verifies, of either format, or None; each one skipped is logged with its reason."""
-    for _, path in layout.list_checkpoints(directory):
-        try:
-            return format_of(path).read(path)
-        except (CorruptCheckpoint, OSError, RuntimeError, EOFError, KeyError, TypeError) as exc:
-            log(f"skipping checkpoint {path.name}: {exc}")
-    return None
+    found = store.newest(directory, layout.EPOCH_STEP, read, log)
+    return found[1] if found else None
 
 
 class BackgroundWrite:
@@ -77,14 +78,14 @@ class CheckpointManager:
     def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
                  log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0,
                  mirror: CheckpointMirror | None = None):
-        self.directory, self.keep, self.every, self.epochs, self.rank = directory, keep, every, epochs, rank
+        self.directory, self.every, self.epochs, self.rank = directory, every, epochs, rank
+        self.store = store.CheckpointStore(directory, layout.EPOCH_STEP, keep=keep, log=log, mirror=mirror)
         self.format = sharded if sharded_format else single_file
         self.log = log
         self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
         self.pending: BackgroundWrite | None = None
         self.group = None  # the process group of sharded writes beside the training, made on first use
         self.staging = StagingBuffers()
-        self.mirror = mirror  # rank 0's, when checkpoint.storage_uri is set
 
     def due(self, epochs_done: int, stopping: bool) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
@@ -107,11 +108,9 @@ class CheckpointManager:
             hooks.point("checkpoint")
             finish()
             if self.rank == 0:
-                layout.prune(self.directory, self.keep)
                 took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
                 self.log(f"checkpoint {path.name} written ({took})")
-                if self.mirror is not None:
-                    self.mirror.offer(path)
+                self.store.published(path)
             hooks.point("checkpoint-written")
 
         if beside:
@@ -133,8 +132,8 @@ class CheckpointManager:
                 self.wait()
             except Exception as exc:  # the run's own outcome is what the process reports
                 self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
-        if self.mirror is not None:  # no collective: waiting for the upload is safe after a failure too
-            self.mirror.close()
+        if self.store.mirror is not None:  # no collective: waiting for the upload is safe after a failure too
+            self.store.mirror.close()
 
     def _write_group(self):
         """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""
@@ -157,5 +156,4 @@ class CheckpointManager:
         strategy.precision.load_state_dict(checkpoint.state.scaler)
 
     def remove_stale_temporaries(self) -> None:
-        for stale in layout.remove_stale_temporaries(self.directory):
-            self.log(f"removed {stale.name}, left by an interrupted checkpoint write")
+        self.store.remove_stale_temporaries()

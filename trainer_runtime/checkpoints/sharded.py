@@ -1,7 +1,9 @@
 """The sharded format (STRATEGY=fsdp): one directory per checkpoint, each rank writing its own shard.
 
-``ckpt-e<epoch>-s<step>.dcp/`` holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank
-and ``.metadata``) and ``manifest.json``: the training state's record and the SHA-256 of every other file. The
+``ckpt-e<epoch>-s<step>.dcp/`` (MNIST) or ``step-N.ckpt/`` (the QA job under fsdp, through Lightning's strategy)
+holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank and ``.metadata``), optionally
+``extra.pt`` (what a checkpoint holds besides tensors and its record: Lightning's loops, schedulers and callbacks),
+and ``manifest.json``: the record (JSON) and the SHA-256 of every other file. The
 ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory into place,
 so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read. A directory
 whose manifest is missing, or whose files are missing or differ from it, raises CorruptCheckpoint. Loading
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, atomic_write_with, fsync_directory
 from trainer_contract.checkpoint_layout import CorruptCheckpoint
 from trainer_contract.digests import file_digest
 from trainer_runtime.checkpoints import safe_load
@@ -34,16 +36,19 @@ SUFFIX = ".dcp"
 EVERY_RANK_WRITES = True
 FORMAT = "indexed-trainer sharded checkpoint v1"
 MANIFEST = "manifest.json"
+EXTRA = "extra.pt"
 
 
-def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int) -> None:
+def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
+                 extra: dict[str, Any] | None = None) -> None:
     """Every rank calls this (a collective): ``shards`` is this rank's part; ``record`` (JSON) goes to the
-    manifest."""
-    begin_shards(shards, record, final, rank)()
+    manifest, ``extra`` (rank 0's: anything torch.save writes and safe_load reads back) to EXTRA."""
+    begin_shards(shards, record, final, rank, extra=extra)()
 
 
 def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
-                 stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
+                 stage: Callable[[Any], Any] | None = None, group: Any = None,
+                 extra: dict[str, Any] | None = None) -> Callable[[], None]:
     """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
     collective too) and, on rank 0, publishes them (manifest, rename). With ``stage`` (a copy) and ``group`` (a
     process group of the checkpoint writes' own: their collectives never interleave with the training's), the
@@ -67,6 +72,10 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
     def finish() -> None:
         dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
         if rank == 0:
+            if extra is not None:  # hashed into the manifest with the shards
+                import torch
+
+                atomic_write_with(temp / EXTRA, lambda handle: torch.save(extra, handle))
             _publish(temp, final, record)
 
     return finish
@@ -109,6 +118,12 @@ def verify(path: Path) -> dict[str, Any]:
         if file_digest(file) != digest:
             raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
     return manifest["meta"]
+
+
+def read_extra(path: Path) -> dict[str, Any]:
+    """EXTRA of a verified checkpoint directory (empty when it has none), through safe_load's allow-list."""
+    extra = path / EXTRA
+    return safe_load.load(extra, name=f"{path.name}/{EXTRA}") if extra.is_file() else {}
 
 
 def read(path: Path) -> Checkpoint:

@@ -1,9 +1,11 @@
-"""The single-file format (STRATEGY=allreduce, ddp): rank 0 writes the whole state as one verified file.
+"""The single-file format (the MNIST worker under allreduce and ddp, the finetune job, the QA job under ddp): rank 0
+writes the whole state as one verified file.
 
-``ckpt-e<epoch>-s<step>.pt`` is a magic line, the SHA-256 of the payload, then the payload (torch.save of the
-training state's record with ``model`` and ``optimizer`` beside it), written atomically (worker.atomic). Reading
-checks the magic and the hash before torch.load (weights_only), so a truncated, zeroed or corrupt file raises
-CorruptCheckpoint instead of loading.
+A checkpoint file (MNIST's ``ckpt-e<epoch>-s<step>.pt``, a workload's ``step-N.ckpt``) is a magic line, the
+SHA-256 of the payload, then the payload (torch.save of a state dict: MNIST's training state's record with
+``model`` and ``optimizer`` beside it, or Lightning's checkpoint, or the finetune loop's), written atomically
+(trainer_contract.atomic). Reading checks the magic and the hash before torch.load (weights_only), so a truncated,
+zeroed or corrupt file raises CorruptCheckpoint instead of loading.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import hashlib
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
-from trainer_contract.atomic import atomic_write
+from trainer_contract.atomic import atomic_write_with
 from trainer_contract.checkpoint_layout import CorruptCheckpoint
 from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.checkpoints.found import Checkpoint
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 SUFFIX = ".pt"
 EVERY_RANK_WRITES = False
 MAGIC = b"indexed-trainer checkpoint v1\n"
+DIGEST_LENGTH = 64  # SHA-256, in hex
+TORCH_SAVE_ONLY = b"PK\x03\x04"  # torch.save's zip archive: a workload's checkpoint of an earlier version
 
 
 def encode(payload_state: dict[str, Any]) -> bytes:
@@ -46,6 +50,44 @@ def decode(data: bytes, name: str = "in memory") -> dict[str, Any]:
     return safe_load.load(io.BytesIO(payload), name=name)
 
 
+class _Hashing:
+    """A write-only stream that hashes what passes through it to ``handle``: torch.save streams the payload to
+    the file, never held whole in memory beside the state it serializes."""
+
+    def __init__(self, handle: BinaryIO):
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def write_payload(path: Path, payload: dict[str, Any]) -> None:
+    """``payload`` as one verified file at ``path`` (the bytes of ``encode``), whole or absent whatever moment a
+    crash picks: the payload streams after a header whose digest is filled in once it is known."""
+    def write(handle: BinaryIO) -> None:
+        handle.write(MAGIC + b"0" * DIGEST_LENGTH + b"\n")
+        hashing = _Hashing(handle)
+        torch.save(payload, hashing)  # type: ignore[arg-type]  # torch's zip writer only calls write
+        handle.seek(len(MAGIC))
+        handle.write(hashing.digest.hexdigest().encode())
+        handle.seek(0, io.SEEK_END)
+
+    atomic_write_with(path, write)
+
+
+def read_payload(path: Path) -> dict[str, Any]:
+    """A verified file's payload. The transformer workloads' checkpoints written before they came here are torch.save
+    alone (a zip archive, no hash): still read, through the same allow-list, so a run resumes across the upgrade."""
+    data = path.read_bytes()
+    if data.startswith(TORCH_SAVE_ONLY):
+        return safe_load.load(io.BytesIO(data), name=path.name)
+    return decode(data, path.name)
+
+
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
           stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
     """Rank 0 only (the others hold the same replica). What must happen while training waits: take the state
@@ -55,7 +97,7 @@ def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
     payload = {**state.to_record(), "model": model_state, "optimizer": optimizer_state}
     if stage is not None:
         payload = stage(payload)
-    return lambda: atomic_write(path, encode(payload))
+    return lambda: write_payload(path, payload)
 
 
 

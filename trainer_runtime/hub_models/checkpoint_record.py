@@ -1,32 +1,28 @@
 """What a transformer run's checkpoint records of how it was made, and why a resume is refused: another model,
 another tokenizer (each by a digest of its files), another shaping setting or another number of processes, one
-line each naming the variable, as the MNIST worker refuses a changed hyper-parameter. Checkpoints are named by
-the optimizer step (trainer_contract.checkpoint_layout's OPTIMIZER_STEP, ``step-XXXXXXXX.ckpt``: a file, or under
-FSDP a directory of every rank's shards), each written under a temporary name and renamed into place when whole;
-rank 0 keeps the newest few and offers each to the bucket's mirror (checkpoint.storage_uri); the newest that loads
-is resumed."""
+line each naming the variable, as the MNIST worker refuses a changed hyper-parameter. The checkpoints themselves
+are the runtime's (trainer_runtime.checkpoints): named by the optimizer step (checkpoint_layout's OPTIMIZER_STEP,
+``step-XXXXXXXX.ckpt``), a verified file (single_file) or under FSDP a directory of every rank's shards with a
+manifest (sharded), published, found and cleaned by the run's CheckpointStore."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
-from trainer_contract.atomic import TEMP_PREFIX
-from trainer_contract.checkpoint_layout import remove  # a checkpoint: a file, or a sharded one's directory
 from trainer_contract.digests import file_digest
 from trainer_contract.variables import config_fields
 from trainer_runtime import run_record
+from trainer_runtime.checkpoints import safe_load, sharded, single_file
 
-if TYPE_CHECKING:
-    from trainer_stager.checkpoint_mirror import CheckpointMirror
-
-RECORD_KEY = "indexed_trainer"
-# A sharded checkpoint is a directory of torch.distributed.checkpoint's files, each rank's shards, and this file
-# with everything but the tensors (Lightning's layout), the record among it.
-SHARDED_RECORD_FILE = "meta.pt"
+RECORD_KEY = "indexed_trainer"  # the record's key in a checkpoint's state (a sharded one keeps it in its manifest)
+# Before the workloads wrote through the runtime's formats, a sharded checkpoint was Lightning's own layout: DCP's
+# files and this one with everything but the tensors, the record among it. Still read (a run resumes across the
+# upgrade).
+LEGACY_SHARDED_RECORD_FILE = "meta.pt"
 # Files of a model directory that belong to its tokenizer (their digest is the tokenizer's revision); every
 # other file but the stager's marker and hidden files is the model's.
 TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -73,43 +69,12 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
     return problems
 
 
-def newest(directory: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads (a file, or a sharded checkpoint's directory), with its record; one that
-    does not is named and passed over."""
-    from trainer_runtime.checkpoints import safe_load
-
-    for _, path in layout.list_checkpoints(directory, layout.OPTIMIZER_STEP):
-        try:
-            record_file = path / SHARDED_RECORD_FILE if path.is_dir() else path
-            checkpoint = safe_load.load(record_file, name=path.name, mmap=True)
-            return path, checkpoint[RECORD_KEY]
-        except safe_load.UnsafeCheckpoint:
-            raise  # refused, never passed over for an older one: someone wrote it
-        except Exception as error:  # a damaged file: torch's errors share no base class  # noqa: BLE001
-            log(f"checkpoint {path.name} cannot be read ({type(error).__name__}: {error}); trying an older one")
-    return None
-
-
-def published(path: Path, keep: int, mirror: CheckpointMirror | None) -> None:
-    """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, and offer it
-    to the mirror (checkpoint.storage_uri), which uploads it beside the training and removes from the bucket what
-    the volume no longer keeps."""
-    layout.prune(path.parent, keep, layout.OPTIMIZER_STEP)
-    if mirror is not None:
-        mirror.offer(path)
-
-
-def remove_temporaries(directory: Path) -> None:
-    """What a write cut short left behind (the checkpoints themselves are whole or absent)."""
-    for path in directory.glob(f"{TEMP_PREFIX}*"):
-        remove(path)
-
-
-def write(checkpoint: dict[str, Any], path: Path) -> None:
-    """torch.save streamed into a temporary file renamed into place: readers (and a resume after a kill) see the
-    previous checkpoint or the whole new one."""
-    import torch
-
-    from trainer_contract.atomic import atomic_write_with
-
-    atomic_write_with(path, lambda handle: torch.save(checkpoint, handle))
+def read_record(path: Path) -> dict[str, Any]:
+    """The record of checkpoint ``path``, verified (a file's hash, a directory's manifest of digests: the runtime's
+    two formats) and read through safe_load's allow-lists; raises what a damaged or refused one raises."""
+    if path.is_file():
+        return single_file.read_payload(path)[RECORD_KEY]
+    if (path / sharded.MANIFEST).is_file():
+        return sharded.verify(path)
+    # a sharded checkpoint of an earlier version: Lightning's own layout, unverified, its record in this file
+    return safe_load.load(path / LEGACY_SHARDED_RECORD_FILE, name=path.name, mmap=True)[RECORD_KEY]

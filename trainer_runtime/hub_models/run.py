@@ -1,6 +1,7 @@
 """Around a transformer run: refusals (a line each, then the exit code of the contract), the usage log beside
-the training, rank 0's mirror of the checkpoints in a bucket (checkpoint.storage_uri), the pretrained model
-directory checked before anything loads, and the checkpoint a start resumes from."""
+the training, the run's checkpoint store (with rank 0's mirror of the checkpoints in a bucket:
+checkpoint.storage_uri), the pretrained model directory checked before anything loads, and the checkpoint a start
+resumes from."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_contract import checkpoint_layout as layout
 from trainer_contract import exit_codes
 from trainer_contract.variables import ConfigError
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.run_log import say
@@ -25,13 +28,14 @@ class Refusal(Exception):
         self.code, self.problems = code, problems
 
 
-Train = Callable[[Any, DistEnv, Callable[[str], None], CheckpointMirror | None], int]
+Train = Callable[[Any, DistEnv, Callable[[str], None], CheckpointStore], int]
 
 
 def run_logged(config: Any, env: DistEnv, train: Train) -> int:
-    """``train(config, env, log, mirror)`` with every process's usage log running beside it and rank 0's checkpoint
-    mirror (None elsewhere, or without checkpoint.storage_uri), closed at the end, which waits for the newest
-    checkpoint to be in the bucket; a Refusal becomes its lines and its exit code."""
+    """``train(config, env, log, store)`` with every process's usage log running beside it; ``store`` holds the
+    run's checkpoints (OUTPUT_DIR/checkpoints) and, on rank 0 with checkpoint.storage_uri, their mirror, closed at
+    the end, which waits for the newest checkpoint to be in the bucket; a Refusal becomes its lines and its exit
+    code."""
     def log(message: str) -> None:
         say(env.rank, message)
 
@@ -40,7 +44,9 @@ def run_logged(config: Any, env: DistEnv, train: Train) -> int:
     mirror = None
     try:
         mirror = _mirror(config, env, log)
-        return train(config, env, log, mirror)
+        store = CheckpointStore(config.checkpoint_dir, layout.OPTIMIZER_STEP, keep=config.keep_checkpoints, log=log,
+                                mirror=mirror)
+        return train(config, env, log, store)
     except (Refusal, ConfigError) as refusal:  # ConfigError: a refused checkpoint (safe_load.UnsafeCheckpoint)
         code = refusal.code if isinstance(refusal, Refusal) else exit_codes.BAD_CONFIG
         for problem in refusal.problems:
@@ -83,15 +89,14 @@ def quiet_transformers() -> None:
     disable_progress_bars()
 
 
-def resume_from(config: Any, now: dict[str, Any], log: Callable[[str], None]) -> tuple[Path, dict] | None:
-    """The newest readable checkpoint in OUTPUT_DIR/checkpoints when RESUME is on, with its record; refused when
-    it was made otherwise than ``now``."""
-    directory = config.checkpoint_dir
-    if directory.is_dir():
-        checkpoint_record.remove_temporaries(directory)
-    if not config.resume or not directory.is_dir():
+def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore,
+                log: Callable[[str], None]) -> tuple[Path, dict] | None:
+    """The newest checkpoint in the store that verifies when RESUME is on, with its record; refused when it was
+    made otherwise than ``now``."""
+    store.remove_stale_temporaries()
+    if not config.resume:
         return None
-    found = checkpoint_record.newest(directory, log)
+    found = store.newest(checkpoint_record.read_record)
     if found is None:
         return None
     path, recorded = found

@@ -19,7 +19,8 @@ from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import ConfigError, FinetuneConfig
 from trainer_runtime import precision, process_group
-from trainer_runtime.checkpoints import safe_load
+from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
@@ -99,21 +100,21 @@ def _load_data(config: FinetuneConfig, log):
     return tokenizer, model, train, evaluation
 
 
-def _train(config: FinetuneConfig, env: DistEnv, log, mirror) -> int:
+def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     device = _join(config, env, log)
     tokenizer, model, train, evaluation = _load_data(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, SHAPING, env.world_size)
-    found = resume_from(config, now, log)
+    found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
     loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id or 0, config, device, env.rank)
     if found:
-        loop.load_state_dict(safe_load.load(found[0]))
+        loop.load_state_dict(single_file.read_payload(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
     stop.defer()
     try:
-        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop, mirror)
+        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop, store)
     except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
         code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
         log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
@@ -129,14 +130,13 @@ def _train(config: FinetuneConfig, env: DistEnv, log, mirror) -> int:
 
 
 def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, num_labels: int, now: dict,
-            stop: StopRequest, mirror) -> dict[str, float]:
+            stop: StopRequest, store: CheckpointStore) -> dict[str, float]:
     def checkpoint() -> None:
         hooks.point("checkpoint")
-        if env.is_rank0:
-            config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            path = config.checkpoint_dir / checkpoint_record.checkpoint_name(loop.step)
-            checkpoint_record.write({**loop.state_dict(), checkpoint_record.RECORD_KEY: now}, path)
-            checkpoint_record.published(path, config.keep_checkpoints, mirror)
+        if env.is_rank0:  # one file: every rank holds the same replica
+            path = store.directory / checkpoint_record.checkpoint_name(loop.step)
+            single_file.write_payload(path, {**loop.state_dict(), checkpoint_record.RECORD_KEY: now})
+            store.published(path)
         dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
 
     def scored() -> dict[str, float]:

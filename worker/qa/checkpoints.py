@@ -1,45 +1,54 @@
-"""The question-answering run's checkpoints: Lightning's own (model, optimizer, schedule, loops, and the loader's
-place in the epoch) with the record of trainer_runtime.hub_models.checkpoint_record, written atomically (a kill mid-write
-leaves the previous checkpoint whole) and named by the optimizer step. Under FSDP each rank writes its shards
-(torch.distributed.checkpoint, through Lightning): gathering the whole model and optimizer on rank 0 to write one
-file would cost that rank the memory FSDP saves."""
+"""The question-answering run's checkpoints: what Lightning puts in one (model, optimizer, schedule, loops, and the
+loader's place in the epoch) with the record of trainer_runtime.hub_models.checkpoint_record, written and read in
+the runtime's own formats through Lightning's hooks (its CheckpointIO for one file, its strategy's save and load
+for the shards): a verified file under DDP, a directory of every rank's shards with a manifest of digests under
+FSDP (gathering the whole model and optimizer on rank 0 to write one file would cost that rank the memory FSDP
+saves), whole or absent whatever moment a kill picks, named by the optimizer step and published by the run's
+CheckpointStore."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from trainer_contract import hooks
-from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
-from trainer_runtime.checkpoints import safe_load
+from trainer_runtime.checkpoints import safe_load, sharded, single_file
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.stop import StopRequest, agreed
-
-if TYPE_CHECKING:
-    from trainer_stager.checkpoint_mirror import CheckpointMirror
 
 # Settings whose change makes a resumed run another run: the schedule, the batches, the features, the seed.
 SHAPING = ("epochs", "batch_size", "learning_rate", "seed", "train_samples", "max_seq_length", "doc_stride")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's one-file checkpoints (DDP): written atomically, read through the runtime's allow-list."""
+    """Lightning's one-file checkpoints (DDP) in the runtime's single-file format: verified, written atomically,
+    read through the runtime's allow-list."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        checkpoint_record.write(checkpoint, Path(path))
+        single_file.write_payload(Path(path), checkpoint)
 
     def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None
                         ) -> dict[str, Any]:
-        return safe_load.load(Path(path))
+        return single_file.read_payload(Path(path))
 
 
 class ShardedModelParallelStrategy(ModelParallelStrategy):
-    """Lightning's FSDP2 strategy, its sharded checkpoints read by the runtime (safe_load.dcp_load: DCP's metadata
-    and non-tensor items through allow-lists, where Lightning's loader unpickles anything)."""
+    """Lightning's FSDP2 strategy, its checkpoints in the runtime's sharded format: every rank's shards of the
+    model and optimizers through torch.distributed.checkpoint, the record in the manifest, the rest of Lightning's
+    checkpoint (loops, schedulers, callbacks) in its extra file; read through safe_load's allow-lists, where
+    Lightning's loader unpickles anything."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
+        path = Path(self.broadcast(filepath))  # every rank, one path
+        shards = {"state_dict": checkpoint.pop("state_dict"),
+                  **{f"optimizer_{index}": state for index, state in enumerate(checkpoint.pop("optimizer_states", []))}}
+        record = checkpoint.pop(checkpoint_record.RECORD_KEY)
+        sharded.write_shards(shards, record, path, self.global_rank, extra=checkpoint)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
@@ -50,8 +59,13 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
         )
 
         path = Path(self.broadcast(checkpoint_path))
-        if not (path / checkpoint_record.SHARDED_RECORD_FILE).is_file():
-            return super().load_checkpoint(path, weights_only=True)  # one file: torch.load with weights_only
+        if path.is_file():
+            return super().load_checkpoint(path, weights_only=True)  # one file: through AtomicCheckpointIO
+        legacy = path / checkpoint_record.LEGACY_SHARDED_RECORD_FILE
+        if legacy.is_file() and not (path / sharded.MANIFEST).is_file():
+            rest = safe_load.load(legacy, name=f"{path.name}/{legacy.name}")
+        else:
+            rest = {**sharded.read_extra(path), checkpoint_record.RECORD_KEY: sharded.verify(path)}
         model = self.model
         assert model is not None
         module_state = {"state_dict": get_model_state_dict(model)}
@@ -63,8 +77,7 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
             safe_load.dcp_load(optimizer_state, path)
             set_optimizer_state_dict(model, optimizer, optim_state_dict=optimizer_state[key],
                                      options=StateDictOptions(cpu_offload=True))
-        meta = path / checkpoint_record.SHARDED_RECORD_FILE
-        return safe_load.load(meta, name=f"{path.name}/{meta.name}")
+        return rest
 
 
 class Stopped(Exception):
@@ -78,13 +91,11 @@ class Stopped(Exception):
 class Checkpointing(L.Callback):
     """A checkpoint every ``every_steps`` optimizer steps (0: never mid-epoch) and at each epoch's end, after its
     evaluation, and of the step reached when the gang agrees to stop (``stop``: SIGTERM somewhere in it), which
-    then raises Stopped; rank 0 keeps the newest ``keep``. Every rank calls Lightning's save: under DDP rank 0
-    writes the one file; ``sharded`` (FSDP), every rank its shards."""
+    then raises Stopped. Every rank calls Lightning's save: under DDP rank 0 writes the one file (AtomicCheckpointIO),
+    under FSDP every rank its shards (ShardedModelParallelStrategy); rank 0 then publishes it in ``store``."""
 
-    def __init__(self, directory: Path, every_steps: int, keep: int, sharded: bool, stop: StopRequest,
-                 mirror: CheckpointMirror | None = None):
-        self.directory, self.every_steps, self.keep, self.sharded = directory, every_steps, keep, sharded
-        self.stop, self.mirror = stop, mirror
+    def __init__(self, store: CheckpointStore, every_steps: int, stop: StopRequest):
+        self.store, self.every_steps, self.stop = store, every_steps, stop
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         # Lightning installed its own SIGTERM handler for the fit: it broadcasts from inside the signal handler and
@@ -109,25 +120,7 @@ class Checkpointing(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         hooks.point("checkpoint")
-        path = self.directory / checkpoint_record.checkpoint_name(trainer.global_step)
-        if not self.sharded:
-            trainer.save_checkpoint(path)  # one file, through AtomicCheckpointIO
-        else:
-            self.save_sharded(trainer, path)
+        path = self.store.directory / checkpoint_record.checkpoint_name(trainer.global_step)
+        trainer.save_checkpoint(path)  # whole or absent: each format writes beside, then renames into place
         if trainer.is_global_zero:
-            checkpoint_record.published(path, self.keep, self.mirror)
-
-    def save_sharded(self, trainer: L.Trainer, path: Path) -> None:
-        """Every rank writes its own shards (nothing gathered: the point of FSDP's memory) into a temporary
-        directory, which rank 0 renames into place once every rank is done: the checkpoint is whole or absent."""
-        temporary = path.parent / f"{TEMP_PREFIX}{path.name}"
-        if trainer.is_global_zero:
-            checkpoint_record.remove(temporary)
-        trainer.strategy.barrier()
-        trainer.save_checkpoint(temporary)
-        trainer.strategy.barrier()
-        if trainer.is_global_zero:
-            checkpoint_record.remove(path)
-            temporary.rename(path)
-            fsync_directory(path.parent)
-        trainer.strategy.barrier()
+            self.store.published(path)

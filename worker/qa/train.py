@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
@@ -92,10 +93,9 @@ def _load(config: QaConfig):
 
 
 def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines, stop: StopRequest,
-             mirror) -> L.Trainer:
+             store: CheckpointStore) -> L.Trainer:
     strategy, precision = _strategy(config, env, cuda)
-    saving = checkpoints.Checkpointing(config.checkpoint_dir, config.checkpoint_every_steps, config.keep_checkpoints,
-                                       sharded=config.strategy == "fsdp", stop=stop, mirror=mirror)
+    saving = checkpoints.Checkpointing(store, config.checkpoint_every_steps, stop=stop)
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
                      callbacks=[progress, saving], logger=False, enable_checkpointing=False,
@@ -116,7 +116,7 @@ def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluat
     log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
 
 
-def _train(config: QaConfig, env: DistEnv, log, mirror) -> int:
+def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     _quiet_lightning()
@@ -129,7 +129,7 @@ def _train(config: QaConfig, env: DistEnv, log, mirror) -> int:
     except (squad.DatasetError, ValueError) as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     now = checkpoint_record.record(config, checkpoints.SHAPING, env.world_size)
-    found = resume_from(config, now, log)
+    found = resume_from(config, now, store, log)
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
     pad = tokenizer.pad_token_id or 0
@@ -143,7 +143,7 @@ def _train(config: QaConfig, env: DistEnv, log, mirror) -> int:
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
                                train_batches=train_batches, evaluation=evaluation, record=now,
                                evaluated=progress.evaluated)
-    trainer = _trainer(config, env, cuda, progress, stop, mirror)
+    trainer = _trainer(config, env, cuda, progress, stop, store)
     stop.defer()
     try:
         state = _fit(trainer, module, loaders, found[0] if found else None, evaluation)
