@@ -22,7 +22,13 @@ from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
-from trainer_contract.storage import CREDENTIAL_VARIABLES, StorageUriError
+from trainer_contract.storage import (
+    CREDENTIAL_VARIABLES,
+    ENDPOINT_VARIABLES,
+    StorageUriError,
+    holds_credentials,
+    redacted,
+)
 from trainer_contract.storage import parse as parse_storage_uri
 from trainer_contract.variables import (
     BUILT_IN_PROGRAMS,
@@ -376,6 +382,13 @@ def _credential_problems(values: dict) -> Iterable[str]:
     for index, variable in enumerate(values["env"]):
         if variable["name"] in CREDENTIAL_VARIABLES and "value" in variable:
             yield f"env[{index}].value: {variable['name']}: {fix}"
+    endpoints = [(f"config_map.{key}", key, value) for key, value in sorted(values["config_map"].items())]
+    endpoints += [(f"env[{index}].value", variable["name"], variable.get("value"))
+                  for index, variable in enumerate(values["env"])]
+    for where, name, value in endpoints:
+        if name in ENDPOINT_VARIABLES and isinstance(value, str) and holds_credentials(value):
+            yield (f"{where}: {name}={redacted(value)!r} holds a user, password or query values, which a render "
+                   "writes out: give the endpoint's address only; credentials come from a Secret (env_from_secrets)")
 
 
 def _worker_value_problems(values: dict, where: str, name: str, value: str | int | float | bool) -> Iterable[str]:

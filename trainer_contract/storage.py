@@ -49,10 +49,29 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 CREDENTIAL_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                         "AWS_SESSION_TOKEN")
 
+# The libraries' endpoint variables: an address only; a user, password or token in one is refused where it
+# would be written out (the values), as a credential is.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "HF_ENDPOINT")
+
 _HF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _HF_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")  # lower case
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+_QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def holds_credentials(url: str) -> bool:
+    """Whether ``url`` carries a user, a password or query values (where tokens and signatures go)."""
+    return redacted(url) != url
+
+
+def redacted(text: str) -> str:
+    """``text`` as a line may show it: a URL's user and password, and every query parameter's value (a presigned
+    URL's signature, a token), replaced by ``***``. Lines name a source by this, never by the URI itself."""
+    return _QUERY_VALUE.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 class StorageUriError(ValueError):
@@ -72,11 +91,12 @@ class StorageUri:
 
     @property
     def describe(self) -> str:
-        """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL."""
+        """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL with
+        its query's values redacted."""
         if self.scheme == "hf":
             kind = "dataset " if self.repo_type == "dataset" else ""
             return f"{kind}{self.repo}@{self.revision}"
-        return self.text
+        return redacted(self.text)
 
     def named(self, role: Role) -> str:
         """The source as a line names it in its role: "model org/name@rev", "dataset s3://bucket/prefix"."""
@@ -108,9 +128,13 @@ class StorageUri:
 
 
 def parse(text: str, role: Role) -> StorageUri:
-    """The URI ``text`` for ``role``; StorageUriError saying what is wrong and what to write."""
+    """The URI ``text`` for ``role``; StorageUriError saying what is wrong and what to write (the URI shown
+    redacted), whatever ``text`` is."""
     if not text or text != text.strip():
-        raise StorageUriError(f"{text!r} is empty or has spaces around it")
+        raise StorageUriError(f"{redacted(text)!r} is empty or has spaces around it")
+    if _CONTROL.search(text):
+        raise StorageUriError(f"{redacted(text)!r} holds a control character (a newline, a tab): write the URI on "
+                              "one line, percent-encoding what must be in it")
     if text.startswith("/"):
         if role in UPLOADED_ROLES:
             raise StorageUriError(f"{text!r}: {role}s go to a bucket: write s3://bucket/prefix")
@@ -128,11 +152,27 @@ def parse(text: str, role: Role) -> StorageUri:
     if scheme == "s3":
         return _s3(text, rest)
     if scheme in ("https", "http"):
-        parsed = urlparse(text)
-        if not parsed.netloc or not parsed.path.strip("/"):
-            raise StorageUriError(f"{text!r} names no file: write https://host/path/file (an archive is unpacked)")
-        return StorageUri(text, "https", url=text)
+        return _web(text)
     raise StorageUriError(f"{text!r}: unknown scheme {scheme}://; write hf://, s3://, https:// or an absolute path")
+
+
+def _web(text: str) -> StorageUri:
+    try:
+        parsed = urlparse(text)
+        parsed.port  # noqa: B018  # raises ValueError for a port that is not a number in range
+    except ValueError as error:
+        raise StorageUriError(f"{redacted(text)!r} is not a URL ({error}): write https://host[:port]/path/file") from None
+    if "@" in parsed.netloc:
+        raise StorageUriError(f"{redacted(text)!r}: a user or password in the URL would be written into the "
+                              "ConfigMap and every log (and is not sent as credentials): serve the file without "
+                              "them, or from a bucket (s3://, its credentials from a Secret: env_from_secrets)")
+    if not parsed.hostname or not parsed.path.strip("/"):
+        raise StorageUriError(f"{redacted(text)!r} names no file: write https://host/path/file (an archive is "
+                              "unpacked)")
+    if not (_HOST_NAME.match(parsed.hostname) or ":" in parsed.hostname):  # a name, an IPv4 or an IPv6 address
+        raise StorageUriError(f"{redacted(text)!r}: {parsed.hostname!r} is not a host name: write "
+                              "https://host/path/file")
+    return StorageUri(text, "https", url=text)
 
 
 def _hugging_face(text: str, rest: str) -> StorageUri:

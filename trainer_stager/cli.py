@@ -27,6 +27,7 @@ from trainer_contract.storage import (
     StorageUri,
     StorageUriError,
     parse,
+    redacted,
 )
 from trainer_contract.variables import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_stager import place, restore
@@ -66,7 +67,7 @@ def _fetcher(uri: StorageUri) -> Callable:
 
             return fetch_s3.fetch
     except ImportError:
-        raise missing_library(uri.text, LIBRARIES[uri.scheme]) from None
+        raise missing_library(redacted(uri.text), LIBRARIES[uri.scheme]) from None
     from trainer_stager import fetch_https
 
     return fetch_https.fetch
@@ -88,7 +89,7 @@ def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) 
         return {"source": fetch(uri, temporary, progress), "temporary": temporary}
 
     done = retrying(environ)(attempt)
-    record = {"uri": uri.text, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    record = {"uri": redacted(uri.text), "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **done["source"]}
     place.publish(done["temporary"], where, record)
     seconds = time.monotonic() - started

@@ -26,7 +26,7 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
     if uri.is_archive:
         _unpack(target, into, uri)
         target.unlink()
-    return {"url": uri.url, "bytes": size, "sha256": digest, "unpacked": uri.is_archive}
+    return {"url": uri.describe, "bytes": size, "sha256": digest, "unpacked": uri.is_archive}
 
 
 def _download(uri: StorageUri, target: Path, progress: Progress) -> tuple[str, int]:
@@ -44,20 +44,20 @@ def _download(uri: StorageUri, target: Path, progress: Progress) -> tuple[str, i
         raise _http_error(uri, error.code, error.reason) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
         reason = getattr(error, "reason", error)
-        raise StagingError(f"{uri.url}: {reason}", retryable=True) from None
+        raise StagingError(f"{uri.describe}: {reason}", retryable=True) from None
     if expected is not None and size != expected:
-        raise StagingError(f"{uri.url}: got {size} bytes, the server announced {expected}", retryable=True)
+        raise StagingError(f"{uri.describe}: got {size} bytes, the server announced {expected}", retryable=True)
     return digest, size
 
 
 def _http_error(uri: StorageUri, status: int, reason: object) -> StagingError:
     if status in (401, 403):
-        return StagingError(f"{uri.url}: {status} {reason}: the server refuses this download; give the URL of a "
+        return StagingError(f"{uri.describe}: {status} {reason}: the server refuses this download; give the URL of a "
                             "file it serves without credentials, or stage it onto the volume yourself and set "
                             "the storage_uri to its path", retryable=False)
     if status == 404 or status == 410:
-        return StagingError(f"{uri.url}: {status} {reason}: no such file; check the URL", retryable=False)
-    return StagingError(f"{uri.url}: {status} {reason}", retryable=status >= 500 or status == 429)
+        return StagingError(f"{uri.describe}: {status} {reason}: no such file; check the URL", retryable=False)
+    return StagingError(f"{uri.describe}: {status} {reason}", retryable=status >= 500 or status == 429)
 
 
 def _unpack(archive: Path, into: Path, uri: StorageUri) -> None:
@@ -67,11 +67,11 @@ def _unpack(archive: Path, into: Path, uri: StorageUri) -> None:
             with zipfile.ZipFile(archive) as bundle:
                 for member in bundle.namelist():
                     if not (root / member).resolve().is_relative_to(root):
-                        raise StagingError(f"{uri.url}: member {member!r} would land outside the directory",
+                        raise StagingError(f"{uri.describe}: member {member!r} would land outside the directory",
                                            retryable=False)
                 bundle.extractall(into)
         else:
             with tarfile.open(archive) as bundle:
                 bundle.extractall(into, filter="data")  # no links out, no devices, no absolute paths
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as error:
-        raise StagingError(f"{uri.url}: cannot unpack: {error}", retryable=False) from None
+        raise StagingError(f"{uri.describe}: cannot unpack: {error}", retryable=False) from None

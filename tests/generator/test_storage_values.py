@@ -49,6 +49,12 @@ def test_two_urls_of_the_same_file_name_are_staged_apart_and_archives_are_known(
     ("/pvc-home/out", "checkpoint", "checkpoints go to a bucket"),
     ("/pvc-home/../etc", "model", "not a plain absolute path"),
     (" s3://bucket/x", "model", "spaces around it"),
+    ("https://[::1/f", "dataset", "is not a URL (Invalid IPv6 URL)"),
+    ("https://host:99999/f", "dataset", "is not a URL (Port out of range"),
+    ("https://host/f\nx", "model", "holds a control character"),
+    ("s3://bucket/a\tb", "dataset", "holds a control character"),
+    ("https://bob:hunter2@host/f.tar.gz", "dataset", "a user or password in the URL"),
+    ("https://../f.tar.gz", "dataset", "'..' is not a host name"),
 ])
 def test_a_bad_uri_says_what_is_wrong_and_what_to_write(text, role, words):
     with pytest.raises(StorageUriError, match=words.replace("(", r"\(").replace(")", r"\)")
@@ -79,6 +85,39 @@ def test_a_credential_written_into_the_values_is_refused_and_never_printed(sets)
     assert "credentials come from a Secret only" in result.stderr
     assert "hf_abc" not in result.stderr and "wJalrXUtnFEMI" not in result.stderr
     assert "not a variable of" not in result.stderr
+
+
+@pytest.mark.parametrize(("sets", "secret"), [
+    (["initializer.model.storage_uri=https://bob:hunter2@h.example/m.tar.gz"], "hunter2"),
+    (["initializer.dataset.storage_uri=https://h.example/?X-Amz-Signature=abc123&X-Amz-Credential=AKIA9"], "abc123"),
+    (["initializer.dataset.storage_uri=https://[::1/f?token=tok-77"], "tok-77"),
+    (["entrypoint.script=train.py", "config_map.AWS_ENDPOINT_URL=http://key:s3cret@127.0.0.1:9000"], "s3cret"),
+    (["env=[{name: HF_ENDPOINT, value: 'https://hub.example/?token=hf-tok-9'}]"], "hf-tok-9"),
+])
+def test_a_uri_or_endpoint_that_holds_a_secret_is_refused_without_showing_it(sets, secret):
+    result = run_main(*[arg for item in sets for arg in ("--set", item)])
+    assert result.exit_code == 2 and result.stdout == "", result.stderr
+    assert secret not in result.stderr and "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "***" in line]
+    assert line.startswith("gen-manifests: error: "), line
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("https://h.example/f.tar.gz", "https://h.example/f.tar.gz"),
+    ("https://u:p@h.example/f?X-Amz-Signature=s&a=1#x", "https://***@h.example/f?X-Amz-Signature=***&a=***#x"),
+    ("http://tok@h/?", "http://***@h/?"),
+    ("s3://bucket/prefix", "s3://bucket/prefix"),
+])
+def test_redaction_hides_the_user_password_and_query_values(text, shown):
+    assert storage.redacted(text) == shown
+    assert storage.holds_credentials(text) == (text != shown)
+
+
+def test_a_presigned_urls_signature_never_reaches_a_line():
+    uri = storage.parse("https://h.example/d/train.tar.gz?X-Amz-Signature=deadbeef", "dataset")
+    assert uri.url.endswith("deadbeef")  # fetched as given
+    assert "deadbeef" not in uri.describe and "deadbeef" not in uri.named("dataset")
+    assert "deadbeef" not in uri.staged_path(SHARED, "dataset")
 
 
 def test_a_bucket_needs_credentials_from_a_secret_on_kubernetes_not_on_slurm():

@@ -1,0 +1,66 @@
+"""Property-based checks of the storage URI parser (trainer_contract/storage.py), which reads what the values
+and the pod's environment say: whatever the text, it either gives a URI or one line saying what is wrong (never
+another exception: gen-manifests would show a traceback, the stager would die without its record); a parsed
+source is staged inside the staged tree; nothing a line shows holds a URL's password or query values."""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from trainer_contract import storage
+from trainer_contract.storage import StorageUriError
+
+ROLES = st.sampled_from(["model", "dataset", "export", "checkpoint"])
+SHARED = "/pvc-home"
+# URL-ish text: a scheme, then characters that matter to URL parsing, printable or not
+URLISH = st.builds(lambda scheme, rest: f"{scheme}://{rest}",
+                   st.sampled_from(["hf", "s3", "https", "http", "ftp", "HTTPS", ""]),
+                   st.text(alphabet=st.sampled_from(list("ab.-_/@:?&=#[]%\\ \n\t\x00" + "19")), max_size=40))
+SECRET = st.text(alphabet=string.ascii_letters + string.digits, min_size=12, max_size=24)
+CHECKS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@CHECKS
+@given(text=st.one_of(st.text(max_size=60), URLISH), role=ROLES)
+@example("https://../a", "dataset")  # found: staged one level up, beside the https tree
+@example("https://./a", "model")
+def test_any_text_parses_or_is_refused_in_one_line(text, role):
+    try:
+        uri = storage.parse(text, role)
+    except StorageUriError as error:
+        assert "\n" not in str(error) and str(error)
+        return
+    staged = uri.staged_path(SHARED, role)
+    parts = staged.split("/")
+    assert not any(character in staged for character in "\n\r\x00")
+    if uri.scheme != "path":
+        assert staged.startswith(f"{SHARED}/{storage.STAGED_DIR}/{role}s/")
+        assert "." not in parts and ".." not in parts and "" not in parts[1:], staged
+    else:
+        assert ".." not in parts
+
+
+@CHECKS
+@given(secret=SECRET, key=st.sampled_from(["X-Amz-Signature", "token", "sig", "access_token"]),
+       path=st.from_regex(r"/[a-z]{1,8}/[a-z]{1,8}\.(tar\.gz|zip|json)", fullmatch=True))
+def test_a_query_value_never_reaches_a_line(secret, key, path):
+    text = f"https://files.example{path}?{key}={secret}&X-Amz-Expires=60"
+    uri = storage.parse(text, "dataset")
+    assert uri.url == text  # fetched as written
+    for line in (uri.describe, uri.named("dataset"), uri.staged_path(SHARED, "dataset"), storage.redacted(text)):
+        assert secret not in line
+
+
+@CHECKS
+@given(user=SECRET, password=SECRET, rest=st.text(alphabet="-_./~", max_size=20))
+def test_a_user_and_password_are_refused_and_never_shown(user, password, rest):
+    text = f"https://{user}:{password}@files.example/d/f{rest}"
+    try:
+        storage.parse(text, "model")
+    except StorageUriError as error:
+        assert user not in str(error) and password not in str(error)
+    else:
+        raise AssertionError(f"{text} was accepted")
