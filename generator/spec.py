@@ -13,7 +13,15 @@ from typing import Any, Literal
 from trainer_contract import variables
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
-from trainer_contract.storage import EXPORT_VARIABLE, PATH_VARIABLES, STAGED_ROLES, URI_VARIABLES, Role, StorageUri
+from trainer_contract.storage import (
+    EXPORT_VARIABLE,
+    PATH_VARIABLES,
+    STAGED_ROLES,
+    UNPACK_LIMIT_VARIABLES,
+    URI_VARIABLES,
+    Role,
+    StorageUri,
+)
 from trainer_contract.storage import parse as parse_storage_uri
 
 Launcher = Literal["indexed-trainer", "torchrun"]
@@ -213,6 +221,8 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     sources = _storage(values)
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
     uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items()}
+    uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
+             for role in STAGED_ROLES}  # null: not rendered
     environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **shown,
                    **values["config_map"]}
     environment = {key: environment_text(value) for key, value in environment.items()

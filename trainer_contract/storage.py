@@ -20,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 Scheme = Literal["hf", "s3", "https", "path"]
 Role = Literal["model", "dataset", "export", "checkpoint"]
@@ -40,6 +40,9 @@ URI_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_URI", "dataset": "INDEXED_TRAIN
 # file: a reader takes the export as complete only when it is there.
 EXPORT_VARIABLE = "EXPORT_DIR"
 COMPLETE_OBJECT = ".indexed-trainer-complete.json"
+# What an https:// archive of each staged role may unpack to at most, in bytes (the stager's environment; unset:
+# the volume's free space is the bound). The members' declared sizes are checked before anything is unpacked.
+UNPACK_LIMIT_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_MAX_BYTES", "dataset": "INDEXED_TRAINER_DATASET_MAX_BYTES"}
 # The roles that are read before training (staged) and those written after (uploaded): uploads go to S3 only.
 STAGED_ROLES: tuple[Role, ...] = ("model", "dataset")
 UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")
@@ -113,18 +116,37 @@ class StorageUri:
 
     def staged_path(self, shared: str, role: Role) -> str:
         """Where this source is staged under ``shared`` (a path as given: it ends in the revision, so another
-        revision is staged beside this one); a path source is its own place."""
+        revision is staged beside this one); a path source is its own place. One source, one directory: the path
+        is injective in (role, scheme, name, revision), and no source's directory is inside another's."""
         if self.scheme == "path":
             return self.text.rstrip("/") or "/"
         base = f"{shared}/{STAGED_DIR}/{role}s"
         if self.scheme == "hf":
-            return f"{base}/hf/{self.repo.replace('/', '--')}/{_SAFE.sub('_', self.revision)}"
+            return f"{base}/hf/{_repo_component(self.repo)}/{_component(self.revision)}"
         if self.scheme == "s3":
-            return f"{base}/s3/{self.bucket}/{self.prefix}".rstrip("/")
+            return f"{base}/s3/{_component(f'{self.bucket}/{self.prefix}'.rstrip('/'))}"
         parsed = urlparse(self.url)
         name = _SAFE.sub("_", parsed.path.rsplit("/", 1)[-1] or "index")
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:12]  # two URLs, two places
         return f"{base}/https/{_SAFE.sub('_', parsed.netloc)}/{digest}-{name}"
+
+    @property
+    def source(self) -> str:
+        """What a staged directory's marker records of its source (the URI, redacted): a marker of another
+        source in this source's place is refused, never taken for it."""
+        return redacted(self.text)
+
+
+def _component(text: str) -> str:
+    """``text`` as one path component, injectively: letters, digits, '.', '_' and '-' as they are, every other
+    character (a '/' of a revision or a prefix among them) percent-encoded, '%' included."""
+    return quote(text, safe="")
+
+
+def _repo_component(repo: str) -> str:
+    """A Hub repository as one component: ``org--name`` (the Hub cache's spelling). A part holding '--' itself has
+    its hyphens percent-encoded, so that ``a--b`` and ``a/b`` stay apart."""
+    return "--".join(part.replace("-", "%2D") if "--" in part else part for part in repo.split("/"))
 
 
 def parse(text: str, role: Role) -> StorageUri:

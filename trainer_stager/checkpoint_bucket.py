@@ -20,21 +20,29 @@ from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
 from trainer_stager.errors import StagingError
-from trainer_stager.fetch_s3 import classify, client
+from trainer_stager.fetch_s3 import classify, client, listing_pages
 from trainer_stager.place import Progress, check_room, copy_stream
-from trainer_stager.upload import complete_record, upload_files
+from trainer_stager.upload import complete_record, regular_files, upload_files
 
 
-def files_of(checkpoint: Path) -> dict[str, Path]:
-    """A checkpoint's files by their key below its place in the bucket."""
+def files_of(checkpoint: Path, say: Callable[[str], None] = lambda line: None) -> dict[str, Path]:
+    """A checkpoint's files by their key below its place in the bucket: its regular files (a link is skipped,
+    with a line to ``say``)."""
+    if checkpoint.is_symlink():
+        say(f"skipped {checkpoint.name}: a symbolic link (a checkpoint is a regular file or a directory of them)")
+        return {}
     if checkpoint.is_dir():
-        return {str(path.relative_to(checkpoint)): path for path in sorted(checkpoint.rglob("*")) if path.is_file()}
+        return regular_files(checkpoint, say)
     return {checkpoint.name: checkpoint}
 
 
 def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dict:
     """Upload the published ``checkpoint`` (a file or a directory) under ``uri``; its record (written last)."""
-    return upload_files(uri.below(checkpoint.name), files_of(checkpoint), say)
+    files = files_of(checkpoint, say)
+    if not files:  # this entry only (a link where a checkpoint should be): the next one goes on
+        raise StagingError(f"{uri.below(checkpoint.name).text}: nothing to upload: {checkpoint} holds no regular "
+                           "file", retryable=True)
+    return upload_files(uri.below(checkpoint.name), files, say)
 
 
 def listed(uri: StorageUri, naming: layout.Naming) -> dict[str, bool]:
@@ -44,7 +52,7 @@ def listed(uri: StorageUri, naming: layout.Naming) -> dict[str, bool]:
     prefix = f"{uri.prefix}/" if uri.prefix else ""
     found: dict[str, bool] = {}
     try:
-        for page in client().get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=prefix):
+        for page in listing_pages(client(), uri):
             for item in page.get("Contents", []):
                 name, _, rest = item["Key"][len(prefix):].partition("/")
                 if naming.order(name) is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write
 from trainer_contract.storage import (
     PATH_VARIABLES,
     STAGED_ROLES,
+    UNPACK_LIMIT_VARIABLES,
     URI_VARIABLES,
     Role,
     StorageUri,
@@ -74,14 +76,26 @@ def _fetcher(uri: StorageUri) -> Callable:
 
 
 def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
-    """Index 0's part: nothing when the marker is there, else fetch, verify, publish."""
+    """Index 0's part: nothing when the marker is there, else fetch, verify, publish; one staging of a place at
+    a time, whatever job runs it."""
+    with place.held(where, uri.named(role), say):
+        _stage(role, uri, where, environ)
+
+
+def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
     what = uri.named(role)
     marker = place.marker_of(where)
     if marker is not None:
+        if marker.get("uri") not in (uri.source, uri.text):  # the text: an earlier version's marker
+            raise StagingError(f"{what}: {where} holds {redacted(str(marker.get('uri')))!r}, another source, staged by an earlier "
+                               "version or by hand: remove it from the volume (or set another storage_uri)",
+                               retryable=False)
         say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
         return
     started = time.monotonic()
     fetch = _fetcher(uri)
+    if uri.is_archive:
+        fetch = functools.partial(fetch, unpack_limit=unpack_limit(environ, role))
 
     def attempt() -> dict:
         temporary = place.temporary_for(where)
@@ -89,7 +103,7 @@ def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) 
         return {"source": fetch(uri, temporary, progress), "temporary": temporary}
 
     done = retrying(environ)(attempt)
-    record = {"uri": redacted(uri.text), "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    record = {"uri": uri.source, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **done["source"]}
     place.publish(done["temporary"], where, record)
     seconds = time.monotonic() - started
@@ -102,9 +116,29 @@ def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
     return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
 
 
+def unpack_limit(environ: Mapping[str, str], role: Role) -> int | None:
+    """What an archive of ``role`` may unpack to (UNPACK_LIMIT_VARIABLES), or None (the volume's free space)."""
+    name = UNPACK_LIMIT_VARIABLES[role]
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise StagingError(f"{name}={text!r}: write a positive number of bytes (e.g. 5000000000)", retryable=False)
+    return int(text)
+
+
 def _code(error: Exception) -> int:
-    """Retryable: the pod is restarted (counted); not: the Job fails at once."""
+    """Retryable: the pod is restarted (counted); not: the Job fails at once. A fault of no kind the stager names
+    is retried (it may be a network's, surfacing through a library as something else); the Job's backoffLimit
+    still ends a fault that comes back every time."""
+    if not isinstance(error, (StagingError, StorageUriError, OSError)):
+        return exit_codes.DATA_UNAVAILABLE
     return exit_codes.DATA_UNAVAILABLE if getattr(error, "retryable", False) else exit_codes.BAD_CONFIG
+
+
+def unexpected(error: Exception) -> str:
+    """One line for a fault of no kind the stager names (what a traceback would have said last), redacted."""
+    return redacted(f"unexpected {type(error).__name__}: {error}".replace("\n", " "))[:2000]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -163,8 +197,9 @@ def failure_recorded(where: Path) -> Iterator[None]:
     """Index 0's failure is recorded at ``where``, so that the indexes waiting for it stop too."""
     try:
         yield
-    except (StagingError, OSError) as error:
-        place.record_failure(where, str(error), _code(error))
+    except Exception as error:  # any: an index waiting for a marker that never comes would wait forever
+        place.record_failure(where, str(error) if isinstance(error, (StagingError, OSError)) else unexpected(error),
+                             _code(error))
         raise
 
 
@@ -188,6 +223,11 @@ def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None
         say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")
         write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
         return exit_codes.BAD_CONFIG
+    except Exception as error:  # a fault nothing above names: still one line and a contract code, no traceback
+        code = _code(error)
+        say(f"error: {unexpected(error)}; exiting {code}")
+        write_termination_message(f"exit {code}: staging failed: {unexpected(error)}")
+        return code
 
 
 if __name__ == "__main__":

@@ -16,15 +16,18 @@ from trainer_stager.errors import StagingError
 from trainer_stager.place import Progress, check_room, copy_stream
 
 TIMEOUT = 60.0  # seconds without a byte before a read gives up (retried)
+MAX_MEMBERS = 1_000_000  # an archive's members: more is a flood of inodes, not a model or a dataset
+MB = 1_000_000
 
 
-def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
-    """Download ``uri`` into the directory ``into`` (unpacked if an archive); the files and their digests."""
+def fetch(uri: StorageUri, into: Path, progress: Progress, unpack_limit: int | None = None) -> dict:
+    """Download ``uri`` into the directory ``into`` (unpacked if an archive, to ``unpack_limit`` bytes at most);
+    the files and their digests."""
     name = PurePosixPath(urlparse(uri.url).path).name
     target = into / name
     digest, size = _download(uri, target, progress)
     if uri.is_archive:
-        _unpack(target, into, uri)
+        _unpack(target, into, uri, unpack_limit)
         target.unlink()
     return {"url": uri.describe, "bytes": size, "sha256": digest, "unpacked": uri.is_archive}
 
@@ -60,18 +63,57 @@ def _http_error(uri: StorageUri, status: int, reason: object) -> StagingError:
     return StagingError(f"{uri.describe}: {status} {reason}", retryable=status >= 500 or status == 429)
 
 
-def _unpack(archive: Path, into: Path, uri: StorageUri) -> None:
+def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> None:
+    """Every member of ``archive`` into ``into``, bounded: the members' declared sizes (a sparse member counts its
+    whole size) against ``limit`` and the volume's free space before anything is written, the bytes written
+    counted against them while unpacking. A member that would land outside, a link, a device: refused."""
     root = into.resolve()
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as bundle:
-                for member in bundle.namelist():
-                    if not (root / member).resolve().is_relative_to(root):
-                        raise StagingError(f"{uri.describe}: member {member!r} would land outside the directory",
-                                           retryable=False)
-                bundle.extractall(into)
+                infos = bundle.infolist()
+                for info in infos:
+                    if not (root / info.filename).resolve().is_relative_to(root):
+                        raise StagingError(f"{uri.describe}: member {info.filename!r} would land outside the "
+                                           "directory", retryable=False)
+                declared = _bounded(uri, into, archive, len(infos), sum(info.file_size for info in infos), limit)
+                written = 0
+                for info in infos:
+                    written += _size(Path(bundle.extract(info, into)))
+                    _within(uri, written, declared)
         else:
             with tarfile.open(archive) as bundle:
-                bundle.extractall(into, filter="data")  # no links out, no devices, no absolute paths
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as error:
+                members = bundle.getmembers()
+                declared = _bounded(uri, into, archive, len(members),
+                                    sum(member.size for member in members if member.isreg()), limit)
+                written = 0
+                for member in members:
+                    bundle.extract(member, into, filter="data")  # no links out, no devices, no absolute paths
+                    written += _size(into / member.name) if member.isreg() else 0
+                    _within(uri, written, declared)
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as error:
         raise StagingError(f"{uri.describe}: cannot unpack: {error}", retryable=False) from None
+
+
+def _bounded(uri: StorageUri, into: Path, archive: Path, members: int, declared: int, limit: int | None) -> int:
+    """``declared``, once it is known to fit: under ``limit``, ``MAX_MEMBERS`` and the volume's free space (the
+    archive itself is removed after unpacking, so its bytes count as free)."""
+    if members > MAX_MEMBERS:
+        raise StagingError(f"{uri.describe}: the archive holds {members} members, more than {MAX_MEMBERS}: pack the "
+                           "files in fewer, larger ones", retryable=False)
+    if limit is not None and declared > limit:
+        raise StagingError(f"{uri.describe}: the archive unpacks to {declared / MB:.0f} MB, over the limit of "
+                           f"{limit / MB:.0f} MB set for it (initializer's max_unpacked_bytes): raise it if that size is "
+                           "meant", retryable=False)
+    check_room(into, declared)
+    return declared
+
+
+def _within(uri: StorageUri, written: int, declared: int) -> None:
+    if written > declared:
+        raise StagingError(f"{uri.describe}: unpacking wrote more than the archive declares ({written} > "
+                           f"{declared} bytes): a damaged or crafted archive", retryable=False)
+
+
+def _size(path: Path) -> int:
+    return path.lstat().st_size if path.is_file() and not path.is_symlink() else 0

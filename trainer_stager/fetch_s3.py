@@ -5,6 +5,7 @@ the object's MD5 (a single-part upload), its MD5. The endpoint and credentials a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from trainer_contract.storage import StorageUri
@@ -62,10 +63,21 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
     return {"bucket": uri.bucket, "prefix": uri.prefix, "files": files}
 
 
-def _listing(s3, uri: StorageUri) -> list[dict]:
+def listing_pages(s3, uri: StorageUri) -> Iterator[dict]:
+    """ListObjectsV2's pages under ``uri``'s prefix (with its trailing '/'), each checked to be S3's answer: an
+    endpoint that answers 200 with something else (a proxy's sign-in page) parses as an empty listing, which
+    would read as "nothing there" (no checkpoint: training from the beginning)."""
     prefix = f"{uri.prefix}/" if uri.prefix else ""
-    objects = [item for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=prefix)
-               for item in page.get("Contents", []) if not item["Key"].endswith("/")]
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=prefix):
+        if "KeyCount" not in page or not isinstance(page.get("Contents", []), list):
+            raise StagingError(f"{uri.describe}: the endpoint ({s3.meta.endpoint_url}) answered, but not as S3 does "
+                               "(no ListObjectsV2 result): check AWS_ENDPOINT_URL, or a proxy between", retryable=True)
+        yield page
+
+
+def _listing(s3, uri: StorageUri) -> list[dict]:
+    objects = [item for page in listing_pages(s3, uri) for item in page.get("Contents", [])
+               if not item["Key"].endswith("/")]
     if not objects:
         raise StagingError(f"{uri.text}: no objects under this prefix; check the URI", retryable=False)
     return objects

@@ -4,12 +4,14 @@ what they wait for (index 0's progress file)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,31 @@ def failure_file(place: Path) -> Path:
     """Where index 0 says it failed, so that the waiting indexes stop too (a Slurm step's other tasks keep
     running when one fails)."""
     return place.parent / f".failed-{place.name}.json"
+
+
+@contextlib.contextmanager
+def held(place: Path, what: str, say: Callable[[str], None], *, every: float = 10.0) -> Iterator[None]:
+    """This process alone stages ``place`` while inside: another staging of the same source (another Job on the
+    same volume) waits here, saying so, and then finds it staged, instead of emptying the temporary directory
+    this one fetches into. An advisory lock (flock; NFS emulates it with a lock of the whole file), released
+    when the process ends however it ends."""
+    place.parent.mkdir(parents=True, exist_ok=True)
+    with open(place.parent / f".lock-{place.name}", "a+b") as lock:
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited % every == 0:
+                    say(f"another staging of {what} into {place} is under way (another job on this volume): waiting "
+                        "for it")
+                time.sleep(0.5)
+                waited += 0.5
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class LeaderFailed(Exception):

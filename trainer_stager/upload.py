@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +20,8 @@ from trainer_stager.fetch_s3 import classify, client
 from trainer_stager.place import file_digest
 
 MB = 1_000_000
+LISTING_LIMIT = 16 * 1024 * 1024  # a listing of a million files is under 100 MB; one this size is not ours
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
 
 
 def _key(uri: StorageUri, relative: str) -> str:
@@ -24,21 +29,64 @@ def _key(uri: StorageUri, relative: str) -> str:
 
 
 def complete_record(s3, uri: StorageUri) -> dict | None:
-    """The prefix's COMPLETE_OBJECT, or None where the prefix holds no complete upload."""
+    """The prefix's COMPLETE_OBJECT, checked (read_listing), or None where the prefix holds no complete upload."""
     from botocore.exceptions import ClientError
 
     try:
-        body = s3.get_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT))["Body"].read()
+        body = s3.get_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT))["Body"].read(LISTING_LIMIT + 1)
     except ClientError as error:
         if str(error.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404"):
             return None
         raise
-    return json.loads(body)
+    return read_listing(body, uri)
+
+
+def read_listing(body: bytes, uri: StorageUri) -> dict:
+    """COMPLETE_OBJECT's record as this module writes it ({"files": {name: {"bytes", "md5"}}}), or a
+    StagingError (78) naming the object: whatever a bucket holds, nothing here raises another error."""
+    def refused(why: str) -> StagingError:
+        return StagingError(f"{uri.describe}/{COMPLETE_OBJECT}: {why}: not an indexed-trainer listing (another "
+                            "program's, or damaged); remove the prefix's objects or upload again", retryable=False)
+
+    if len(body) > LISTING_LIMIT:
+        raise refused(f"over {LISTING_LIMIT} bytes")
+    try:
+        record = json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        raise refused("not JSON") from None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        raise refused('no "files" object')
+    for name, item in files.items():
+        size = item.get("bytes") if isinstance(item, dict) else None
+        if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0
+                and isinstance(item.get("md5"), str) and _MD5.match(item["md5"])):
+            raise refused(f"the entry of {name[:200]!r} is not {{bytes, md5}}")
+    return record
+
+
+def regular_files(directory: Path, say: Callable[[str], None]) -> dict[str, Path]:
+    """Every regular file below ``directory``, by its path relative to it. Nothing outside it: a symbolic link
+    (to a file or a directory, maybe a credential file of the pod's) is skipped with a line, never followed, nor
+    is anything that is not a plain file (a FIFO would block the read)."""
+    files: dict[str, Path] = {}
+    for root, directories, names in os.walk(directory):  # followlinks=False: a linked directory is not entered
+        here = Path(root)
+        for name in sorted(names) + sorted(d for d in directories if (here / d).is_symlink()):
+            path = here / name
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode):
+                files[str(path.relative_to(directory))] = path
+            else:
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                say(f"skipped {path.relative_to(directory)}: {kind} (only the regular files inside {directory} are "
+                    "uploaded)")
+    return dict(sorted(files.items()))
 
 
 def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None]) -> dict:
-    """Upload every file below ``directory`` to ``uri``; the record written last (or already there)."""
-    files = {str(path.relative_to(directory)): path for path in sorted(directory.rglob("*")) if path.is_file()}
+    """Upload every regular file below ``directory`` to ``uri``; the record written last (or already there)."""
+    files = regular_files(directory, say)
     if not files:
         raise StagingError(f"{uri.text}: nothing to upload: {directory} holds no file", retryable=False)
     return upload_files(uri, files, say)

@@ -64,3 +64,27 @@ def test_a_user_and_password_are_refused_and_never_shown(user, password, rest):
         assert user not in str(error) and password not in str(error)
     else:
         raise AssertionError(f"{text} was accepted")
+
+
+HF_PART = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,6}", fullmatch=True).filter(lambda part: ".." not in part)
+SOURCES = st.one_of(
+    st.builds(lambda org, name, revision: f"hf://{org}/{name}@{revision}", HF_PART, HF_PART,
+              st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,8}", fullmatch=True)),
+    st.builds(lambda name: f"hf://{name}", HF_PART),
+    st.builds(lambda bucket, prefix: f"s3://{bucket}/{prefix}", st.sampled_from(["abc", "a-b", "a.b"]),
+              st.from_regex(r"([a-z%_~-]{1,3}/){0,3}[a-z%_~-]{0,3}", fullmatch=True)),
+)
+
+
+@CHECKS
+@given(first=SOURCES, second=SOURCES, role=st.sampled_from(["model", "dataset"]))
+def test_two_sources_never_share_a_directory_nor_nest(first, second, role):
+    try:
+        one, other = storage.parse(first, role), storage.parse(second, role)
+    except StorageUriError:
+        return
+    if (one.scheme, one.repo, one.revision, one.bucket, one.prefix) == \
+            (other.scheme, other.repo, other.revision, other.bucket, other.prefix):
+        return  # the same source, written two ways (a trailing '/'): one place
+    here, there = one.staged_path(SHARED, role), other.staged_path(SHARED, role)
+    assert here != there and not there.startswith(f"{here}/") and not here.startswith(f"{there}/"), (first, second)

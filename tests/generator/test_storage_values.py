@@ -19,8 +19,8 @@ SHARED = "/pvc-home"
      "/pvc-home/staged/models/hf/google-bert--bert-base-uncased/main"),
     ("hf://gpt2@v1.0", "model", "gpt2@v1.0", "/pvc-home/staged/models/hf/gpt2/v1.0"),
     ("hf://datasets/rajpurkar/squad@refs/convert/parquet", "dataset", "dataset rajpurkar/squad@refs/convert/parquet",
-     "/pvc-home/staged/datasets/hf/rajpurkar--squad/refs_convert_parquet"),
-    ("s3://team-data/squad/v2/", "dataset", "s3://team-data/squad/v2/", "/pvc-home/staged/datasets/s3/team-data/squad/v2"),
+     "/pvc-home/staged/datasets/hf/rajpurkar--squad/refs%2Fconvert%2Fparquet"),
+    ("s3://team-data/squad/v2/", "dataset", "s3://team-data/squad/v2/", "/pvc-home/staged/datasets/s3/team-data%2Fsquad%2Fv2"),
     ("s3://team-data", "model", "s3://team-data", "/pvc-home/staged/models/s3/team-data"),
     ("/pvc-home/models/bert", "model", "/pvc-home/models/bert", "/pvc-home/models/bert"),
 ])
@@ -28,6 +28,18 @@ def test_a_uri_names_its_source_and_where_it_is_staged(text, role, describe, pat
     uri = storage.parse(text, role)
     assert uri.describe == describe
     assert uri.staged_path(SHARED, role) == path
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("hf://org/m@v1/x", "hf://org/m@v1_x"),  # were one directory: the second "already staged", the first's files
+    ("hf://a--b", "hf://a/b"),
+    ("s3://b-1/a", "s3://b-1/a/b"),  # were nested: staging the second moved files inside the first's
+    ("s3://b-1", "s3://b-1/a"),
+    ("s3://b-1/a%2Fb", "s3://b-1/a/b"),
+])
+def test_two_sources_never_share_a_directory_nor_nest(first, second):
+    one, other = (storage.parse(text, "model").staged_path(SHARED, "model") for text in (first, second))
+    assert one != other and not other.startswith(one + "/") and not one.startswith(other + "/")
 
 
 def test_two_urls_of_the_same_file_name_are_staged_apart_and_archives_are_known():
@@ -111,6 +123,16 @@ def test_a_uri_or_endpoint_that_holds_a_secret_is_refused_without_showing_it(set
 def test_redaction_hides_the_user_password_and_query_values(text, shown):
     assert storage.redacted(text) == shown
     assert storage.holds_credentials(text) == (text != shown)
+
+
+def test_an_unpacking_limit_reaches_the_stage_step_on_both_targets():
+    sets = ["--set", "initializer.dataset.storage_uri=https://data.example/squad.tar.gz",
+            "--set", "initializer.dataset.max_unpacked_bytes=5000000000"]
+    _, config = _job_and_config(*[item for item in sets[1::2]])
+    assert config[storage.UNPACK_LIMIT_VARIABLES["dataset"]] == "5000000000"
+    assert storage.UNPACK_LIMIT_VARIABLES["model"] not in config  # null: not rendered
+    script = run_main("--target", "slurm", *sets)
+    assert script.exit_code == 0 and "export INDEXED_TRAINER_DATASET_MAX_BYTES=5000000000\n" in script.stdout
 
 
 def test_a_presigned_urls_signature_never_reaches_a_line():

@@ -216,7 +216,7 @@ def test_mnist_from_a_bucket_trains_mirrors_and_exports_in_the_image(podman, ima
         with job_pods(podman, image, job, config, home, secret) as (names, codes, outputs):
             text = "\n".join(outputs)
             assert codes == [0, 0], text[-4000:]
-            assert "stage: dataset s3://team-data/mnist staged at /pvc-home/staged/datasets/s3/team-data/mnist in" in text
+            assert "stage: dataset s3://team-data/mnist staged at /pvc-home/staged/datasets/s3/team-data%2Fmnist in" in text
             assert "by index 0" in text  # index 1's stage container found it staged
             assert "Rank 0: checkpoint mirror: uploaded 1 file" in text
             output_dir = home / "runs" / job["metadata"]["name"]

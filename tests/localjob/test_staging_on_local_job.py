@@ -42,7 +42,7 @@ def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accurac
         assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: dataset s3://team-data/mnist staged at ", log, re.M)
         assert re.search(r"^\[staged-mnist-1-\w{5}/stage\] stage: (waiting for index 0|dataset s3://team-data/mnist "
                          r"staged at .* by index 0)", log, re.M)
-        place = claim / "staged/datasets/s3/team-data/mnist"
+        place = claim / "staged/datasets/s3/team-data%2Fmnist"
         assert json.loads((place / storage.MARKER).read_text())["bucket"] == "team-data"
         summary = json.loads((claim / "runs/staged-mnist/model.json").read_text())
         assert summary["accuracy"] >= 0.95, summary  # 2 epochs; the 5-epoch run reaches 0.985

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.storage_servers import s3_in_this_process
+from testbed.storage_servers import FileServer, s3_in_this_process
 from tests.worker.test_staging import stager
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
@@ -75,6 +75,34 @@ def test_each_checkpoint_is_mirrored_and_the_bucket_keeps_what_the_volume_keeps(
     remote.download(uri, "ckpt-e0003-s000000.pt", restored, Progress(restored, "checkpoint", print))
     assert tree(restored / "ckpt-e0003-s000000.pt") == tree(newest)
     assert "checkpoint mirror: uploaded 1 file (0.0 MB) to s3://team-ckpt/run-a/ckpt-e0003-s000000.pt" in said, said
+
+
+def test_links_in_a_checkpoint_are_skipped_and_a_linked_entry_does_not_stop_the_mirror(s3, tmp_path):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "credentials").write_bytes(b"planted")
+    directory = tmp_path / "checkpoints"
+    uri = storage.parse(f"s3://{BUCKET}/run-links", "checkpoint")
+    said: list[str] = []
+
+    def mirrored(checkpoint: Path) -> None:  # one at a time: the mirror uploads only the newest of those pending
+        mirror, lines = mirror_of("run-links", directory, layout.OWN_PROGRAM)
+        mirror.offer(checkpoint)
+        mirror.close()
+        said.extend(lines)
+
+    sharded = publish(directory, "step-01", sharded=True)
+    (sharded / "creds").symlink_to(tmp_path / "outside" / "credentials")
+    mirrored(sharded)
+    (directory / "step-02").symlink_to(tmp_path / "outside", target_is_directory=True)  # a link, newest by name
+    mirrored(directory / "step-02")
+    mirrored(publish(directory, "step-03"))
+    assert remote.listed(uri, layout.OWN_PROGRAM) == {"step-01": True, "step-03": True}
+    listing = json.loads(s3.client().get_object(
+        Bucket=BUCKET, Key=f"run-links/step-01/{storage.COMPLETE_OBJECT}")["Body"].read())
+    assert "creds" not in listing["files"] and len(listing["files"]) == 4
+    assert any(line.startswith("checkpoint mirror: skipped creds: a symbolic link") for line in said), said
+    assert any(line.startswith("checkpoint mirror: skipped step-02: a symbolic link") for line in said), said
+    assert not any("mirror stopped" in line for line in said), said
 
 
 def test_a_sharded_checkpoint_round_trips_file_by_file(s3, tmp_path):
@@ -176,6 +204,43 @@ def test_an_empty_bucket_starts_from_the_beginning_and_a_damaged_object_is_never
     assert "arrived damaged" in damaged.stdout
     assert not layout.list_checkpoints(volume / "runs/job/checkpoints")  # nothing partial is ever visible
     assert follower.wait(60) == PEER_LOST  # the waiting index stops with index 0
+
+
+def test_an_endpoint_that_is_not_s3_is_an_error_never_no_checkpoint(s3, tmp_path):
+    """A proxy's sign-in page answering 200 for the bucket parsed as an empty listing: read as "no checkpoint",
+    the run started over beside its bucket's checkpoints."""
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / BUCKET).write_bytes(b"<html><title>Sign in</title><body>Please sign in</body></html>")
+    page = FileServer(tmp_path / "served")
+    try:
+        environ = restore_environ(s3, tmp_path / "volume", "run-proxied", AWS_ENDPOINT_URL=page.url,
+                                  INDEXED_TRAINER_STAGING_ATTEMPTS="2")
+        follower = stager(environ, index=1, wait=False)
+        result = stager(environ)
+    finally:
+        page.close()
+    assert result.returncode == DATA_UNAVAILABLE, result.stdout + result.stderr  # retried, then the pod restarts
+    assert f"s3://team-ckpt/run-proxied: the endpoint ({page.url}) answered, but not as S3 does" in result.stdout
+    assert "starts from the beginning" not in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert follower.wait(60) == PEER_LOST
+
+
+@pytest.mark.parametrize("listing", [b"<html>not json", b'{"files": []}', b'{"files": {"x": {"bytes": -1}}}', b"\xff" * 9])
+def test_a_listing_that_is_not_ours_ends_index_0_in_one_line_and_the_others_stop(s3, tmp_path, listing):
+    written = tmp_path / "written"
+    prefix = f"run-listing-{abs(hash(listing))}"
+    mirror, _ = mirror_of(prefix, written)
+    mirror.offer(publish(written, "ckpt-e0001-s000000.pt"))
+    mirror.close()
+    s3.client().put_object(Bucket=BUCKET, Key=f"{prefix}/ckpt-e0001-s000000.pt/{storage.COMPLETE_OBJECT}", Body=listing)
+    environ = restore_environ(s3, tmp_path / "volume", prefix)
+    follower = stager(environ, index=1, wait=False)
+    result = stager(environ)
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    assert f"ckpt-e0001-s000000.pt/{storage.COMPLETE_OBJECT}: " in result.stdout
+    assert "not an indexed-trainer listing" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert follower.wait(60) == PEER_LOST
+    assert not layout.list_checkpoints(tmp_path / "volume/runs/job/checkpoints")
 
 
 def test_a_bad_worker_variable_is_refused_before_anything_is_fetched(s3, tmp_path):

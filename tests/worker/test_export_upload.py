@@ -46,6 +46,25 @@ def test_an_export_round_trips_and_its_listing_is_written_last(s3, tmp_path):
     assert again == ["s3://team-models/mnist/run-1 already holds these 3 files: nothing uploaded"]
 
 
+def test_links_out_of_the_export_are_skipped_with_a_line_never_followed(s3, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "secrets").mkdir(parents=True)
+    (outside / "credentials").write_bytes(b"aws_secret_access_key = planted")
+    (outside / "secrets" / "token").write_bytes(b"hf_planted")
+    directory = _export(tmp_path, {"model.pt": b"weights", "sub/card.md": b"# card"})
+    (directory / "creds").symlink_to(outside / "credentials")
+    (directory / "sub" / "more").symlink_to(outside / "secrets", target_is_directory=True)
+    os.mkfifo(directory / "pipe")  # reading it would block the upload forever
+    uri = storage.parse("s3://team-models/mnist/run-links", "export")
+    said: list[str] = []
+    upload_directory(uri, directory, said.append)
+    keys = {item["Key"] for item in s3.client().list_objects_v2(Bucket="team-models", Prefix="mnist/run-links/")["Contents"]}
+    assert keys == {"mnist/run-links/model.pt", "mnist/run-links/sub/card.md", f"mnist/run-links/{storage.COMPLETE_OBJECT}"}
+    assert sorted(line.split(":")[0] for line in said if line.startswith("skipped")) == [
+        "skipped creds", "skipped pipe", "skipped sub/more"]
+    assert said[-1] == "uploaded 2 files (0.0 MB) to s3://team-models/mnist/run-links"
+
+
 def test_an_upload_cut_off_never_shows_as_complete(s3, tmp_path, monkeypatch):
     uri = storage.parse("s3://team-models/mnist/run-2", "export")
     directory = _export(tmp_path, {"a.bin": b"a", "b.bin": b"b"})

@@ -90,7 +90,7 @@ def test_a_new_revision_is_staged_beside_the_old_one(hub, tmp_path):
         result = stager({**sources("model", f"hf://org/tiny-bert@{revision}", tmp_path), "HF_ENDPOINT": hub.url})
         assert result.returncode == 0, result.stdout
     staged = tmp_path / "staged/models/hf/org--tiny-bert"
-    assert sorted(path.name for path in staged.iterdir()) == ["v1", "v2"]
+    assert sorted(path.name for path in staged.iterdir() if not path.name.startswith(".")) == ["v1", "v2"]
     assert b"64" in (staged / "v2/config.json").read_bytes() and b"32" in (staged / "v1/config.json").read_bytes()
 
 
@@ -172,6 +172,36 @@ def _tarball(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def test_a_marker_of_another_source_in_the_place_is_refused_not_taken_for_it(hub, tmp_path):
+    """What an earlier version (its staged paths were not injective: @v1/x and @v1_x shared one) or a person left
+    in this source's place: refused, never trained on."""
+    hub.add("org/tiny-bert", TINY_MODEL, revision="v1")
+    environ = {**sources("model", "hf://org/tiny-bert@v1", tmp_path), "HF_ENDPOINT": hub.url}
+    place = Path(environ["MODEL_DIR"])
+    place.mkdir(parents=True)
+    (place / storage.MARKER).write_text(json.dumps({"uri": "hf://org/tiny-bert@v1_x?token=tok-5", "staged_at": "x"}))
+    result = stager(environ)
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    assert "holds 'hf://org/tiny-bert@v1_x?token=***', another source" in result.stdout
+    assert "tok-5" not in result.stdout + result.stderr and "Traceback" not in result.stdout + result.stderr
+    assert not hub.fetched()
+
+
+def test_a_presigned_urls_signature_stays_out_of_every_line_and_the_marker(files, tmp_path):
+    (files.root / "data.tar.gz").write_bytes(_tarball({"d/train.json": b"{}"}))
+    environ = sources("dataset", f"{files.url}/data.tar.gz?X-Amz-Signature=sig-0123456789", tmp_path / "volume")
+    first, again = stager(environ), stager(environ)
+    assert first.returncode == 0 and again.returncode == 0, first.stdout + first.stderr
+    assert "already staged" in again.stdout
+    place = Path(environ["DATASET_DIR"])
+    assert (place / "d/train.json").read_bytes() == b"{}"
+    for text in (first.stdout, first.stderr, again.stdout, (place / storage.MARKER).read_text()):
+        assert "sig-0123456789" not in text
+    missing = stager(sources("dataset", f"{files.url}/gone.tar.gz?X-Amz-Signature=sig-0123456789", tmp_path / "v"))
+    assert missing.returncode == BAD_CONFIG and "X-Amz-Signature=***" in missing.stdout
+    assert "sig-0123456789" not in missing.stdout + missing.stderr
+
+
 def test_an_https_archive_is_unpacked_and_staged_once(files, tmp_path):
     (files.root / "squad.tar.gz").write_bytes(_tarball({"squad/train.json": b"{}", "squad/dev.json": b"[]"}))
     environ = sources("dataset", f"{files.url}/squad.tar.gz", tmp_path / "volume")
@@ -180,6 +210,52 @@ def test_an_https_archive_is_unpacked_and_staged_once(files, tmp_path):
     place = Path(environ["DATASET_DIR"])
     assert (place / "squad/train.json").read_bytes() == b"{}" and not (place / "squad.tar.gz").exists()
     assert files.fetched() == ["/squad.tar.gz"]
+
+
+def _zip_of_zeros(size: int) -> bytes:
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("zeros.bin", bytes(size))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("archive", ["bomb.tar.gz", "bomb.zip"])
+def test_an_archive_that_unpacks_past_its_limit_is_refused_before_anything_is_unpacked(files, tmp_path, archive):
+    """Under 1 MB that unpacks to 60 MB: the members' declared sizes are checked first."""
+    data = _zip_of_zeros(60_000_000) if archive.endswith(".zip") else _tarball({"zeros.bin": bytes(60_000_000)})
+    assert len(data) < 1_000_000
+    (files.root / archive).write_bytes(data)
+    environ = {**sources("dataset", f"{files.url}/{archive}", tmp_path / "volume"),
+               storage.UNPACK_LIMIT_VARIABLES["dataset"]: "10000000"}
+    result = stager(environ)
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    assert f"{archive}: the archive unpacks to 60 MB, over the limit of 10 MB set for it" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not Path(environ["DATASET_DIR"]).exists()
+    assert sum(path.stat().st_size for path in (tmp_path / "volume").rglob("*") if path.is_file()) < 1_000_000
+    bad = stager({**environ, storage.UNPACK_LIMIT_VARIABLES["dataset"]: "ten"})
+    assert bad.returncode == BAD_CONFIG and "INDEXED_TRAINER_DATASET_MAX_BYTES='ten': write a positive number" in bad.stdout
+    unbounded = stager({key: value for key, value in environ.items() if key not in storage.UNPACK_LIMIT_VARIABLES.values()})
+    assert unbounded.returncode == 0 and (Path(environ["DATASET_DIR"]) / "zeros.bin").stat().st_size == 60_000_000
+
+
+def test_an_archive_larger_than_the_volumes_free_space_is_refused_before_unpacking(files, tmp_path):
+    volume = tmp_path / "small-volume"
+    volume.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(volume)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a 4 MB volume needs mount (root): {mounted.stderr.decode().strip()}")
+    try:
+        (files.root / "bomb.zip").write_bytes(_zip_of_zeros(20_000_000))
+        environ = sources("dataset", f"{files.url}/bomb.zip", volume)
+        result = stager(environ)
+        assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+        assert "the shared volume has 4 MB free" in result.stdout and "the source needs 20 MB" in result.stdout
+        assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
 
 
 def test_an_archive_member_that_would_escape_is_refused(files, tmp_path):
@@ -205,6 +281,24 @@ def test_a_volume_too_small_is_refused_before_the_download(files, tmp_path):
     result = stager(sources("model", f"{files.url}/huge.bin", tmp_path))
     assert result.returncode == BAD_CONFIG
     assert "raise shared_volume.size" in result.stdout and "MB free" in result.stdout
+
+
+def test_two_jobs_staging_one_source_at_once_take_turns_and_fetch_it_once(files, tmp_path):
+    """Two Jobs on one volume, each an index 0: they shared one temporary directory, each emptying the other's."""
+    payload = os.urandom(24_000)
+    (files.root / "weights.bin").write_bytes(payload)
+    files.faults.slow_bytes_per_second = 8_000  # three seconds of transfer: the second starts during the first's
+    environ = sources("model", f"{files.url}/weights.bin", tmp_path)
+    first = stager(environ, wait=False)
+    deadline = time.monotonic() + 30
+    while not files.fetched() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = stager(environ, wait=False)
+    outputs = [process.communicate(timeout=60)[0] for process in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    assert "another staging of model " in outputs[1] and "already staged" in outputs[1], outputs[1]
+    assert (Path(environ["MODEL_DIR"]) / "weights.bin").read_bytes() == payload
+    assert files.fetched() == ["/weights.bin"]
 
 
 def test_index_0_killed_mid_download_leaves_nothing_visible_and_its_restart_completes(files, tmp_path):
