@@ -116,6 +116,8 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()  # values env: they override environment, and may come from Secrets
     env_from_secrets: tuple[str, ...] = ()
     extra_volumes: tuple[ExtraVolume, ...] = ()
+    # the Secret key that signs the checkpoints' listings in the bucket (checkpoint.signing_secret)
+    checkpoint_signing: KeyRef | None = None
     # where the model and dataset come from and exports and checkpoints go, for the roles set
     storage: Mapping[Role, StorageUri] = field(default_factory=dict)
     # each registered target's own options (generator/targets/), by target name
@@ -182,10 +184,14 @@ def entry_module(entry: Mapping[str, Any]) -> str | None:
     return None if entry["script"] is not None else BUILT_IN_WORKER
 
 
+def _key_ref(kind: Literal["secretKeyRef", "configMapKeyRef"], ref: Mapping[str, Any] | None) -> KeyRef | None:
+    return None if ref is None else KeyRef(kind, ref["name"], ref["key"], ref.get("optional"))
+
+
 def _env_var(item: Mapping[str, Any]) -> EnvVar:
     reference = None
     for kind, ref in item.get("valueFrom", {}).items():
-        reference = KeyRef(kind, ref["name"], ref["key"], ref.get("optional"))
+        reference = _key_ref(kind, ref)
     return EnvVar(item["name"], item.get("value"), reference)
 
 
@@ -248,6 +254,7 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         environment=dict(sorted(environment.items())),
         env=tuple(_env_var(item) for item in values["env"]),
         env_from_secrets=tuple(values["env_from_secrets"]),
+        checkpoint_signing=_key_ref("secretKeyRef", values["checkpoint"].get("signing_secret")),
         extra_volumes=tuple(_extra_volume(item) for item in values["extra_volumes"]),
         storage=sources,
         options=dict(options or {}),

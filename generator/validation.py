@@ -283,6 +283,9 @@ def _storage_use_problems(spec: JobSpec) -> Iterable[str]:
                f"{CHECKPOINT_DIR_VARIABLE}, and entrypoint.launcher is torchrun, which mirrors nothing: remove "
                "entrypoint.launcher (or set indexed-trainer; the image then needs indexed-trainer[staging])")
     checkpoints, export = spec.storage.get("checkpoint"), spec.storage.get("export")
+    if spec.checkpoint_signing is not None and checkpoints is None:
+        yield ("checkpoint.signing_secret: signs the checkpoints' listings in the bucket, and checkpoint.storage_uri "
+               "is not set: set it, or remove checkpoint.signing_secret")
     if spec.mirrors_own_checkpoints and checkpoints is not None and export is not None \
             and export.bucket == checkpoints.bucket \
             and (not checkpoints.prefix or f"{export.prefix}/".startswith(f"{checkpoints.prefix}/")):

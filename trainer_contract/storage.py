@@ -43,6 +43,9 @@ COMPLETE_OBJECT = ".indexed-trainer-complete.json"
 # What an https:// archive of each staged role may unpack to at most, in bytes (the stager's environment; unset:
 # the volume's free space is the bound). The members' declared sizes are checked before anything is unpacked.
 UNPACK_LIMIT_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_MAX_BYTES", "dataset": "INDEXED_TRAINER_DATASET_MAX_BYTES"}
+# The key that signs each checkpoint's listing in the bucket (checkpoint.signing_secret): the mirror signs, the
+# restore accepts only a listing signed with it. From a Secret (Kubernetes) or the environment sbatch runs in.
+SIGNING_KEY_VARIABLE = "INDEXED_TRAINER_CHECKPOINT_SIGNING_KEY"
 # The roles that are read before training (staged) and those written after (uploaded): uploads go to S3 only.
 STAGED_ROLES: tuple[Role, ...] = ("model", "dataset")
 UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")

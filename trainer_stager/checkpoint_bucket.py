@@ -22,7 +22,7 @@ from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
 from trainer_stager.errors import StagingError
 from trainer_stager.fetch_s3 import classify, client, listing_pages
 from trainer_stager.place import Progress, check_room, copy_stream
-from trainer_stager.upload import complete_record, regular_files, upload_files
+from trainer_stager.upload import complete_record, regular_files, signed, signing_key, upload_files
 
 
 def files_of(checkpoint: Path, say: Callable[[str], None] = lambda line: None) -> dict[str, Path]:
@@ -42,7 +42,7 @@ def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dic
     if not files:  # this entry only (a link where a checkpoint should be): the next one goes on
         raise StagingError(f"{uri.below(checkpoint.name).text}: nothing to upload: {checkpoint} holds no regular "
                            "file", retryable=True)
-    return upload_files(uri.below(checkpoint.name), files, say)
+    return upload_files(uri.below(checkpoint.name), files, say, signing_key())
 
 
 def listed(uri: StorageUri, naming: layout.Naming) -> dict[str, bool]:
@@ -101,6 +101,11 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
         record = complete_record(s3, place)
         if record is None:
             raise StagingError(f"{place.text}: no longer complete (removed while restoring?)", retryable=True)
+        key = signing_key()
+        if key is not None and not signed(record, place, key):
+            raise StagingError(f"{place.text}: its listing is not signed with this run's key "
+                               f"(checkpoint.signing_secret): written by someone who does not hold it, or before the "
+                               "key was set; remove it from the bucket (or restore without the key)", retryable=False)
         files = record["files"]
         progress.total, progress.done = sum(item["bytes"] for item in files.values()), 0  # an attempt again: anew
         directory.mkdir(parents=True, exist_ok=True)

@@ -66,7 +66,8 @@ def _http_error(uri: StorageUri, status: int, reason: object) -> StagingError:
 def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> None:
     """Every member of ``archive`` into ``into``, bounded: the members' declared sizes (a sparse member counts its
     whole size) against ``limit`` and the volume's free space before anything is written, the bytes written
-    counted against them while unpacking. A member that would land outside, a link, a device: refused."""
+    counted against them while unpacking. A member that would land outside, a link (even one inside: it may loop),
+    a device or a FIFO: refused."""
     root = into.resolve()
     try:
         if archive.name.lower().endswith(".zip"):
@@ -84,6 +85,11 @@ def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> No
         else:
             with tarfile.open(archive) as bundle:
                 members = bundle.getmembers()
+                for member in members:  # a link, even one inside, can loop or alias a file: data has neither
+                    if not (member.isreg() or member.isdir()):
+                        kind = "link" if member.issym() or member.islnk() else "special file"
+                        raise StagingError(f"{uri.describe}: member {member.name[:200]!r} is a {kind}: only files and "
+                                           "directories are unpacked", retryable=False)
                 declared = _bounded(uri, into, archive, len(members),
                                     sum(member.size for member in members if member.isreg()), limit)
                 written = 0

@@ -6,15 +6,16 @@ same files again transfers nothing."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
+from trainer_contract.storage import COMPLETE_OBJECT, SIGNING_KEY_VARIABLE, StorageUri
 from trainer_stager.errors import StagingError
 from trainer_stager.fetch_s3 import classify, client
 from trainer_stager.place import file_digest
@@ -92,9 +93,27 @@ def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None
     return upload_files(uri, files, say)
 
 
-def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], None]) -> dict:
-    """Upload ``files`` (each under its key below ``uri``'s prefix), then the record listing them; the record
-    (or the one already there, when it lists the same files)."""
+def signing_key(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The key that signs checkpoint listings (checkpoint.signing_secret), or None where none is given."""
+    return environ.get(SIGNING_KEY_VARIABLE) or None
+
+
+def signature(uri: StorageUri, files: dict, key: str) -> str:
+    """HMAC-SHA256 of a listing's files, bound to its place (bucket and prefix): a signed listing copied to
+    another checkpoint's place does not verify there."""
+    message = f"{uri.bucket}/{uri.prefix}\n{json.dumps(files, sort_keys=True, separators=(',', ':'))}"
+    return hmac.new(key.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def signed(record: dict, uri: StorageUri, key: str) -> bool:
+    given = record.get("signature")
+    return isinstance(given, str) and hmac.compare_digest(given, signature(uri, record["files"], key))
+
+
+def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], None],
+                 key: str | None = None) -> dict:
+    """Upload ``files`` (each under its key below ``uri``'s prefix), then the record listing them (signed with
+    ``key`` when given); the record (or the one already there, when it lists the same files, signed alike)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     listing: dict[str, dict] = {relative: {"bytes": path.stat().st_size, "md5": file_digest(path, hashlib.md5(usedforsecurity=False))}
@@ -102,7 +121,7 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
     s3 = client()
     try:
         previous = complete_record(s3, uri)
-        if previous is not None and previous.get("files") == listing:
+        if previous is not None and previous.get("files") == listing and (key is None or signed(previous, uri, key)):
             say(f"{uri.text} already holds {'these' if len(files) != 1 else 'this'} {len(files)} "
                 f"file{'s' if len(files) != 1 else ''}: nothing uploaded")
             return previous
@@ -115,6 +134,8 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
                 raise StagingError(f"{uri.text}: {relative} stored with {stored} bytes, not "
                                    f"{listing[relative]['bytes']}", retryable=True)
         record = {"files": listing, "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if key is not None:
+            record["signature"] = signature(uri, listing, key)
         s3.put_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT), Body=json.dumps(record, indent=2).encode())
     except (ClientError, BotoCoreError) as error:
         raise classify(uri, error) from None

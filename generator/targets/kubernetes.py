@@ -24,7 +24,7 @@ from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
-from trainer_contract import exit_codes, launcher, names
+from trainer_contract import exit_codes, launcher, names, storage
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
@@ -313,7 +313,9 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
         storage=gib_quantity(volume.size_gib),
-        env=tuple(_env_var(variable) for variable in spec.env),
+        env=tuple(_env_var(variable) for variable in spec.env) + (
+            (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
+            if spec.checkpoint_signing is not None else ()),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),

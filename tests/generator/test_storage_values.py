@@ -135,6 +135,22 @@ def test_an_unpacking_limit_reaches_the_stage_step_on_both_targets():
     assert script.exit_code == 0 and "export INDEXED_TRAINER_DATASET_MAX_BYTES=5000000000\n" in script.stdout
 
 
+def test_a_signing_secret_reaches_the_stage_step_and_the_trainer_and_slurm_asks_for_it():
+    sets = ["checkpoint.storage_uri=s3://team-ckpt/run", "env_from_secrets=[s3]",
+            "checkpoint.signing_secret={name: ckpt-signing, key: key}"]
+    job, config = _job_and_config(*sets)
+    pod = job["spec"]["template"]["spec"]
+    wanted = {"name": storage.SIGNING_KEY_VARIABLE, "valueFrom": {"secretKeyRef": {"name": "ckpt-signing", "key": "key"}}}
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        assert wanted in container["env"], container["name"]
+    assert storage.SIGNING_KEY_VARIABLE not in config  # never in the ConfigMap
+    script = run_main("--target", "slurm", *[arg for item in sets[::2] for arg in ("--set", item)])
+    assert script.exit_code == 0, script.stderr
+    assert 'if [ -z "${INDEXED_TRAINER_CHECKPOINT_SIGNING_KEY:-}" ]; then' in script.stdout
+    alone = run_main("--set", "checkpoint.signing_secret={name: ckpt-signing, key: key}")
+    assert alone.exit_code == 2 and alone.stderr.startswith("gen-manifests: error: checkpoint.signing_secret: signs")
+
+
 def test_a_presigned_urls_signature_never_reaches_a_line():
     uri = storage.parse("https://h.example/d/train.tar.gz?X-Amz-Signature=deadbeef", "dataset")
     assert uri.url.endswith("deadbeef")  # fetched as given

@@ -243,6 +243,45 @@ def test_a_listing_that_is_not_ours_ends_index_0_in_one_line_and_the_others_stop
     assert not layout.list_checkpoints(tmp_path / "volume/runs/job/checkpoints")
 
 
+def test_with_a_signing_key_only_a_listing_signed_with_it_is_restored(s3, tmp_path, monkeypatch):
+    """checkpoint.signing_secret: whoever may write the bucket but lacks the key cannot plant a checkpoint, swap one
+    checkpoint's signed listing onto another, or have one signed with another key restored."""
+    key = {storage.SIGNING_KEY_VARIABLE: "the run's key, from a Secret"}
+    written = tmp_path / "written"
+    monkeypatch.setenv(storage.SIGNING_KEY_VARIABLE, key[storage.SIGNING_KEY_VARIABLE])
+    mirror, _ = mirror_of("run-signed", written)
+    mirror.offer(publish(written, "ckpt-e0001-s000000.pt"))
+    mirror.close()
+    monkeypatch.delenv(storage.SIGNING_KEY_VARIABLE)
+    client, uri = s3.client(), storage.parse(f"s3://{BUCKET}/run-signed", "checkpoint")
+    signed = json.loads(client.get_object(Bucket=BUCKET, Key=f"run-signed/ckpt-e0001-s000000.pt/{storage.COMPLETE_OBJECT}")["Body"].read())
+    assert len(signed["signature"]) == 64
+
+    good = stager(restore_environ(s3, tmp_path / "v-good", "run-signed", **key))
+    assert good.returncode == OK and "ckpt-e0001-s000000.pt restored" in good.stdout, good.stdout
+
+    def planted(name: str, listing: dict) -> None:  # a newer checkpoint, written by someone without the key
+        checkpoint = publish(tmp_path / "attacker", name)
+        cut_off_upload(client, uri, checkpoint)
+        client.put_object(Bucket=BUCKET, Key=f"run-signed/{name}/{storage.COMPLETE_OBJECT}", Body=json.dumps(listing))
+
+    forged_files = {"ckpt-e0002-s000000.pt": {"bytes": 40_000, "md5": "0" * 32}}
+    cases = {"unsigned": {"files": forged_files}, "another key": {"files": forged_files, "signature": "f" * 64},
+             "replayed": signed}  # e0001's signed listing copied onto e0002's place
+    for epoch, (case, listing) in enumerate(cases.items(), start=2):
+        name = f"ckpt-e{epoch:04d}-s000000.pt"
+        planted(name, {**listing, "files": {name: listing["files"].get(name) or next(iter(listing["files"].values()))}}
+                if case != "replayed" else listing)
+        volume = tmp_path / f"v-{epoch}"
+        refused = stager(restore_environ(s3, volume, "run-signed", **key))
+        assert refused.returncode == BAD_CONFIG, (case, refused.stdout)
+        assert f"{name}: its listing is not signed with this run's key" in refused.stdout, (case, refused.stdout)
+        assert not layout.list_checkpoints(volume / "runs/job/checkpoints"), case
+        client.delete_object(Bucket=BUCKET, Key=f"run-signed/{name}/{storage.COMPLETE_OBJECT}")
+    unchecked = stager(restore_environ(s3, tmp_path / "v-unkeyed", "run-signed"))  # without the key: as before
+    assert unchecked.returncode == OK and "ckpt-e0001-s000000.pt restored" in unchecked.stdout
+
+
 def test_a_bad_worker_variable_is_refused_before_anything_is_fetched(s3, tmp_path):
     result = stager(restore_environ(s3, tmp_path, "run-x", RESUME="maybe"))
     assert result.returncode == BAD_CONFIG and "RESUME" in result.stdout
