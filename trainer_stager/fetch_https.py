@@ -77,7 +77,7 @@ def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> No
                     if not (root / info.filename).resolve().is_relative_to(root):
                         raise StagingError(f"{uri.describe}: member {info.filename!r} would land outside the "
                                            "directory", retryable=False)
-                declared = _bounded(uri, into, archive, len(infos), sum(info.file_size for info in infos), limit)
+                declared = _bounded(uri, into, len(infos), sum(info.file_size for info in infos), limit)
                 written = 0
                 for info in infos:
                     written += _size(Path(bundle.extract(info, into)))
@@ -90,7 +90,7 @@ def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> No
                         kind = "link" if member.issym() or member.islnk() else "special file"
                         raise StagingError(f"{uri.describe}: member {member.name[:200]!r} is a {kind}: only files and "
                                            "directories are unpacked", retryable=False)
-                declared = _bounded(uri, into, archive, len(members),
+                declared = _bounded(uri, into, len(members),
                                     sum(member.size for member in members if member.isreg()), limit)
                 written = 0
                 for member in members:
@@ -101,9 +101,9 @@ def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> No
         raise StagingError(f"{uri.describe}: cannot unpack: {error}", retryable=False) from None
 
 
-def _bounded(uri: StorageUri, into: Path, archive: Path, members: int, declared: int, limit: int | None) -> int:
-    """``declared``, once it is known to fit: under ``limit``, ``MAX_MEMBERS`` and the volume's free space (the
-    archive itself is removed after unpacking, so its bytes count as free)."""
+def _bounded(uri: StorageUri, into: Path, members: int, declared: int, limit: int | None) -> int:
+    """``declared``, once it is known to fit: under ``limit``, ``MAX_MEMBERS`` and the volume's free space now
+    (the archive still on it: a margin of its own size)."""
     if members > MAX_MEMBERS:
         raise StagingError(f"{uri.describe}: the archive holds {members} members, more than {MAX_MEMBERS}: pack the "
                            "files in fewer, larger ones", retryable=False)
