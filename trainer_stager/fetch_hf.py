@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from trainer_contract.storage import StorageUri
 from trainer_stager.errors import StagingError
@@ -56,6 +56,10 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
     try:
         info = api.repo_info(uri.repo, repo_type=uri.repo_type, revision=uri.revision, files_metadata=True)
         siblings = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
+        for sibling in siblings:  # the listing is the Hub's word: a name that would land outside is refused
+            if not inside_name(sibling.rfilename):
+                raise StagingError(f"{uri.text}: the Hub lists a file named {sibling.rfilename[:200]!r}, which would "
+                                   "land outside the directory: refused (check HF_ENDPOINT)", retryable=False)
         progress.total = sum(sibling.size or 0 for sibling in siblings)
         check_room(into, progress.total)
 
@@ -81,6 +85,15 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
     shutil.rmtree(into / ".cache", ignore_errors=True)  # hf_hub_download's own bookkeeping
     return {"repo": uri.repo, "repo_type": uri.repo_type, "revision": uri.revision, "commit": info.sha,
             "files": files}
+
+
+def inside_name(name: object) -> bool:
+    """Whether a file name the Hub lists stays inside the directory it is fetched into: relative, no '..', no
+    backslash (a Windows separator to some tools), no control character."""
+    if not isinstance(name, str) or not name or "\\" in name or any(ord(character) < 32 for character in name):
+        return False
+    path = PurePosixPath(name)
+    return not path.is_absolute() and ".." not in path.parts and bool(path.parts)
 
 
 def _verify(uri: StorageUri, path: Path, sibling) -> dict:

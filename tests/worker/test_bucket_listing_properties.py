@@ -1,6 +1,7 @@
-"""Property-based checks of what the stager reads back from a bucket: a prefix's listing (COMPLETE_OBJECT, which
-anyone who may write the bucket can replace) is the record the uploader writes, or one StagingError naming it;
-never another exception (index 0 would die without recording its failure, the other indexes would wait)."""
+"""Property-based checks of what the stager reads back from a bucket or a Hub: a prefix's listing
+(COMPLETE_OBJECT, which anyone who may write the bucket can replace) is the record the uploader writes, or one
+StagingError naming it, never another exception (index 0 would die without recording its failure, the other
+indexes would wait); a file name a Hub lists is taken only when it lands inside the directory."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def test_any_body_is_a_listing_or_one_error_naming_the_object(body):
 @given(files=st.dictionaries(st.text(min_size=1, max_size=20), ENTRY, max_size=5))
 def test_what_the_uploader_writes_reads_back(files):
     assert read_listing(json.dumps({"files": files, "uploaded_at": "x"}).encode(), URI)["files"] == files
+
+
+@CHECKS
+@given(name=st.one_of(st.text(max_size=30), st.lists(st.sampled_from(["a", "..", ".", "", "b.json", "\\", "/", "\n"]),
+                                                     min_size=1, max_size=5).map("/".join)))
+def test_a_hub_file_name_is_taken_only_when_it_stays_inside(name):
+    """A Hub's listing names the files (``siblings``): fetch_hf takes a name only when it lands inside."""
+    from pathlib import Path
+
+    from trainer_stager.fetch_hf import inside_name
+
+    root = Path("/staging/into")
+    if inside_name(name):
+        assert (root / name).resolve().is_relative_to(root) and "\n" not in name

@@ -187,6 +187,15 @@ def test_a_marker_of_another_source_in_the_place_is_refused_not_taken_for_it(hub
     assert not hub.fetched()
 
 
+def test_a_hub_listing_a_file_outside_the_directory_is_refused_before_any_download(hub, tmp_path):
+    hub.add("org/evil", {"config.json": b"{}", "../../escaped.txt": b"planted"})
+    environ = {**sources("model", "hf://org/evil", tmp_path / "volume"), "HF_ENDPOINT": hub.url}
+    result = stager(environ)
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    assert "the Hub lists a file named '../../escaped.txt', which would land outside the directory" in result.stdout
+    assert not hub.fetched() and not list(tmp_path.rglob("escaped.txt"))
+
+
 def test_a_presigned_urls_signature_stays_out_of_every_line_and_the_marker(files, tmp_path):
     (files.root / "data.tar.gz").write_bytes(_tarball({"d/train.json": b"{}"}))
     environ = sources("dataset", f"{files.url}/data.tar.gz?X-Amz-Signature=sig-0123456789", tmp_path / "volume")
