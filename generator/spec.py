@@ -21,6 +21,7 @@ from trainer_contract.storage import (
     URI_VARIABLES,
     Role,
     StorageUri,
+    from_secret,
 )
 from trainer_contract.storage import parse as parse_storage_uri
 
@@ -34,6 +35,11 @@ STORAGE_KEYS: dict[Role, tuple[str, ...]] = {
     "dataset": ("initializer", "dataset", "storage_uri"),
     "export": ("export", "storage_uri"),
     "checkpoint": ("checkpoint", "storage_uri"),
+}
+# Where a staged role's URI may come from a Secret's key instead (a presigned URL).
+SECRET_STORAGE_KEYS: dict[Role, tuple[str, ...]] = {
+    "model": ("initializer", "model", "storage_uri_secret"),
+    "dataset": ("initializer", "dataset", "storage_uri_secret"),
 }
 
 # What a multi-node GPU job needs for a dead peer to end the step in bounded time: the NCCL watchdog aborts
@@ -157,6 +163,13 @@ class JobSpec:
         directory (trainer_contract/checkpoint_layout.py's convention), which node 0's launcher mirrors."""
         return "checkpoint" in self.storage and not self.built_in_worker
 
+    @property
+    def secret_uris(self) -> dict[str, KeyRef]:
+        """The stager's URI variables that come from a Secret's key (storage_uri_secret), by variable: only the
+        stage step is given them, and no render writes what they hold."""
+        return {URI_VARIABLES[role]: KeyRef("secretKeyRef", uri.secret, uri.secret_key)
+                for role, uri in self.storage.items() if uri.scheme == "secret"}
+
     def placement(self, shared: str) -> dict[str, str]:
         """Where data and results go by default, under the location every node shares, and where the model and
         dataset are staged (config_map overrides)."""
@@ -203,15 +216,25 @@ def _extra_volume(item: Mapping[str, Any]) -> ExtraVolume:
 
 
 def storage_uri_text(values: Mapping[str, Any], role: Role) -> str | None:
+    return value_at(values, STORAGE_KEYS[role])
+
+
+def value_at(values: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    """The value at ``keys`` (a path of mapping keys), None where any is missing."""
     node: Any = values
-    for key in STORAGE_KEYS[role]:
-        node = node[key]
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
     return node
 
 
 def _storage(values: Mapping[str, Any]) -> dict[Role, StorageUri]:
     found = {role: storage_uri_text(values, role) for role in STORAGE_KEYS}
-    return {role: parse_storage_uri(text, role) for role, text in found.items() if text is not None}
+    sources = {role: parse_storage_uri(text, role) for role, text in found.items() if text is not None}
+    for role, keys in SECRET_STORAGE_KEYS.items():
+        ref = value_at(values, keys)
+        if ref is not None:  # validation refuses it beside storage_uri
+            sources[role] = from_secret(ref["name"], ref["key"])
+    return sources
 
 
 def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> JobSpec:
@@ -226,7 +249,7 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     sources = _storage(values)
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
-    uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items()}
+    uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
     uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED_ROLES}  # null: not rendered
     environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **shown,

@@ -17,7 +17,15 @@ from typing import Any
 
 from generator.errors import ValuesError
 from generator.resources import default_values, schema
-from generator.spec import STORAGE_KEYS, JobSpec, entry_module, environment_text, storage_uri_text
+from generator.spec import (
+    SECRET_STORAGE_KEYS,
+    STORAGE_KEYS,
+    JobSpec,
+    entry_module,
+    environment_text,
+    storage_uri_text,
+    value_at,
+)
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
@@ -26,6 +34,7 @@ from trainer_contract.storage import (
     CREDENTIAL_VARIABLES,
     ENDPOINT_VARIABLES,
     StorageUriError,
+    credential_parameters,
     holds_credentials,
     redacted,
 )
@@ -448,22 +457,37 @@ def _storage_problems(values: dict) -> tuple[list[str], dict, list[str]]:
     """Each storage URI that cannot be used, as ``key: why``; the values with those set to null (a copy: so that
     the spec can be built and the other rules checked), and their keys."""
     problems, replaced, checked = [], [], values
+
+    def unusable(keys: tuple[str, ...], problem: str) -> None:
+        nonlocal checked
+        problems.append(f"{'.'.join(keys)}: {problem}")
+        replaced.append(".".join(keys))
+        if checked is values:
+            checked = copy.deepcopy(values)
+        node = checked
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = None
+
     for role, keys in STORAGE_KEYS.items():
         text = storage_uri_text(values, role)
         if text is None:
             continue
+        secret_keys = SECRET_STORAGE_KEYS.get(role)
         try:
             parse_storage_uri(text, role)
         except StorageUriError as exc:
-            where = ".".join(keys)
-            problems.append(f"{where}: {exc}")
-            replaced.append(where)
-            if checked is values:
-                checked = copy.deepcopy(values)
-            node = checked
-            for key in keys[:-1]:
-                node = node[key]
-            node[keys[-1]] = None
+            unusable(keys, str(exc))
+            continue
+        parameters = credential_parameters(text)
+        if parameters:
+            way = (f"put the URI into a Secret and name its key in {'.'.join(secret_keys)}" if secret_keys
+                   else "credentials come from a Secret (env_from_secrets)")
+            unusable(keys, f"{redacted(text)!r} carries a credential in its query ({', '.join(parameters)}), which "
+                           f"a render writes into the ConfigMap and every log: {way}")
+        elif secret_keys is not None and value_at(values, secret_keys) is not None:
+            unusable(secret_keys, f"{'.'.join(keys)} is set too: the URI comes from one of them; set the other "
+                                  "to null")
     return problems, checked, replaced
 
 

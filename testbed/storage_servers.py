@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlparse
 
 
 def free_port() -> int:
@@ -137,6 +137,10 @@ class FileServer(_Server):
             def _serve(self, head: bool):
                 if self._refuse():
                     return
+                required = self.owner.required_query  # a presigned URL's: refused without it, as S3 does
+                if required is not None and required not in parse_qsl(urlparse(self.path).query):
+                    self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", {})
+                    return
                 path = root / unquote(urlparse(self.path).path).lstrip("/")
                 if not path.is_file():
                     self._send(404, b"not found", {})
@@ -152,6 +156,7 @@ class FileServer(_Server):
 
         self.handler = Handler
         self.announce: int | None = None
+        self.required_query: tuple[str, str] | None = None  # (name, value) every request must carry
         super().__init__()
 
 

@@ -9,6 +9,10 @@ on the shared volume.
     https://host/path/file              one file; an archive (.tar, .tar.gz, .tgz, .zip) is unpacked
     /an/absolute/path                   already on the shared volume: used as it is, nothing fetched
 
+A model's or dataset's URI may instead be a Secret's key (initializer.<role>.storage_uri_secret: a presigned
+URL, whose signature must not be written out): the render knows only which key, the stager reads the URI from
+its environment, and the source is staged at a path derived from the Secret's name and key.
+
 A source is staged under STAGED_DIR of the shared location, at a path derived from the URI alone (so a render
 knows it: MODEL_DIR and DATASET_DIR), with the revision in it: a new revision lands beside the old one.
 """
@@ -20,9 +24,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
-Scheme = Literal["hf", "s3", "https", "path"]
+Scheme = Literal["hf", "s3", "https", "path", "secret"]
 Role = Literal["model", "dataset", "export", "checkpoint"]
 
 # Under the shared location (the volume's mount, Slurm's shared directory).
@@ -67,11 +71,29 @@ _HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 _QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Query parameters that carry a credential: presigned S3 and GCS URLs (X-Amz-*, X-Goog-*), Azure SAS (sig), and
+# a word of the name (access_token, apiKey, Signature) that says token, key, signature or password.
+_SIGNED_URL_PARAMETER = re.compile(r"^x-(amz|goog)-", re.IGNORECASE)
+_CREDENTIAL_WORDS = frozenset({"sig", "signature", "token", "key", "secret", "password", "passwd", "pwd",
+                               "credential", "credentials", "auth", "authorization", "session", "apikey",
+                               "accesstoken"})
 
 
 def holds_credentials(url: str) -> bool:
     """Whether ``url`` carries a user, a password or query values (where tokens and signatures go)."""
     return redacted(url) != url
+
+
+def credential_parameters(url: str) -> list[str]:
+    """The names of ``url``'s query parameters that look like credentials (a signature, a token, a key)."""
+    try:
+        query = urlparse(url).query if "://" in url else ""
+    except ValueError:  # not a URL (a bracket left open): it has no parameters to name
+        return []
+    names = [part.partition("=")[0] for part in query.split("&") if part]
+    return [name for name in names if _SIGNED_URL_PARAMETER.match(unquote(name))
+            or _CREDENTIAL_WORDS & {word.lower() for word in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+",
+                                                                        unquote(name))}]
 
 
 def redacted(text: str) -> str:
@@ -94,6 +116,8 @@ class StorageUri:
     bucket: str = ""  # s3
     prefix: str = ""  # s3: no leading or trailing '/'
     url: str = ""  # https
+    secret: str = ""  # secret: the Secret's name and key that hold the URI (known in the pod only)
+    secret_key: str = ""
 
     @property
     def describe(self) -> str:
@@ -102,6 +126,8 @@ class StorageUri:
         if self.scheme == "hf":
             kind = "dataset " if self.repo_type == "dataset" else ""
             return f"{kind}{self.repo}@{self.revision}"
+        if self.scheme == "secret":
+            return f"from Secret {self.secret} key {self.secret_key}"
         return redacted(self.text)
 
     def named(self, role: Role) -> str:
@@ -128,6 +154,8 @@ class StorageUri:
             return f"{base}/hf/{_repo_component(self.repo)}/{_component(self.revision)}"
         if self.scheme == "s3":
             return f"{base}/s3/{_component(f'{self.bucket}/{self.prefix}'.rstrip('/'))}"
+        if self.scheme == "secret":  # a key named '.' or '..' is a component still
+            return f"{base}/secret/{_component(self.secret)}/{re.sub(r'^[.]', '%2E', _component(self.secret_key))}"
         parsed = urlparse(self.url)
         name = _SAFE.sub("_", parsed.path.rsplit("/", 1)[-1] or "index")
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:12]  # two URLs, two places
@@ -138,6 +166,12 @@ class StorageUri:
         """What a staged directory's marker records of its source (the URI, redacted): a marker of another
         source in this source's place is refused, never taken for it."""
         return redacted(self.text)
+
+
+def from_secret(name: str, key: str) -> StorageUri:
+    """The source whose URI is in Secret ``name``'s key ``key``: rendered as a reference to that key (the stage
+    step's environment only), staged at a place of its own; the stager parses the URI it finds there."""
+    return StorageUri(f"secret:{name}/{key}", "secret", secret=name, secret_key=key)
 
 
 def _component(text: str) -> str:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import functools
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -88,8 +89,8 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str])
     if marker is not None:
         if marker.get("uri") not in (uri.source, uri.text):  # the text: an earlier version's marker
             raise StagingError(f"{what}: {where} holds {redacted(str(marker.get('uri')))!r}, another source, staged by an earlier "
-                               "version or by hand: remove it from the volume (or set another storage_uri)",
-                               retryable=False)
+                               "version, by hand or from the Secret's earlier URI: remove it from the volume (or "
+                               "set another storage_uri)", retryable=False)
         say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
         return
     started = time.monotonic()
@@ -100,7 +101,11 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str])
     def attempt() -> dict:
         temporary = place.temporary_for(where)
         progress = place.Progress(where, what, say)
-        return {"source": fetch(uri, temporary, progress), "temporary": temporary}
+        try:
+            return {"source": fetch(uri, temporary, progress), "temporary": temporary}
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)  # what a failed fetch left holds the volume's space
+            raise
 
     done = retrying(environ)(attempt)
     record = {"uri": uri.source, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -175,6 +180,10 @@ def run(environ: Mapping[str, str], program: type) -> int:
         uri = parse(text, role)
         where = Path(environ.get(PATH_VARIABLES[role]) or uri.staged_path(os.getcwd(), role))
         if uri.scheme == "path":
+            if where != Path(uri.staged_path(os.getcwd(), role)):  # a path from a Secret (storage_uri_secret)
+                raise StagingError(f"{role} {uri.text}: a path on the shared volume, while {PATH_VARIABLES[role]} is "
+                                   f"{where}: give the path as storage_uri itself (no Secret needed)",
+                                   retryable=False)
             if not where.exists():
                 raise StagingError(f"{role} {uri.text}: no such path on the shared volume; copy it there, or "
                                    "give an hf://, s3:// or https:// URI to stage", retryable=False)
@@ -217,7 +226,7 @@ def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None
         write_termination_message(f"exit {code}: staging failed: {error}")
         return code
     except OSError as error:  # the shared volume: full, or not writable by the pod's user
-        fix = ("raise shared_volume.size or free space there" if error.errno == errno.ENOSPC else
+        fix = ("raise shared_volume.size or free space there" if error.errno in (errno.ENOSPC, errno.EDQUOT) else
                "check that the pod's user may write there (security.fs_group)")
         message = f"the shared volume: {error.strerror or error} ({error.filename or ''}): {fix}"
         say(f"error: {message}; exiting {exit_codes.BAD_CONFIG}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import tarfile
 import urllib.error
@@ -97,7 +98,11 @@ def _unpack(archive: Path, into: Path, uri: StorageUri, limit: int | None) -> No
                     bundle.extract(member, into, filter="data")  # no links out, no devices, no absolute paths
                     written += _size(into / member.name) if member.isreg() else 0
                     _within(uri, written, declared)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as error:
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # the volume's fault, not the archive's: said as a full volume is (exit 78, the size to raise)
+        raise StagingError(f"{uri.describe}: cannot unpack: {error}", retryable=False) from None
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as error:
         raise StagingError(f"{uri.describe}: cannot unpack: {error}", retryable=False) from None
 
 

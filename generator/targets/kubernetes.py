@@ -252,6 +252,7 @@ class JobObjects:
     shm: str
     storage: str
     env: tuple[dict[str, Any], ...]
+    stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
     tolerations: tuple[dict[str, Any], ...]
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
@@ -316,6 +317,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         env=tuple(_env_var(variable) for variable in spec.env) + (
             (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
             if spec.checkpoint_signing is not None else ()),
+        stage_env=tuple(_env_var(EnvVar(name, value_from=ref)) for name, ref in spec.secret_uris.items()),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from generator.spec import JobSpec
+from generator.spec import SECRET_STORAGE_KEYS, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import describe_value
-from trainer_contract import exit_codes, launcher
+from trainer_contract import exit_codes, launcher, storage
 
 LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
 # Each task's rank and the rendezvous address, in the shell of the script and of each task.
@@ -104,6 +104,8 @@ class BatchScript:
     setup: tuple[str, ...]
     shared_dir: str
     environment: tuple[tuple[str, str], ...]
+    # what a Secret gives on Kubernetes, which the environment sbatch runs in must give here: (variable, values key)
+    from_submitter: tuple[tuple[str, str], ...]
     launcher: str
     node_rank: str  # inside each task's shell
     torchrun_lines: tuple[str, ...]  # the other flags, a line per group
@@ -142,6 +144,7 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         setup=options.setup,
         shared_dir=shlex.quote(shared) if shared else '"$SLURM_SUBMIT_DIR"',
         environment=tuple(environment),
+        from_submitter=_from_submitter(spec),
         launcher=LAUNCHERS[spec.launcher],
         node_rank=next(flag.text for flag in flags if flag.group == "node"),
         torchrun_lines=tuple(" ".join(flag.text for flag in group)
@@ -152,6 +155,14 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         fail_codes=exit_codes.taking("fail"),
         stop_codes=exit_codes.taking("stop"),
     )
+
+
+def _from_submitter(spec: JobSpec) -> tuple[tuple[str, str], ...]:
+    """The variables a Kubernetes render takes from Secrets' keys (checkpoint.signing_secret, storage_uri_secret),
+    each with the values key that asks for it."""
+    signing = ((storage.SIGNING_KEY_VARIABLE, "checkpoint.signing_secret"),) if spec.checkpoint_signing else ()
+    return signing + tuple((storage.URI_VARIABLES[role], ".".join(SECRET_STORAGE_KEYS[role]))
+                           for role, uri in spec.storage.items() if uri.scheme == "secret")
 
 
 class SlurmTarget(Target):

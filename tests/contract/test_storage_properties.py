@@ -41,6 +41,7 @@ def test_any_text_parses_or_is_refused_in_one_line(text, role):
         assert "." not in parts and ".." not in parts and "" not in parts[1:], staged
     else:
         assert ".." not in parts
+    assert isinstance(storage.credential_parameters(text), list)  # never raises, whatever the text
 
 
 @CHECKS
@@ -50,6 +51,7 @@ def test_a_query_value_never_reaches_a_line(secret, key, path):
     text = f"https://files.example{path}?{key}={secret}&X-Amz-Expires=60"
     uri = storage.parse(text, "dataset")
     assert uri.url == text  # fetched as written
+    assert key in storage.credential_parameters(text)  # what the render refuses in the values
     for line in (uri.describe, uri.named("dataset"), uri.staged_path(SHARED, "dataset"), storage.redacted(text)):
         assert secret not in line
 
@@ -87,4 +89,28 @@ def test_two_sources_never_share_a_directory_nor_nest(first, second, role):
             (other.scheme, other.repo, other.revision, other.bucket, other.prefix):
         return  # the same source, written two ways (a trailing '/'): one place
     here, there = one.staged_path(SHARED, role), other.staged_path(SHARED, role)
+    assert here != there and not there.startswith(f"{here}/") and not here.startswith(f"{there}/"), (first, second)
+
+
+SECRET_NAME = st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,6}[a-z0-9])?", fullmatch=True)
+SECRET_KEY = st.from_regex(r"[-._a-zA-Z0-9]{1,6}", fullmatch=True)
+
+
+@CHECKS
+@given(first=st.tuples(SECRET_NAME, SECRET_KEY), second=st.one_of(st.tuples(SECRET_NAME, SECRET_KEY), SOURCES),
+       role=st.sampled_from(["model", "dataset"]))
+def test_a_uri_from_a_secret_has_a_place_of_its_own(first, second, role):
+    """storage_uri_secret: the place is the Secret's name and key's, one component each ('.' and '..' keys too),
+    apart from every other Secret's key and every URI's place."""
+    one = storage.from_secret(*first)
+    try:
+        other = storage.from_secret(*second) if isinstance(second, tuple) else storage.parse(second, role)
+    except StorageUriError:
+        return
+    here, there = one.staged_path(SHARED, role), other.staged_path(SHARED, role)
+    assert here.startswith(f"{SHARED}/{storage.STAGED_DIR}/{role}s/secret/")
+    assert "." not in here.split("/") and ".." not in here.split("/")
+    if isinstance(second, tuple) and first == second:
+        assert here == there
+        return
     assert here != there and not there.startswith(f"{here}/") and not here.startswith(f"{there}/"), (first, second)

@@ -32,6 +32,11 @@ SLURM_MATRIX = {
                "initializer.model.storage_uri=hf://google-bert/bert-base-uncased@v1.0",
                "initializer.dataset.storage_uri=https://data.example.com/squad/squad-v2.tar.gz",
                "export.storage_uri=s3://models/bert-squad"],
+    "dataset-from-a-secret": ["name=presigned-finetune", "entrypoint.module=worker.finetune",
+                              "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
+                              "initializer.dataset.storage_uri_secret={name: presigned-urls, key: imdb}",
+                              "checkpoint.storage_uri=s3://team-ckpt/imdb",
+                              "checkpoint.signing_secret={name: ckpt-signing, key: key}"],
 }
 CASES = [("kubernetes", name, sets, "yaml") for name, sets in MATRIX.items()] + \
         [("slurm", name, sets, "sbatch") for name, sets in SLURM_MATRIX.items()]

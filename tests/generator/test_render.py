@@ -59,6 +59,9 @@ MATRIX = {
                                    "export.storage_uri=s3://models/bert-squad",
                                    "env_from_secrets=[s3-credentials]",
                                    "env=[{name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]"],
+    "dataset-from-a-secret": ["name=presigned-finetune", "entrypoint.module=worker.finetune",
+                              "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
+                              "initializer.dataset.storage_uri_secret={name: presigned-urls, key: imdb}"],
 }
 
 

@@ -158,6 +158,50 @@ def test_a_presigned_urls_signature_never_reaches_a_line():
     assert "deadbeef" not in uri.staged_path(SHARED, "dataset")
 
 
+@pytest.mark.parametrize(("uri", "named"), [
+    ("https://h.example/d/train.tar.gz?X-Amz-Signature=deadbeef&X-Amz-Expires=600",
+     "X-Amz-Signature, X-Amz-Expires"),
+    ("https://h.example/model.zip?sv=2024&sig=deadbeef", "sig"),
+    ("https://h.example/model.zip?access_token=deadbeef", "access_token"),
+    ("https://h.example/model.zip?download=1&apiKey=deadbeef", "apiKey"),
+])
+def test_a_credential_in_a_storage_uri_is_refused_naming_the_key_and_the_secret_way(uri, named):
+    result = run_main("--set", f"initializer.model.storage_uri={uri}")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("gen-manifests: error: initializer.model.storage_uri: ")
+    assert f"carries a credential in its query ({named})" in result.stderr
+    assert "name its key in initializer.model.storage_uri_secret" in result.stderr
+    assert "deadbeef" not in result.stderr
+    assert run_main("--set", "initializer.model.storage_uri=https://h.example/model.zip?download=1").exit_code == 0
+
+
+def test_a_uri_from_a_secret_reaches_the_stage_step_alone_and_slurm_asks_for_it():
+    secret = "initializer.dataset.storage_uri_secret={name: presigned, key: data-url}"
+    job, config = _job_and_config(secret)
+    pod = job["spec"]["template"]["spec"]
+    wanted = {"name": storage.URI_VARIABLES["dataset"],
+              "valueFrom": {"secretKeyRef": {"name": "presigned", "key": "data-url"}}}
+    containers = {container["name"]: container for container in [*pod["initContainers"], *pod["containers"]]}
+    assert wanted in containers["stage"]["env"]
+    assert all(wanted not in containers[name]["env"] for name in ("check-config", "worker"))  # the stage step's only
+    assert storage.URI_VARIABLES["dataset"] not in config
+    assert config["DATASET_DIR"] == config["DATA_DIR"] == "/pvc-home/staged/datasets/secret/presigned/data-url"
+    script = run_main("--target", "slurm", "--set", secret)
+    assert script.exit_code == 0, script.stderr
+    assert 'if [ -z "${INDEXED_TRAINER_DATASET_URI:-}" ]; then' in script.stdout
+    assert 'export DATASET_DIR="$shared_dir/staged/datasets/secret/presigned/data-url"' in script.stdout
+    both = run_main("--set", secret, "--set", "initializer.dataset.storage_uri=hf://datasets/org/d")
+    assert both.exit_code == 2 and both.stderr == (
+        "gen-manifests: error: initializer.dataset.storage_uri_secret: initializer.dataset.storage_uri is set too: "
+        "the URI comes from one of them; set the other to null\n")
+
+
+def test_a_secret_key_of_dots_is_still_one_component_of_its_own():
+    assert storage.from_secret("s", "..").staged_path(SHARED, "model") == "/pvc-home/staged/models/secret/s/%2E."
+    assert storage.from_secret("s", ".a").staged_path(SHARED, "model") != storage.from_secret(
+        "s", "%2Ea").staged_path(SHARED, "model")
+
+
 def test_a_bucket_needs_credentials_from_a_secret_on_kubernetes_not_on_slurm():
     bucket = ["--set", "initializer.dataset.storage_uri=s3://team-data/mnist"]
     refused = run_main(*bucket)

@@ -2,14 +2,18 @@
 Job runs it: torchrun's environment, no secret value in any rendered file or log."""
 
 import hashlib
+import io
 import json
 import subprocess
+import tarfile
 import textwrap
 
 import pytest
 import yaml
 
+from testbed.storage_servers import FileServer
 from tests.conftest import BIN, OUTSIDE
+from trainer_contract import storage
 
 pytestmark = pytest.mark.slow
 
@@ -117,3 +121,65 @@ def test_a_missing_secret_is_refused_by_name(tmp_path):
     assert "needs Secret db: provide it with --secret db=PATH" in result.stderr
     assert "needs Secret creds" in result.stderr
     assert TOKEN not in result.stderr + result.stdout
+
+
+READER = textwrap.dedent('''
+    """Reads what the stage step staged (DATASET_DIR) and reports it, never the URI it came from."""
+    import json, os, pathlib
+    data = pathlib.Path(os.environ["DATASET_DIR"])
+    out = pathlib.Path(os.environ["OUTPUT_DIR"])
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"train": (data / "d/train.jsonl").read_text(), "uri_seen": "INDEXED_TRAINER_DATASET_URI" in os.environ}
+    (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(report))
+''')
+SIGNATURE = "sig-9d2e7c41b0aa"
+
+
+def test_a_presigned_url_from_a_secret_is_staged_once_and_written_nowhere(tmp_path):
+    """initializer.dataset.storage_uri_secret under local-job, as on a cluster: the URL reaches the stage step
+    only (from --secret, as from a Secret), the server sees its signature, index 0 stages it once and index 1
+    waits; the signature is in no rendered object, log or status."""
+    served = tmp_path / "served"
+    served.mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        body = b'{"text": "hello"}\n'
+        member = tarfile.TarInfo("d/train.jsonl")
+        member.size = len(body)
+        archive.addfile(member, io.BytesIO(body))
+    (served / "data.tar.gz").write_bytes(buffer.getvalue())
+    server = FileServer(served)
+    server.required_query = ("X-Amz-Signature", SIGNATURE)
+    try:
+        image_dir = tmp_path / "my-training"
+        image_dir.mkdir()
+        (image_dir / "reader.py").write_text(READER)
+        values = {"name": "presigned", "entrypoint": {"module": None, "script": "reader.py"},
+                  "initializer": {"dataset": {"storage_uri": None,
+                                              "storage_uri_secret": {"name": "presigned-urls", "key": "data"}}},
+                  "resources": {"cpu": 1, "memory": 2}, "shm_size": 0.5}
+        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+        rendered = subprocess.run([str(BIN / "gen-manifests"), "--values", str(tmp_path / "values.yaml")],
+                                  capture_output=True, text=True, check=True).stdout
+        (tmp_path / "urls").mkdir()
+        (tmp_path / "urls" / "data").write_text(f"{server.url}/data.tar.gz?X-Amz-Expires=600&X-Amz-Signature={SIGNATURE}")
+        root = tmp_path / "root"
+        result = subprocess.run(
+            [str(BIN / "local-job"), "-", "--volume-root", str(root), "--status-file", str(tmp_path / "status.json"),
+             "--backoff-seconds", "0.2", "--secret", f"presigned-urls={tmp_path / 'urls'}"],
+            input=rendered, capture_output=True, text=True, timeout=300, cwd=image_dir)
+        log = result.stdout + result.stderr
+        assert result.returncode == 0, log[-5000:]
+        volume = root / "volumes" / "presigned-data"
+        place = volume / "staged/datasets/secret/presigned-urls/data"
+        assert (place / storage.MARKER).is_file()
+        for rank in (0, 1):
+            report = json.loads((volume / f"runs/presigned/rank-{rank}.json").read_text())
+            assert report == {"train": '{"text": "hello"}\n', "uri_seen": False}  # the trainer never gets the URI
+        assert server.fetched() == ["/data.tar.gz"]  # once, by index 0, with the signature the server wanted
+        assert "X-Amz-Signature=***" in log
+        written = [rendered, log, (tmp_path / "status.json").read_text(), (place / storage.MARKER).read_text()]
+        written += [path.read_text(errors="replace") for path in (root / "logs").iterdir()]
+        assert not any(SIGNATURE in text for text in written)
+    finally:
+        server.close()

@@ -211,6 +211,34 @@ def test_a_presigned_urls_signature_stays_out_of_every_line_and_the_marker(files
     assert "sig-0123456789" not in missing.stdout + missing.stderr
 
 
+def test_a_uri_from_a_secret_is_staged_at_the_secrets_place_and_a_new_signature_is_the_same_source(files,
+                                                                                                   tmp_path):
+    """initializer.dataset.storage_uri_secret: the render knows the Secret's key only (DATASET_DIR is its place);
+    the stager reads the presigned URL from its environment. Presigned again (a new signature), it is the same
+    source; another URL in the Secret is another source, refused in that place."""
+    (files.root / "data.tar.gz").write_bytes(_tarball({"d/train.json": b"{}"}))
+    files.required_query = ("X-Amz-Signature", "sig-first-0123")
+    place = Path(storage.from_secret("presigned", "url").staged_path(str(tmp_path / "volume"), "dataset"))
+    assert place == tmp_path / "volume/staged/datasets/secret/presigned/url"
+    environ = {"DATASET_DIR": str(place),
+               "INDEXED_TRAINER_DATASET_URI": f"{files.url}/data.tar.gz?X-Amz-Signature=sig-first-0123"}
+    first = stager(environ)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (place / "d/train.json").read_bytes() == b"{}"
+    assert json.loads((place / storage.MARKER).read_text())["uri"] == f"{files.url}/data.tar.gz?X-Amz-Signature=***"
+    files.required_query = ("X-Amz-Signature", "sig-second-4567")
+    again = stager({**environ, "INDEXED_TRAINER_DATASET_URI": f"{files.url}/data.tar.gz?X-Amz-Signature=sig-second-4567"})
+    assert again.returncode == 0 and "already staged" in again.stdout, again.stdout + again.stderr
+    other = stager({**environ, "INDEXED_TRAINER_DATASET_URI": f"{files.url}/other.tar.gz?X-Amz-Signature=sig-second-4567"})
+    assert other.returncode == BAD_CONFIG and "another source" in other.stdout, other.stdout + other.stderr
+    assert files.fetched() == ["/data.tar.gz"]
+    for result in (first, again, other):
+        assert "sig-first" not in result.stdout + result.stderr and "sig-second" not in result.stdout + result.stderr
+    # a path needs no Secret, and a path given through one would be read from the Secret's place
+    path = stager({"DATASET_DIR": str(place), "INDEXED_TRAINER_DATASET_URI": str(tmp_path / "volume/data")})
+    assert path.returncode == BAD_CONFIG and "give the path as storage_uri itself" in path.stdout, path.stdout
+
+
 def test_an_https_archive_is_unpacked_and_staged_once(files, tmp_path):
     (files.root / "squad.tar.gz").write_bytes(_tarball({"squad/train.json": b"{}", "squad/dev.json": b"[]"}))
     environ = sources("dataset", f"{files.url}/squad.tar.gz", tmp_path / "volume")
@@ -263,6 +291,30 @@ def test_an_archive_larger_than_the_volumes_free_space_is_refused_before_unpacki
         assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
         assert "the shared volume has 4 MB free" in result.stdout and "the source needs 20 MB" in result.stdout
         assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+
+
+def test_a_volume_that_fills_up_while_unpacking_ends_in_one_line_and_nothing_partial(files, tmp_path):
+    """The declared sizes fit (2 KB), the volume does not: a tmpfs of 64 inodes, 300 one-byte members. What a
+    volume filled by another writer while unpacking does: ENOSPC mid-unpack, one line and 78, no traceback,
+    nothing visible in the place and no temporary left behind."""
+    volume = tmp_path / "few-inodes"
+    volume.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=64", "tmpfs", str(volume)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small volume needs mount (root): {mounted.stderr.decode().strip()}")
+    try:
+        (files.root / "many.tar.gz").write_bytes(_tarball({f"d/{index:04d}.txt": b"x" for index in range(300)}))
+        environ = sources("dataset", f"{files.url}/many.tar.gz", volume)
+        result = stager(environ)
+        assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+        assert "No space left on device" in result.stdout and "raise shared_volume.size or free space there" \
+            in result.stdout, result.stdout
+        assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
+        leftovers = [path for path in volume.rglob("*") if path.is_file() and not path.name.startswith(".")]
+        assert leftovers == [], leftovers[:5]
     finally:
         subprocess.run(["umount", str(volume)], check=True)
 
