@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainer_contract import variables
+from trainer_contract import metrics, variables
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
@@ -126,6 +126,8 @@ class JobSpec:
     checkpoint_signing: KeyRef | None = None
     # where the model and dataset come from and exports and checkpoints go, for the roles set
     storage: Mapping[Role, StorageUri] = field(default_factory=dict)
+    # the port each pod's local rank 0 serves its live metrics on (values metrics); None: no endpoint
+    metrics_port: int | None = None
     # each registered target's own options (generator/targets/), by target name
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -248,12 +250,14 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     shown = variables.shown_defaults(config_class) if config_class is not None else {}
     request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     sources = _storage(values)
+    enabled = values["metrics"]["enabled"]
+    metrics_port = values["metrics"]["port"] if (built_in if enabled is None else enabled) else None
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
     uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
     uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED_ROLES}  # null: not rendered
-    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **shown,
-                   **values["config_map"]}
+    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris,
+                   metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
     environment = {key: environment_text(value) for key, value in environment.items()
                    if value is not None}  # null removes one
     return JobSpec(
@@ -280,5 +284,6 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         checkpoint_signing=_key_ref("secretKeyRef", values["checkpoint"].get("signing_secret")),
         extra_volumes=tuple(_extra_volume(item) for item in values["extra_volumes"]),
         storage=sources,
+        metrics_port=metrics_port,
         options=dict(options or {}),
     )

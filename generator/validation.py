@@ -276,8 +276,14 @@ def name_length_problem(name: str, replicas: int | None) -> str | None:
 def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
-    return neutral_problems(values) + list(_storage_use_problems(spec)) + [
+    return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_metrics_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
+
+
+def _metrics_problems(spec: JobSpec) -> Iterable[str]:
+    if spec.metrics_port is not None and spec.metrics_port == spec.master_port:
+        yield (f"metrics.port: {spec.metrics_port} is master_port too (the rendezvous): give the metrics another "
+               "port")
 
 
 def _storage_use_problems(spec: JobSpec) -> Iterable[str]:

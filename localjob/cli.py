@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -22,12 +21,6 @@ import click
 from localjob.manifests import ManifestError, plan, read_source
 
 EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
@@ -93,7 +86,7 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
 def _pods(source, volume_root, volumes, env, secrets, image_dir):
     """The Job's plan, the factory of its pods and the claims given a directory; ManifestError for what
     cannot run here, before anything starts."""
-    from localjob.podspec import PodFactory
+    from localjob.podspec import PodFactory, free_port
     from localjob.secrets import read_secret
     from trainer_contract.variables import reserved
 

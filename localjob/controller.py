@@ -58,7 +58,7 @@ class LocalPod:
 
     def __init__(self, run: PodRun, controller: JobController, cpus: set[int] | None):
         self.run, self.controller, self.cpus = run, controller, cpus
-        self.record = PodRecord(run.name, run.index, phase="Running", started=time.time())
+        self.record = PodRecord(run.name, run.index, phase="Running", started=time.time(), ports=dict(run.ports))
         self.queue = list(run.init_containers) + [run.container]
         self.evicted = False
         self.current = self._start_next()

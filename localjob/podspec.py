@@ -17,8 +17,9 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class PodRun:
     init_containers: list[ContainerRun]
     container: ContainerRun
     cpu_limit: int
+    ports: dict[str, int] = field(default_factory=dict)  # the container's named ports -> this machine's
 
 
 _LAUNCHERS = (["torchrun"], ["python", "-m", "worker.launch"], ["python3", "-m", "worker.launch"])
@@ -67,6 +69,12 @@ def training_script(argv: list[str]) -> str | None:
         if not token.startswith("-"):
             return token if token.endswith(".py") else None
     return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def machine_cores() -> list[int]:
@@ -97,11 +105,12 @@ class PodFactory:
                 names[host + suffix] = "127.0.0.1"
         return dict(sorted(names.items(), key=lambda item: -len(item[0])))
 
-    def rewrite(self, text: str, mounts: dict[str, Path]) -> str:
-        """Map cluster names, ports and mount paths inside one env value or argument to their local ones."""
+    def rewrite(self, text: str, mounts: dict[str, Path], ports: dict[int, int] | None = None) -> str:
+        """Map cluster names, ports (``ports``: the pod's; default the Service's) and mount paths inside one env
+        value or argument to their local ones."""
         for host, address in self.hostnames().items():
             text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", address, text)
-        for cluster_port, local_port in self.ports.items():
+        for cluster_port, local_port in (self.ports if ports is None else ports).items():
             if text == str(cluster_port):
                 text = str(local_port)
             text = re.sub(rf"(?<=[=:]){cluster_port}(?!\d)", str(local_port), text)
@@ -161,7 +170,8 @@ class PodFactory:
             amount = Decimal(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         return str(divide_round_up(amount, parse_quantity(ref.get("divisor", "1"))))
 
-    def container_env(self, container: dict, pod: dict, mounts: dict[str, Path]) -> dict[str, str]:
+    def container_env(self, container: dict, pod: dict, mounts: dict[str, Path],
+                      ports: dict[int, int] | None = None) -> dict[str, str]:
         env: dict[str, str] = {}
         secret = set()  # taken from a Secret: passed as they are (never rewritten, never printed)
         for source in container.get("envFrom") or []:
@@ -196,7 +206,7 @@ class PodFactory:
                 if kind == "secretKeyRef":
                     secret.add(name)
             env[name] = value
-        return {key: value if key in secret else self.rewrite(value, mounts) for key, value in env.items()}
+        return {key: value if key in secret else self.rewrite(value, mounts, ports) for key, value in env.items()}
 
     def missing_script(self) -> str | None:
         """Why the main container's training script cannot start here (it is not in the image directory), or
@@ -220,20 +230,29 @@ class PodFactory:
         shutil.rmtree(self.secret_dir(run.name), ignore_errors=True)
 
     # -- the pod ------------------------------------------------------------------------------------
-    def container_run(self, container: dict, pod: dict) -> ContainerRun:
+    def pod_ports(self) -> dict[int, int]:
+        """The pod's ports on this machine: the Service's, shared (only the pod that serves one binds it), and
+        each other port the container declares (its metrics), a free port of its own: on a cluster every pod
+        has its own network namespace, here they share one."""
+        ports = dict(self.ports)
+        for declared in self.plan.pod_spec["containers"][0].get("ports") or []:
+            ports.setdefault(int(declared["containerPort"]), free_port())
+        return ports
+
+    def container_run(self, container: dict, pod: dict, ports: dict[int, int] | None = None) -> ContainerRun:
         volumes = {v["name"]: v for v in self.plan.pod_spec.get("volumes") or []}
         mounts = {m["mountPath"]: self.volume_dir(volumes[m["name"]], pod["name"])
                   for m in container.get("volumeMounts") or []}
         if container.get("workingDir"):
             mounts.setdefault(container["workingDir"], self.image_dir)
-        declared = self.container_env(container, pod, mounts)
+        declared = self.container_env(container, pod, mounts, ports)
         base = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
         base["PATH"] = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         base["HOSTNAME"] = pod["hostname"]
         if "/tmp" in mounts:
             base["TMPDIR"] = str(mounts["/tmp"])
         env = {**base, **self.extra_env, **declared, POD_MARKER: pod["uid"]}
-        argv = [self.rewrite(expand(part, declared), mounts)
+        argv = [self.rewrite(expand(part, declared), mounts, ports)
                 for part in list(container.get("command") or []) + list(container.get("args") or [])]
         return ContainerRun(container.get("name", "container"), argv, env, self.image_dir)
 
@@ -250,8 +269,11 @@ class PodFactory:
             "annotations": {**template_meta.get("annotations", {}), INDEX_ANNOTATION: str(index)},
         }
         spec = self.plan.pod_spec
-        init = [self.container_run(c, pod) for c in spec.get("initContainers") or []]
-        main = self.container_run(spec["containers"][0], pod)
+        ports = self.pod_ports()
+        init = [self.container_run(c, pod, ports) for c in spec.get("initContainers") or []]
+        main = self.container_run(spec["containers"][0], pod, ports)
         limits = spec["containers"][0].get("resources", {}).get("limits", {})
         cpu = divide_round_up(parse_quantity(limits["cpu"]), Decimal(1)) if "cpu" in limits else len(machine_cores())
-        return PodRun(name, pod["uid"], index, init, main, cpu)
+        named = {declared["name"]: ports[int(declared["containerPort"])]
+                 for declared in spec["containers"][0].get("ports") or [] if declared.get("name")}
+        return PodRun(name, pod["uid"], index, init, main, cpu, named)

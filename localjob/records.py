@@ -26,3 +26,4 @@ class PodRecord:
     started: float = 0.0
     finished: float = 0.0
     terminated_by: str = ""  # why the controller terminated the pod when the Job ended, if it did
+    ports: dict[str, int] = field(default_factory=dict)  # its container's named ports on this machine (metrics)

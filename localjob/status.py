@@ -3,7 +3,8 @@
 The running local-job publishes its status in its volume root (VOLUME_ROOT/status.json) as it changes; this
 reads it, and each pod's log there, into the Job and pod objects kubectl would return, and prints them with the
 cluster view's own describe(): the Job's state, a line per index and pod (exit codes and what they mean), index
-0's latest progress line (with its ETA), the launcher's warnings and the last error. A status whose local-job is
+0's latest progress line (with its ETA), its live metrics while it serves them, the launcher's warnings and
+the last error. A status whose local-job is
 gone (killed, the machine restarted) says so instead of showing a Job that runs forever.
 
     local-job status --volume-root runs/mnist-train
@@ -13,12 +14,14 @@ gone (killed, the machine restarted) says so instead of showing a Job that runs 
 from __future__ import annotations
 
 import json
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 from generator.status import INDEX_LABEL, describe, latest_progress, launcher_warnings
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
+from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
 
 
 class NoStatus(Exception):
@@ -102,4 +105,20 @@ def status_lines(root: Path, now: datetime | None = None) -> list[str]:
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))
     lines = describe(job, pods, latest_progress(log), now, warnings=unique)
-    return [*lines, f"pod logs: {root / 'logs'}/"]
+    live = live_metrics(status, alive)
+    return [*lines, *([f"index 0's live metrics: {live}"] if live else []), f"pod logs: {root / 'logs'}/"]
+
+
+def live_metrics(status: dict, alive: bool, timeout: float = 2.0) -> str | None:
+    """Index 0's live metrics, scraped from the port local-job gave its pod (the container's port named
+    metrics), as one line; None when it serves none (not started, ended, metrics off)."""
+    running = [record for record in status.get("pods") or []
+               if record["index"] == 0 and record["phase"] == "Running" and (record.get("ports") or {}).get(PORT_NAME)]
+    if not alive or not running:
+        return None
+    url = f"http://127.0.0.1:{running[-1]['ports'][PORT_NAME]}{PATH}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310  # our own pod, on this machine
+            return summary(parse(answer.read(1 << 20).decode("utf-8", errors="replace")))
+    except (OSError, ValueError):
+        return None  # not serving yet (the rendezvous), or already gone

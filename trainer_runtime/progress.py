@@ -1,4 +1,5 @@
-"""What a run shows while it trains: every rank's log lines, and rank 0's curves (TensorBoard) and metrics.jsonl."""
+"""What a run shows while it trains: every rank's log lines, rank 0's curves (TensorBoard) and metrics.jsonl, and
+the live metrics each pod serves (trainer_runtime/metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from typing import Any
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.progress import format_duration
+from trainer_runtime.metrics import live
 from trainer_runtime.tensorboard_log import Curves
 
 METRICS_FILE = "metrics.jsonl"
 
 
 class Progress:
-    def __init__(self, rank: int, output_dir: Path, epochs: int, log_interval: int):
+    def __init__(self, rank: int, output_dir: Path, epochs: int, log_interval: int, node: int = 0):
         self.rank, self.output_dir, self.epochs, self.log_interval = rank, output_dir, epochs, log_interval
-        self.is_rank0 = rank == 0
+        self.is_rank0, self.node = rank == 0, node
+        self.live = live(log=self.log)
         self.curves = Curves(False, output_dir, None, self.log)  # opened once the start is decided
         self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), 0, 1  # set by begin()
 
@@ -26,6 +29,9 @@ class Progress:
         """Training starts (or resumes) at ``step`` of ``epoch`` (from 0): the clock of the elapsed time and ETA."""
         self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), epoch * steps_per_epoch + step, \
             steps_per_epoch
+        self.live.started(self.steps_before, output_dir=self.output_dir, node=self.node,
+                          steps_per_epoch=steps_per_epoch)
+        self.live.progress(self.steps_before, steps=self.epochs * steps_per_epoch, epoch=epoch + 1, epochs=self.epochs)
 
     def timing(self, epochs_done: int) -> str:
         """This start's elapsed time and the time left for the run, at the same pace."""
@@ -59,13 +65,18 @@ class Progress:
         """A reported step (``batch_due``) of ``epoch`` (from 0), with rank 0's mini-batch loss on the curves.
         ``loss`` is this rank's sum over ``samples``."""
         self.log(f"epoch: {epoch + 1}/{self.epochs}, batch: {step}/{steps}, mini-batch size: {samples}")
-        if self.is_rank0 and loss is not None and samples:
-            self.curves.batch(images, loss / samples, learning_rate)
+        self.live.progress(epoch * steps + step, steps=self.epochs * steps, epoch=epoch + 1, epochs=self.epochs)
+        if loss is not None and samples:
+            self.live.loss(loss / samples)
+            if self.is_rank0:
+                self.curves.batch(images, loss / samples, learning_rate)
 
     def epoch(self, record: dict[str, Any], average_loss: float, accuracy: float) -> None:
         """The epoch's lines: its average loss (every rank), its accuracy and speed (rank 0); the unrounded
         figures, so the lines read as they always have."""
         epoch = record["epoch"]
+        self.live.evaluation("accuracy", accuracy)
+        self.live.throughput(record["images_per_second"], "samples")
         self.log(f"epoch {epoch}/{self.epochs}, average epoch loss={average_loss:.4f}")
         self.log0(f"epoch {epoch}/{self.epochs}, test accuracy={accuracy:.4f}, "
                   f"{record['images_per_second']:.0f} images/s, gradient sync "
@@ -99,6 +110,7 @@ class Progress:
 
     def close(self) -> None:
         self.curves.close()
+        self.live.close()
 
 
 def _epoch_of(line: str) -> float:

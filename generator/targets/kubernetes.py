@@ -24,7 +24,7 @@ from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
-from trainer_contract import exit_codes, launcher, names, storage
+from trainer_contract import exit_codes, launcher, metrics, names, storage
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
@@ -251,6 +251,7 @@ class JobObjects:
     memory: str
     shm: str
     storage: str
+    pod_annotations: Mapping[str, str]  # the values' annotations, and the scrape annotations with metrics
     env: tuple[dict[str, Any], ...]
     stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
     tolerations: tuple[dict[str, Any], ...]
@@ -264,6 +265,7 @@ class JobObjects:
     exit_fail_job: tuple[int, ...]
     exit_ignored: tuple[int, ...]
     shared_mount: str = launcher.SHARED_MOUNT
+    metrics_port_name: str = metrics.PORT_NAME
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
 
 
@@ -314,6 +316,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
         storage=gib_quantity(volume.size_gib),
+        pod_annotations=_pod_annotations(spec, options),
         env=tuple(_env_var(variable) for variable in spec.env) + (
             (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
             if spec.checkpoint_signing is not None else ()),
@@ -326,6 +329,13 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
     )
+
+
+def _pod_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
+    """The values' annotations; with metrics, Prometheus' scrape annotations first (the values' may override)."""
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(spec.metrics_port),
+              "prometheus.io/path": metrics.PATH} if spec.metrics_port is not None else {}
+    return {**scrape, **options.annotations}
 
 
 def _env_var(variable: EnvVar) -> dict[str, Any]:

@@ -65,6 +65,20 @@ def test_pod_gets_the_environment_and_command_kubernetes_would_give_it(tmp_path)
     assert pod.init_containers[0].env["JOB_COMPLETION_INDEX"] == "2"
 
 
+def test_each_pod_serves_its_metrics_on_a_port_of_its_own_the_rendezvous_on_the_shared_one(tmp_path):
+    """On a cluster every pod has its own network namespace; here they share one: the Service's port is shared
+    (only pod 0 binds it), the metrics port (declared by the container, in no Service) is each pod's own."""
+    job_plan = plan(rendered("replicas=2", "metrics.port=9555"))
+    factory = PodFactory(job_plan, tmp_path, {}, {}, {29500: 40003})
+    pods = [factory.pod(0), factory.pod(1)]
+    ports = [pod.container.env["INDEXED_TRAINER_METRICS_PORT"] for pod in pods]
+    assert ports[0] != ports[1] and "9555" not in ports
+    assert [pod.ports for pod in pods] == [{"rendezvous": 40003, "metrics": int(port)} for port in ports]
+    assert all("--master-port=40003" in pod.container.argv for pod in pods)
+    off = PodFactory(plan(rendered("metrics.enabled=false")), tmp_path, {}, {}, {29500: 40004}).pod(0)
+    assert "INDEXED_TRAINER_METRICS_PORT" not in off.container.env and off.ports == {"rendezvous": 40004}
+
+
 def test_rewrites_every_form_of_the_service_name_and_only_whole_names(tmp_path):
     job_plan = plan(rendered("namespace=ml"))
     factory = PodFactory(job_plan, tmp_path, {}, {}, {29500: 40002})

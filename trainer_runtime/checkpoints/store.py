@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_runtime.checkpoints.safe_load import UnsafeCheckpoint
+from trainer_runtime.metrics import live
 
 if TYPE_CHECKING:
     from trainer_stager.checkpoint_mirror import CheckpointMirror
@@ -49,10 +50,11 @@ class CheckpointStore:
         return newest(self.directory, self.naming, read, self.log)
 
     def published(self, path: Path) -> None:
-        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there and offer
-        it to the mirror, which uploads it beside the training and removes from the bucket what the volume no
+        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, show it in
+        the live metrics (its step and time) and offer it to the mirror, which uploads it beside the training and removes from the bucket what the volume no
         longer keeps."""
         layout.prune(self.directory, self.keep, self.naming)
+        live().checkpoint_written(path)
         if self.mirror is not None:
             self.mirror.offer(path)
 

@@ -1,6 +1,6 @@
 """What a transformer run shows while it trains: a line every LOG_INTERVAL steps with the loss, this process's
 tokens per second, the elapsed time and an ETA; rank 0's metrics.jsonl (a record per reported step and per
-evaluation) and TensorBoard scalars. A resumed run drops the records past its checkpoint first (TensorBoard's
+evaluation) and TensorBoard scalars; the live metrics each pod serves (trainer_runtime/metrics.py). A resumed run drops the records past its checkpoint first (TensorBoard's
 purge_step does the same for the curves), so that no step is recorded twice and none is missing."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract.progress import format_duration
+from trainer_runtime.metrics import live
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -32,8 +33,9 @@ def keep_records_up_to(output_dir: Path, step: int) -> None:
 
 
 class RunLog:
-    def __init__(self, rank: int, output_dir: Path, log_interval: int, tensorboard: bool):
-        self.rank, self.output_dir, self.log_interval = rank, output_dir, log_interval
+    def __init__(self, rank: int, output_dir: Path, log_interval: int, tensorboard: bool, node: int = 0):
+        self.rank, self.output_dir, self.log_interval, self.node = rank, output_dir, log_interval, node
+        self.live = live(log=lambda message: say(rank, message))
         self.tensorboard = tensorboard and rank == 0
         self.writer: Any = None
         self.began = self.clock = time.monotonic()
@@ -43,6 +45,8 @@ class RunLog:
         """Training starts (or resumes) at optimizer step ``step`` of ``total``."""
         self.began = self.clock = time.monotonic()
         self.steps_before = step
+        self.live.started(step, output_dir=self.output_dir, node=self.node)
+        self.live.progress(step, steps=total)
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             keep_records_up_to(self.output_dir, step)
@@ -63,6 +67,9 @@ class RunLog:
         self.tokens, self.clock = 0, now
         done, elapsed = step - self.steps_before, now - self.began
         eta = f"about {format_duration(elapsed / done * (total - step))} left" if done and step < total else "done"
+        self.live.progress(step, steps=total, epoch=epoch, epochs=epochs)
+        self.live.loss(loss)
+        self.live.throughput(tokens_per_second, "tokens")
         say(self.rank, f"epoch {epoch}/{epochs}, step {step}/{total}, loss {loss:.4f}, {tokens_per_second:.0f} "
             f"tokens/s, {format_duration(elapsed)} elapsed, {eta}")
         self.record({"step": step, "epoch": epoch, "loss": round(loss, 6), "learning_rate": learning_rate,
@@ -73,6 +80,8 @@ class RunLog:
     def evaluated(self, step: int, epoch: int, scores: dict[str, float], words: str) -> None:
         """``words``: the scores as the line says them (every rank holds the same; rank 0 says them). The record
         keeps the seconds since this start's training began (evaluations included): the time to a score."""
+        for metric, value in scores.items():
+            self.live.evaluation(metric, value)
         if self.rank == 0:
             say(self.rank, f"epoch {epoch}, evaluation: {words}")
         self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()},
@@ -92,3 +101,4 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self.live.close()

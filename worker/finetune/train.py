@@ -111,7 +111,7 @@ def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) ->
     loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id or 0, config, device, env.rank)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))
-    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
     try:
         result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop, store)

@@ -57,7 +57,7 @@ class Trainer:
         self.config, self.env = config, env
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
-        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval)
+        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval, env.group_rank)
         self.started_at = time.time()  # the run's first start: a resumed run takes its checkpoint's
         self.log, self.log0 = self.progress.log, self.progress.log0
 

@@ -136,7 +136,7 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     loaders = (ResumableLoader(FeatureSet(train_features, True), train_batches, pad),
                ResumableLoader(FeatureSet(eval_features, False), eval_batches, pad))
     evaluation = Evaluation(evaluation_questions, eval_features, config.max_answer_length)
-    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard)
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     progress = ProgressLines(run_log)
     module = QuestionAnswering(model, learning_rate=config.learning_rate,
                                total_steps=len(train_batches) * config.epochs, shard=config.strategy == "fsdp",

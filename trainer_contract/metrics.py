@@ -1,0 +1,104 @@
+"""The live metrics every built-in program serves while it trains, in Prometheus' text format: their names and
+meaning (one table, for the runtime that serves them and the status views that read them), where they are
+served, and how a scrape reads as one line. Torch-free, and free of prometheus_client: the status views parse
+the few lines they show themselves.
+
+Each pod's (Slurm: each node's) local rank 0 serves http://<pod>:<port>/metrics while its program trains, the
+port in PORT_VARIABLE (values metrics.port; unset: nothing served). Pod index 0's are the job's: rank 0's loss
+and evaluation; the progress is every rank's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+from trainer_contract.progress import format_duration
+
+# What the program reads: the port to serve on (absent or empty: no endpoint).
+PORT_VARIABLE = "INDEXED_TRAINER_METRICS_PORT"
+# The container port's name (Kubernetes), which a PodMonitor's podMetricsEndpoints names.
+PORT_NAME = "metrics"
+PATH = "/metrics"
+PREFIX = "indexed_trainer_"
+
+# name (without PREFIX) -> (help, label names). Gauges all: a resumed run goes back to its checkpoint's step.
+METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "step": ("Optimizer steps done (the run's, a resumed one included)", ()),
+    "steps_planned": ("Optimizer steps the run trains in all", ()),
+    "epoch": ("The epoch being trained, from 1", ()),
+    "epochs_planned": ("Epochs the run trains in all", ()),
+    "eta_seconds": ("Time left at this start's pace, in seconds", ()),
+    "loss": ("The latest reported training loss (this rank's)", ()),
+    "evaluation": ("The latest evaluation score, by metric", ("metric",)),
+    "throughput_per_second": ("Samples or tokens this process trains per second, since the last report",
+                              ("unit",)),
+    "last_checkpoint_step": ("The step of the newest checkpoint written", ()),
+    "last_checkpoint_timestamp_seconds": ("When the newest checkpoint was written, Unix time", ()),
+    "restarts": ("Starts of this run before this one (resumes and restarts)", ()),
+    "peak_memory_bytes": ("This process's peak memory, by device (cpu: resident set; cuda: allocated)",
+                          ("device",)),
+}
+
+Samples = Mapping[str, float]  # "name{labels}" (name without PREFIX) -> value
+
+
+def parse(text: str) -> dict[str, float]:
+    """The samples of a scrape that are ours, as ``{"step": 12.0, 'evaluation{metric="accuracy"}': 0.97}``;
+    lines it does not understand are skipped (a status view shows what it can, never fails on a scrape)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        name, _, rest = line[len(PREFIX):].rpartition(" ")
+        try:
+            samples[name.strip()] = float(rest)
+        except ValueError:
+            continue
+    return samples
+
+
+def summary(samples: Samples, now: float | None = None) -> str | None:
+    """A scrape as one line: ``step 120/500 (epoch 2/5), loss 0.3124, accuracy 0.9712, 1850 samples/s, about
+    3 min 05 s left, last checkpoint step 100 (12 s ago), 1 restart, peak memory 1.2 GiB (cpu)``; None when it
+    holds none of ours."""
+    if not samples:
+        return None
+    now = time.time() if now is None else now
+    parts = []
+    if "step" in samples:
+        planned = samples.get("steps_planned")
+        part = f"step {samples['step']:.0f}" + (f"/{planned:.0f}" if planned else "")
+        if "epoch" in samples:
+            epochs = samples.get("epochs_planned")
+            part += f" (epoch {samples['epoch']:.0f}" + (f"/{epochs:.0f})" if epochs else ")")
+        parts.append(part)
+    if _finite(samples.get("loss")):
+        parts.append(f"loss {samples['loss']:.4f}")
+    parts += [f"{_label(name, 'metric')} {value:.4g}" for name, value in sorted(samples.items())
+              if name.startswith("evaluation{") and _finite(value)]
+    parts += [f"{value:.0f} {_label(name, 'unit')}/s" for name, value in sorted(samples.items())
+              if name.startswith("throughput_per_second{") and _finite(value)]
+    if _finite(samples.get("eta_seconds")):
+        parts.append("done" if samples["eta_seconds"] <= 0 else f"about {format_duration(samples['eta_seconds'])} left")
+    if "last_checkpoint_step" in samples:
+        written = samples.get("last_checkpoint_timestamp_seconds")
+        ago = f" ({format_duration(now - written)} ago)" if written else ""
+        parts.append(f"last checkpoint step {samples['last_checkpoint_step']:.0f}{ago}")
+    if "restarts" in samples:
+        restarts = int(samples["restarts"])
+        parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
+    parts += [f"peak memory {value / 2**30:.1f} GiB ({_label(name, 'device')})" for name, value in sorted(samples.items())
+              if name.startswith("peak_memory_bytes{") and _finite(value)]
+    return ", ".join(parts) or None
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _label(sample: str, label: str) -> str:
+    """The value of ``label`` in a sample's name: ``evaluation{metric="f1"}`` -> ``f1``."""
+    _, _, rest = sample.partition(f'{label}="')
+    return rest.partition('"')[0] or "?"
