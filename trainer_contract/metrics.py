@@ -63,6 +63,7 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
     """A scrape as one line: ``step 120/500 (epoch 2/5), loss 0.3124, accuracy 0.9712, 1850 samples/s, about
     3 min 05 s left, last checkpoint step 100 (12 s ago), 1 restart, peak memory 1.2 GiB (cpu)``; None when it
     holds none of ours."""
+    samples = {name: value for name, value in samples.items() if math.isfinite(value)}  # NaN: not known
     if not samples:
         return None
     now = time.time() if now is None else now
@@ -74,13 +75,13 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
             epochs = samples.get("epochs_planned")
             part += f" (epoch {samples['epoch']:.0f}" + (f"/{epochs:.0f})" if epochs else ")")
         parts.append(part)
-    if _finite(samples.get("loss")):
+    if "loss" in samples:
         parts.append(f"loss {samples['loss']:.4f}")
     parts += [f"{_label(name, 'metric')} {value:.4g}" for name, value in sorted(samples.items())
-              if name.startswith("evaluation{") and _finite(value)]
+              if name.startswith("evaluation{")]
     parts += [f"{value:.0f} {_label(name, 'unit')}/s" for name, value in sorted(samples.items())
-              if name.startswith("throughput_per_second{") and _finite(value)]
-    if _finite(samples.get("eta_seconds")):
+              if name.startswith("throughput_per_second{")]
+    if "eta_seconds" in samples:
         parts.append("done" if samples["eta_seconds"] <= 0 else f"about {format_duration(samples['eta_seconds'])} left")
     if "last_checkpoint_step" in samples:
         written = samples.get("last_checkpoint_timestamp_seconds")
@@ -90,12 +91,8 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
         restarts = int(samples["restarts"])
         parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
     parts += [f"peak memory {value / 2**30:.1f} GiB ({_label(name, 'device')})" for name, value in sorted(samples.items())
-              if name.startswith("peak_memory_bytes{") and _finite(value)]
+              if name.startswith("peak_memory_bytes{")]
     return ", ".join(parts) or None
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _label(sample: str, label: str) -> str:
