@@ -141,3 +141,22 @@ def test_a_write_cut_short_leaves_a_temporary_the_next_start_removes(tmp_path):
     store.remove_stale_temporaries()
     assert [p.name for p in tmp_path.iterdir()] == ["step-00000008.ckpt"]
     assert lines == ["removed .tmp-step-00000016.ckpt, left by an interrupted checkpoint write"]
+
+
+def test_a_resume_reads_and_hashes_the_checkpoint_file_once(tmp_path, monkeypatch):
+    """The record decides the resume, then the same payload is loaded: one read of the file, not two; a file
+    changed in between is read again, and a read not asked to keep keeps nothing."""
+    path = file_checkpoint(tmp_path, 5)
+    reads: list[str] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self.name) or real(self))
+    store = CheckpointStore(tmp_path, layout.OPTIMIZER_STEP, keep=3, log=lambda message: None)
+    found, record = store.newest(checkpoint_record.read_record)
+    assert record["step"] == 5
+    payload = single_file.read_payload(found)
+    assert torch.equal(payload["model"]["w"], torch.full((3,), 5.0)) and reads == [path.name]
+    single_file.read_payload(found)  # taken already: read again
+    assert reads == [path.name] * 2
+    checkpoint_record.read_record(path)
+    file_checkpoint(tmp_path, 5, note="rewritten")  # the same name, another file
+    assert single_file.read_payload(path)["note"] == "rewritten" and reads == [path.name] * 4

@@ -79,13 +79,32 @@ def write_payload(path: Path, payload: dict[str, Any]) -> None:
     atomic_write_with(path, write)
 
 
-def read_payload(path: Path) -> dict[str, Any]:
-    """A verified file's payload. The transformer workloads' checkpoints written before they came here are torch.save
-    alone (a zip archive, no hash): still read, through the same allow-list, so a run resumes across the upgrade."""
+# The payload of the last read asked to keep it, for the one read of the same file that follows: a resume reads a
+# checkpoint's record to decide, then loads the checkpoint, and the file (gigabytes, hashed) is read once. Keyed by
+# the file's identity and modification time, so a file changed in between is read again.
+_kept: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+
+def _identity(path: Path) -> tuple[Any, ...]:
+    status = path.stat()
+    return str(path.resolve()), status.st_ino, status.st_size, status.st_mtime_ns
+
+
+def read_payload(path: Path, *, keep: bool = False) -> dict[str, Any]:
+    """A verified file's payload; ``keep``: kept for the next read of the same, unchanged file, which takes it
+    instead of reading the file again. The transformer workloads' checkpoints written before they came here are
+    torch.save alone (a zip archive, no hash): still read, through the same allow-list, so a run resumes across
+    the upgrade."""
+    global _kept
+    identity = _identity(path)
+    if _kept is not None and _kept[0] == identity:
+        payload, _kept = _kept[1], None
+        return payload
     data = path.read_bytes()
-    if data.startswith(TORCH_SAVE_ONLY):
-        return safe_load.load(io.BytesIO(data), name=path.name)
-    return decode(data, path.name)
+    payload = safe_load.load(io.BytesIO(data), name=path.name) if data.startswith(TORCH_SAVE_ONLY) \
+        else decode(data, path.name)
+    _kept = (identity, payload) if keep else None
+    return payload
 
 
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,

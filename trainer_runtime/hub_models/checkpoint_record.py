@@ -72,8 +72,8 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
 def read_record(path: Path) -> dict[str, Any]:
     """The record of checkpoint ``path``, verified (a file's hash, a directory's manifest of digests: the runtime's
     two formats) and read through safe_load's allow-lists; raises what a damaged or refused one raises."""
-    if path.is_file():
-        return single_file.read_payload(path)[RECORD_KEY]
+    if path.is_file():  # kept: the resume that follows loads this payload without reading the file again
+        return single_file.read_payload(path, keep=True)[RECORD_KEY]
     if (path / sharded.MANIFEST).is_file():
         return sharded.verify(path)
     # a sharded checkpoint of an earlier version: Lightning's own layout, unverified, its record in this file
