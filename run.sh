@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm | --status]
+Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm | --status | --slurm --status]
 
 Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
 says how to follow the training.
@@ -14,9 +14,14 @@ says how to follow the training.
             volumes under runs/<job>/; options after it go to local-job, e.g.
             --volume <job>-data=DIR   use DIR (holding data/MNIST/raw/...) as the shared volume
   --slurm   submit $BUILD_DIR/job.sbatch (./prepare.sh --target slurm) with sbatch from the current
-            directory, say how to follow it, and wait for it (sbatch --wait): the exit code is the job's
+            directory, say how to follow it, and wait for it: while it is pending, why (squeue's reason
+            and the values key to change); the exit code is the job's, as with sbatch --wait
   --status  show the applied Job on the cluster: its conditions, each index's pods with their exit codes
-            (and what each means) and termination messages, and index 0's latest progress line
+            (and what each means) and termination messages, what a Job or pod waits for (and the values
+            key to change), and index 0's latest progress line
+  --slurm --status
+            the same for the Slurm jobs of $BUILD_DIR/job.sbatch (by its job name): each one's state and,
+            while pending, squeue's reason and the values key to change
   --local --status
             the same for the running (or last) local run: progress and ETA, each index's pods, warnings
             and the last error
@@ -33,6 +38,12 @@ while [[ $# -gt 0 ]]; do
     --slurm) slurm_run=true; shift ;;
     --status)
       if [[ "${2:-}" == --local ]]; then local_run=true; local_args=(--status); break; fi
+      if [[ "$slurm_run" == true || "${2:-}" == --slurm ]]; then
+        require_batch_script
+        require_slurm
+        bin_dir="$(dirname "$(find_generator)")"
+        exec "$bin_dir/python" -m generator.slurm_status --name "$(sbatch_option job-name)"
+      fi
       require_build
       require_kubectl
       bin_dir="$(dirname "$(find_generator)")"
@@ -52,10 +63,17 @@ if [[ "$slurm_run" == true ]]; then
 run.sh: submitting Job $name to Slurm from $(pwd); follow it with:
   squeue --name=$name
   tail -f $log_dir/$name-<job id>.out
+  ./run.sh --slurm --status    # its state; while pending, why and the values key to change
 Cancel it with ./clean.sh --slurm. Waiting for it to end (Ctrl-C stops waiting, not the job)...
 NEXT
+  bin_dir="$(dirname "$(find_generator)")"
+  submitted="$(sbatch --parsable "$BUILD_DIR/job.sbatch")" || die "sbatch did not accept the job (see above)"
+  job_id="${submitted%%;*}"  # --parsable: ID or ID;CLUSTER
+  info "submitted Slurm job $job_id"
+  # polls scontrol every 5 s, saying its state and, while pending, squeue's reason with the key to
+  # change; exits with the job's exit code as sbatch --wait does
   status=0
-  sbatch --wait "$BUILD_DIR/job.sbatch" || status=$?
+  "$bin_dir/python" -m generator.slurm_status --wait "$job_id" || status=$?
   info "Job $name ended with exit code $status"
   exit "$status"
 fi

@@ -1,6 +1,7 @@
 """`./run.sh --status`: the Job on the cluster as a person asks about it. Its conditions, each completion index's
-pods with their exit codes and what each code means (trainer_contract/exit_codes.py) and termination message, and the
-latest progress line of index 0 (rank 0). Reads with kubectl; torch-free.
+pods with their exit codes and what each code means (trainer_contract/exit_codes.py) and termination message, what
+a suspended Job or a Pending pod waits for with the values key to change (generator/waiting.py), and the latest
+progress line of index 0 (rank 0). Reads with kubectl; torch-free.
 
     python -m generator.status NAMESPACE JOB
 """
@@ -12,9 +13,11 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+from generator.waiting import container_waiting, suspended, unschedulable, waiting_line
 from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
+from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
 from trainer_contract.progress import format_duration
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # set by the Job controller on every pod
@@ -70,9 +73,83 @@ def last_error(pods: list[dict]) -> str | None:
             + (f": {message[-1]}" if message else ""))
 
 
+def pod_facts(pod: dict) -> dict[str, str]:
+    """What the pod asks for, as the values set it: for the waiting lines' templates."""
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    container = next((c for c in containers if c.get("name") == "worker"), containers[0])
+    resources = container.get("resources") or {}
+    limits = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+    gpu = next((name for name in limits if name not in ("cpu", "memory", "ephemeral-storage")
+                and not name.startswith("hugepages-")), "")
+    selector = spec.get("nodeSelector") or {}
+    return {"cpu": str(limits.get("cpu", "?")), "memory": str(limits.get("memory", "?")),
+            "gpus": str(limits.get(gpu, 0)), "gpu_resource": gpu or "none",
+            "node_selector": ", ".join(f"{key}={value}" for key, value in selector.items()) or "none set",
+            "image": str(container.get("image", "?")),
+            "pull_secrets": ", ".join(s.get("name", "?") for s in spec.get("imagePullSecrets") or []) or "none set"}
+
+
+def _event_time(event: dict) -> str:
+    return ((event.get("series") or {}).get("lastObservedTime") or event.get("lastTimestamp")
+            or event.get("eventTime") or event["metadata"].get("creationTimestamp") or "")
+
+
+def pod_waiting(pod: dict, events: list[dict]) -> str | None:
+    """Why a Pending pod does not start, with the key to change; None when it is only starting."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        return None
+    facts = pod_facts(pod)
+    name = pod["metadata"]["name"]
+    own = sorted((e for e in events if (e.get("involvedObject") or {}).get("name") == name), key=_event_time)
+    scheduled: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "SchedulingGated":
+        gates = ", ".join(g.get("name", "?") for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+        return f"held by scheduling gates ({gates}): the controller that set them removes them"
+    scheduling = [e.get("message", "") for e in own if e.get("reason") == "FailedScheduling"]
+    if scheduled.get("status") == "False" and (scheduled.get("message") or scheduling):
+        return unschedulable(scheduled.get("message") or scheduling[-1], facts)
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        said = container_waiting(waiting.get("reason", ""), waiting.get("message", ""), facts)
+        if said:
+            return f"container {container.get('name', '?')} {said}"
+    for event in reversed(own):
+        said = container_waiting(event.get("reason", ""), event.get("message", ""), facts)
+        if said:
+            return said
+    return None
+
+
+def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = "") -> list[str]:
+    """What the Job and its Pending pods wait for: a line per reason, pods with the same reason on one line."""
+    meta, spec = job["metadata"], job.get("spec") or {}
+    lines = []
+    finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in (job.get("status") or {}).get("conditions") or [])
+    if spec.get("suspend") and not finished:
+        queue = (meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        facts = {"namespace": meta.get("namespace", "default"), "job": meta["name"]}
+        lines.append(waiting_line(f"Job {facts['namespace']}/{meta['name']}", suspended(queue, facts, kueue)))
+    by_reason: dict[str, list[str]] = {}
+    for pod in sorted(pods, key=lambda p: int((p["metadata"].get("labels") or {}).get(INDEX_LABEL, -1))):
+        reason = pod_waiting(pod, events)
+        if reason:
+            index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL, "?")
+            by_reason.setdefault(reason, []).append(f"index {index} pod {pod['metadata']['name']} Pending")
+    for reason, subjects in by_reason.items():
+        more = len(subjects) - 1
+        lines.append(waiting_line(subjects[0] + (f" (and {more} more pod{'s' * (more > 1)})" if more else ""),
+                                  reason))
+    return lines
+
+
 def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | None = None,
-             warnings: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The Job, a line per index and pod, index 0's latest progress, the launcher's warnings and the last error."""
+             warnings: list[str] | tuple[str, ...] = (), events: list[dict] | None = None,
+             kueue: str = "", live: str | None = None) -> list[str]:
+    """The Job, a line per index and pod, what the Job and its pods wait for, index 0's latest progress and live
+    metrics (``live``: a scrape's line, trainer_contract/metrics.py), the launcher's warnings and the last error."""
     now = now or datetime.now(timezone.utc)
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
@@ -93,8 +170,11 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
         for number, pod in enumerate(found):
             lines.append(("index " + str(index) + ": " if number == 0 else " " * (len(str(index)) + 8))
                          + pod_line(pod, now))
+    lines += waiting_lines(job, pods, events or [], kueue)
     if progress:
         lines.append(f"index 0's latest progress: {progress}")
+    if live:
+        lines.append(f"index 0's live metrics: {live}")
     lines += [f"warning: {warning}" for warning in warnings]
     error = last_error(pods)
     if error:
@@ -147,8 +227,65 @@ def main(argv: list[str] | None = None) -> int:
                                                  "--limit-bytes=65536"))
         except KubectlError:
             pass  # not started yet, or its logs are gone: the pod line says why
-    print("\n".join(describe(job, pods, progress, warnings=warnings)))
+    events = pending_events(namespace, pods)
+    live = live_metrics(namespace, leaders[-1]) if leaders else None
+    print("\n".join(describe(job, pods, progress, warnings=warnings, events=events, kueue=kueue_says(job),
+                             live=live)))
     return 0
+
+
+def metrics_port(pod: dict) -> int | None:
+    """The port of the pod's container port named metrics (the render's, with values metrics), if it has one."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == PORT_NAME and port.get("containerPort"):
+                return int(port["containerPort"])
+    return None
+
+
+def live_metrics(namespace: str, pod: dict) -> str | None:
+    """Index 0's live metrics through the API server's pod proxy (no port-forward, no route to the pod needed;
+    RBAC: get pods/proxy), as one line; None where the pod serves none, is not running, or the proxy is not
+    allowed: the progress line from the log stands alone then."""
+    port = metrics_port(pod)
+    if port is None or (pod.get("status") or {}).get("phase") != "Running":
+        return None
+    try:
+        text = kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}:{port}"
+                                       f"/proxy{PATH}", "--request-timeout=5s")
+    except KubectlError:
+        return None
+    return summary(parse(text))
+
+
+def _items(*args: str) -> list[dict]:
+    """kubectl get's items, or none where the cluster cannot say (no such kind, no permission)."""
+    try:
+        return json.loads(kubectl(*args, "-o", "json")).get("items") or []
+    except (KubectlError, ValueError, AttributeError):
+        return []
+
+
+def pending_events(namespace: str, pods: list[dict]) -> list[dict]:
+    """The warning events of the namespace's pods (the scheduler's FailedScheduling, the kubelet's FailedMount),
+    read only where a pod is Pending."""
+    if not any((pod.get("status") or {}).get("phase") == "Pending" for pod in pods):
+        return []
+    return _items("-n", namespace, "get", "events", "--field-selector", "involvedObject.kind=Pod,type=Warning")
+
+
+def kueue_says(job: dict) -> str:
+    """Why Kueue has not admitted a suspended Job yet: its Workload's QuotaReserved (or Admitted) message."""
+    meta = job["metadata"]
+    if not (job.get("spec") or {}).get("suspend") or "kueue.x-k8s.io/queue-name" not in (meta.get("labels") or {}):
+        return ""
+    for workload in _items("-n", meta.get("namespace", "default"), "get", "workloads.kueue.x-k8s.io"):
+        if any(owner.get("uid") == meta.get("uid") for owner in workload["metadata"].get("ownerReferences") or []):
+            conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+            for kind in ("QuotaReserved", "Admitted"):
+                if conditions.get(kind, {}).get("status") == "False" and conditions[kind].get("message"):
+                    return str(conditions[kind]["message"])
+    return ""
 
 
 if __name__ == "__main__":

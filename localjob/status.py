@@ -104,9 +104,8 @@ def status_lines(root: Path, now: datetime | None = None) -> list[str]:
     warnings = [text for name in sorted({pod["metadata"]["name"] for pod in pods})
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))
-    lines = describe(job, pods, latest_progress(log), now, warnings=unique)
-    live = live_metrics(status, alive)
-    return [*lines, *([f"index 0's live metrics: {live}"] if live else []), f"pod logs: {root / 'logs'}/"]
+    lines = describe(job, pods, latest_progress(log), now, warnings=unique, live=live_metrics(status, alive))
+    return [*lines, f"pod logs: {root / 'logs'}/"]
 
 
 def live_metrics(status: dict, alive: bool, timeout: float = 2.0) -> str | None:

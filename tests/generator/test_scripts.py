@@ -254,3 +254,58 @@ def test_values_from_the_user_are_quoted(tmp_path, fake_kubectl):
     result = script("run.sh", build=build, path_prefix=bin_dir)
     assert result.returncode == 0, result.stderr
     assert f"apply -f {build}" in log.read_text().splitlines()
+
+
+def fake_slurm(tmp_path, *job_states: str) -> Path:
+    """sbatch, squeue and scontrol standing for a Slurm cluster: sbatch --parsable answers job 812, and each
+    `scontrol show job` the next of job_states (its fields), the last one from then on."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    for number, state in enumerate(job_states):
+        (tmp_path / f"state{number}").write_text(f"JobId=812 JobName=mnist-train Partition=debug NumNodes=2-2 "
+                                                 f"MinCPUsNode=2 MinMemoryNode=4G TimeLimit=1-00:00:00 {state}\n")
+    last = len(job_states) - 1
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$*" >> "{tmp_path}/sbatch.log"\necho "812;cluster"\n')
+    (bin_dir / "squeue").write_text('#!/bin/sh\necho 812\n')
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *partition*) echo "PartitionName=debug MaxTime=12:00:00 MinNodes=1 MaxNodes=2"; exit 0;; esac\n'
+        f'n=$(cat "{tmp_path}/polls" 2>/dev/null || echo 0)\n'
+        f'echo $((n + 1)) > "{tmp_path}/polls"\n'
+        f'[ "$n" -gt {last} ] && n={last}\n'
+        f'cat "{tmp_path}/state$n"\n')
+    for tool in ("sbatch", "squeue", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
+def test_run_slurm_says_why_the_job_is_pending_and_exits_with_its_code(tmp_path):
+    build = tmp_path / "build"
+    assert script("prepare.sh", "--target", "slurm", build=build).returncode == 0
+    bin_dir = fake_slurm(tmp_path, "JobState=PENDING Reason=PartitionTimeLimit ExitCode=0:0",
+                         "JobState=FAILED Reason=NonZeroExitCode ExitCode=78:0 RunTime=00:00:09")
+    result = script("run.sh", "--slurm", build=build, path_prefix=bin_dir, timeout=60)
+    assert result.returncode == 78, result.stderr
+    assert (tmp_path / "sbatch.log").read_text() == f"--parsable {build}/job.sbatch\n"
+    lines = result.stderr.splitlines()
+    assert "run.sh: submitted Slurm job 812" in lines
+    assert ("waiting: Slurm job 812 mnist-train PENDING (PartitionTimeLimit): its time limit (1-00:00:00) is longer "
+            "than partition debug allows (MaxTime 12:00:00): lower slurm.time_limit, or choose another "
+            "slurm.partition") in lines
+    assert "Slurm job 812 mnist-train: FAILED, exit 78 (bad configuration: retrying cannot help, the Job fails) " \
+           "after 00:00:09 (restarts 0)" in lines
+    assert lines[-1] == "run.sh: Job mnist-train ended with exit code 78"
+
+
+def test_run_slurm_status_shows_the_jobs_of_the_batch_scripts_name(tmp_path):
+    build = tmp_path / "build"
+    assert script("prepare.sh", "--target", "slurm", build=build).returncode == 0
+    bin_dir = fake_slurm(tmp_path, "JobState=PENDING Reason=Priority ExitCode=0:0")
+    for args in (["--slurm", "--status"], ["--status", "--slurm"]):
+        result = script("run.sh", *args, build=build, path_prefix=bin_dir)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [
+            "Slurm job 812 mnist-train: PENDING (Priority)",
+            "waiting: Slurm job 812 mnist-train PENDING (Priority): jobs of higher priority are ahead of it in "
+            "partition debug; it starts after them: nothing to change (slurm.qos or slurm.partition, where the site "
+            "offers a faster one)"]
