@@ -3,7 +3,8 @@
 Environment: the container's env and envFrom (from the rendered ConfigMaps), the Downward API fields it can
 resolve, then kubelet's $(VAR) expansion of env values, command and args. Network: every pod is 127.0.0.1,
 so the headless Service's names (<job>-<i>.<service>[.<namespace>[.svc[.cluster.local]]]) are rewritten to
-127.0.0.1 and the Service's ports to a free port of this machine (two local jobs never collide). Storage:
+127.0.0.1 and the Service's ports to a free port of this machine (two local jobs never collide); every other
+port the container declares (its metrics) to a free port of each pod's own, recorded in the status. Storage:
 each volume is a local directory (claims shared by all pods, emptyDirs per pod) and mount paths in env values
 and arguments are rewritten to it; Secrets (local-job --secret) become env values and files, never printed.
 Image: the command runs from the PATH of local-job's own environment, in the directory standing for the

@@ -29,6 +29,10 @@ from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import atomic_write
 from trainer_contract.metrics import METRICS, PATH, PORT_VARIABLE, PREFIX
 
+# Where each node counts the starts of the run in OUTPUT_DIR (node<N>: a count), which a new run's set-aside
+# (RESUME=false) moves with the rest of the old run.
+STARTS_DIRECTORY = ".starts"
+
 _lock = threading.Lock()
 _live: Live | None = None
 
@@ -105,7 +109,7 @@ class Live:
         self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), step, steps_per_epoch
         self._set("step", step)
         if output_dir is not None and self.counts_starts:  # one count per node: its local rank 0's
-            self._set("restarts", count_start(output_dir / "logs" / f"starts-node{node}"))
+            self._set("restarts", count_start(output_dir / STARTS_DIRECTORY / f"node{node}"))
 
     def progress(self, step: int, *, steps: int, epoch: int | None = None, epochs: int | None = None) -> None:
         """Optimizer step ``step`` of ``steps`` done (epochs from 1); the ETA at this start's pace."""

@@ -49,7 +49,9 @@ def test_a_local_job_serves_live_metrics_that_parse_and_agree_with_the_run(tmp_p
             continue
         for record in status.get("pods") or []:
             text = _scrape(record["ports"]["metrics"]) if record["phase"] == "Running" else None
-            if text and "indexed_trainer_evaluation" in text:  # an epoch is done: every gauge has a value
+            # an epoch is done: every gauge has a value (index 0's checkpoint is written beside the training)
+            if text and "indexed_trainer_evaluation" in text and \
+                    (record["index"] != 0 or "indexed_trainer_last_checkpoint_step" in text):
                 scrapes.setdefault(record["index"], text)
                 if record["index"] == 0 and not status_view:
                     status_view = subprocess.run([str(BIN / "local-job"), "status", "--volume-root",
@@ -68,7 +70,8 @@ def test_a_local_job_serves_live_metrics_that_parse_and_agree_with_the_run(tmp_p
         assert 1 <= values[("indexed_trainer_epoch", ())] <= 4
         assert 0 <= values[("indexed_trainer_evaluation", (("metric", "accuracy"),))] <= 1
         assert values[("indexed_trainer_throughput_per_second", (("unit", "samples"),))] > 0
-        assert values[("indexed_trainer_loss", ())] > 0 and values[("indexed_trainer_eta_seconds", ())] >= 0
+        # the synthetic digits are learnt fast: a mini-batch loss may round to 0.0 in float32
+        assert values[("indexed_trainer_loss", ())] >= 0 and values[("indexed_trainer_eta_seconds", ())] >= 0
         assert values[("indexed_trainer_peak_memory_bytes", (("device", "cpu"),))] > 50 * 2**20
         assert values[("indexed_trainer_restarts", ())] == 0
         assert families["indexed_trainer_step"].type == "gauge"

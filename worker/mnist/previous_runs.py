@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from trainer_runtime.metrics import STARTS_DIRECTORY
 from trainer_runtime.progress import METRICS_FILE
 from trainer_runtime.tensorboard_log import SUBDIRECTORY as CURVES
 from worker.mnist.settings import MODEL_SUMMARY, MODEL_WEIGHTS
@@ -16,7 +17,7 @@ from worker.mnist.settings import MODEL_SUMMARY, MODEL_WEIGHTS
 DIRECTORY = "previous-runs"
 CHECKPOINTS = "checkpoints"  # TrainConfig.checkpoint_dir's name
 # what one run writes into OUTPUT_DIR; model.json first: without it the place no longer reads as a finished run
-RUN_ENTRIES = (MODEL_SUMMARY, MODEL_WEIGHTS, METRICS_FILE, CHECKPOINTS, CURVES)
+RUN_ENTRIES = (MODEL_SUMMARY, MODEL_WEIGHTS, METRICS_FILE, CHECKPOINTS, CURVES, STARTS_DIRECTORY)
 
 
 def set_aside(output_dir: Path, now: float | None = None) -> Path | None:
