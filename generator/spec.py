@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainer_contract import metrics, variables
+from trainer_contract import gang_rounds, metrics, variables
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
@@ -239,6 +239,24 @@ def _storage(values: Mapping[str, Any]) -> dict[Role, StorageUri]:
     return sources
 
 
+def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], *, built_in: bool,
+                 shown: Mapping[str, str], metrics_port: int | None) -> dict[str, str]:
+    """Every process's variables: the GPU request, the stager's URIs, the launcher's in-place restarts, the metrics
+    port, a built-in program's shown defaults, then config_map over them (a null removes one); sorted."""
+    gpu = values["resources"]["gpu"]
+    request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
+    # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
+    uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
+    uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
+             for role in STAGED_ROLES}  # null: not rendered
+    # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)
+    in_place = {gang_rounds.RESTART_IN_PLACE_VARIABLE: values["restart_in_place"],
+                gang_rounds.MAX_RESTARTS_VARIABLE: values["max_restarts"]} if built_in else {}
+    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **in_place,
+                   metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
+    return dict(sorted((key, environment_text(value)) for key, value in environment.items() if value is not None))
+
+
 def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> JobSpec:
     """The spec of schema-valid ``values``, with the targets' ``options`` (their own keys, typed)."""
     gpu = values["resources"]["gpu"]
@@ -248,18 +266,10 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     built_in = config_class is not None
     # a built-in program's hyper-parameters are shown with their defaults; another program gets none of them
     shown = variables.shown_defaults(config_class) if config_class is not None else {}
-    request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     sources = _storage(values)
     enabled = values["metrics"]["enabled"]
     metrics_port = values["metrics"]["port"] if (built_in if enabled is None else enabled) else None
-    # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
-    uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
-    uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
-             for role in STAGED_ROLES}  # null: not rendered
-    environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris,
-                   metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
-    environment = {key: environment_text(value) for key, value in environment.items()
-                   if value is not None}  # null removes one
+    environment = _environment(values, sources, built_in=built_in, shown=shown, metrics_port=metrics_port)
     return JobSpec(
         name=values["name"],
         replicas=values["replicas"],
@@ -278,7 +288,7 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
                                        else "torchrun"),
         built_in_worker=built_in,
         program=tuple((["-m", module] if module is not None else [entry["script"]]) + entry["args"]),
-        environment=dict(sorted(environment.items())),
+        environment=environment,
         env=tuple(_env_var(item) for item in values["env"]),
         env_from_secrets=tuple(values["env_from_secrets"]),
         checkpoint_signing=_key_ref("secretKeyRef", values["checkpoint"].get("signing_secret")),

@@ -28,7 +28,7 @@ from typing import Any
 from localjob.expansion import expand
 from localjob.manifests import JobPlan
 from localjob.quantity import divide_round_up, parse_quantity
-from trainer_contract.names import pod_address, pod_hostname
+from trainer_contract.names import JOB_UID_LABEL, pod_address, pod_hostname
 
 POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -91,6 +91,7 @@ class PodFactory:
         self.claim_dirs = claim_dirs
         self.image_dir = (image_dir or Path.cwd()).resolve()
         self.bin_dir = str(Path(sys.executable).parent)
+        self.job_uid = f"local-{plan.name}-{secrets.token_hex(8)}"  # the Job's uid: its pods' controller-uid label
 
     # -- names --------------------------------------------------------------------------------------
     def hostnames(self) -> dict[str, str]:
@@ -266,7 +267,8 @@ class PodFactory:
             "uid": f"{self.plan.name}-{index}-{secrets.token_hex(8)}",
             "hostname": pod_hostname(self.plan.name, index),
             "labels": {**template_meta.get("labels", {}), INDEX_ANNOTATION: str(index),
-                       "batch.kubernetes.io/job-name": self.plan.name, "job-name": self.plan.name},
+                       "batch.kubernetes.io/job-name": self.plan.name, "job-name": self.plan.name,
+                       JOB_UID_LABEL: self.job_uid, "controller-uid": self.job_uid},
             "annotations": {**template_meta.get("annotations", {}), INDEX_ANNOTATION: str(index)},
         }
         spec = self.plan.pod_spec

@@ -46,6 +46,9 @@ STALLED = 76
 # The pod asked for GPUs (resources.gpu.accelerator_count) and sees fewer, with resources.gpu.cpu_fallback
 # false: a node without working GPUs; the Job fails at once rather than train on the CPU for days.
 GPU_MISSING = 79
+# More of the gang's rounds failed than max_restarts allows, counted by the launchers that restarted them in place
+# (trainer_contract.gang_rounds): the Job fails at once, as it would have had every round cost a pod.
+RESTARTS_EXHAUSTED = 80
 
 
 def signal_exit_code(signum: int) -> int:
@@ -67,6 +70,9 @@ CODES = (
     ExitCode(GPU_MISSING, "fail",
              "the pod asked for GPUs and sees fewer (resources.gpu.cpu_fallback: false): the Job fails",
              "fewer GPUs than asked for and resources.gpu.cpu_fallback is false"),
+    ExitCode(RESTARTS_EXHAUSTED, "fail",
+             "more of the gang's rounds failed than max_restarts allows (restarted in place): the Job fails",
+             "more failed rounds than max_restarts"),
     ExitCode(TERMINATED, "stop", "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
              "stopped by SIGTERM after checkpointing"),
 )
@@ -85,6 +91,11 @@ def taking(action: Action) -> tuple[ExitCode, ...]:
 def codes_taking(*actions: Action) -> tuple[int, ...]:
     """The numbers of the codes whose action is one of ``actions``, in ascending order."""
     return tuple(sorted(item.code for item in CODES if item.action in actions))
+
+
+def action(code: int) -> Action:
+    """What the targets do on exit code ``code``: a code not in the table is the program's own failure (retry)."""
+    return next((item.action for item in CODES if item.code == code), "retry")
 
 
 def meaning(code: int) -> str:

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 from trainer_contract import exit_codes
 from trainer_contract.atomic import atomic_write
@@ -35,7 +36,12 @@ WAIT_SECONDS = 10.0
 HEARTBEAT_SECONDS = 1.0
 # A pod whose heartbeat has not moved for this long, and that left no note, vanished (3 beats missed).
 STALE_SECONDS = 3.0
-VICTIM, EXPLAINED, ALIVE = "victim", "explained", "alive"
+AttemptEnding = Literal["victims", "explained", "vanished"]
+VICTIM, ALIVE = "victim", "alive"
+EXPLAINED: Literal["explained"] = "explained"
+# with EXPLAINED: how an attempt ended (attempt_ending)
+ENDED_AS_VICTIMS: Literal["victims"] = "victims"
+VANISHED: Literal["vanished"] = "vanished"
 ATTEMPT = "attempt"  # {node: token} of the gang that assembled, written by its rank 0
 TOKEN_VARIABLE = "INDEXED_TRAINER_GANG_TOKEN"  # the launcher's token, for its workers
 
@@ -70,10 +76,12 @@ class GangLedger:
     def stop(self) -> None:
         self.stopped.set()
 
-    def note(self, code: int) -> None:
-        """How this pod ends: as a victim (75), or otherwise (its own failure, a signal: the attempt's cause).
-        Only into an OUTPUT_DIR that exists: a pod whose gang never assembled writes nothing."""
-        self.stop()
+    def note(self, code: int, final: bool = True) -> None:
+        """How this pod ends (``final``), or its round in place: as a victim (75), or otherwise (its own failure,
+        a signal: the attempt's cause). Only into an OUTPUT_DIR that exists: a pod whose gang never assembled
+        writes nothing. A launcher that goes on in place keeps counting its heartbeat."""
+        if final:
+            self.stop()
         self._write(VICTIM if code == exit_codes.PEER_LOST else EXPLAINED, f"{code}\n")
 
     def _write(self, kind: str, text: str) -> None:
@@ -96,10 +104,21 @@ class GangLedger:
         except (OSError, ValueError, AttributeError):
             return {}
 
+    def new_round(self) -> None:
+        """A round restarted in place (trainer_contract.gang_rounds): this pod's note of the last one goes."""
+        for kind in (VICTIM, EXPLAINED):
+            (self.directory / f"{self.node}.{kind}").unlink(missing_ok=True)
+
     def nobody_failed_first(self, wait: float = WAIT_SECONDS, poll: float = 0.2, stale: float = STALE_SECONDS) -> bool:
-        """True once every pod has noted it ended as a victim; False as soon as one ended otherwise, or vanished
-        (no note, its heartbeat still for ``stale`` seconds), or when ``wait`` seconds pass without every note
-        (a pod that vanished whole is counted, or excused, by the Job)."""
+        """True once every pod has noted it ended as a victim (see ``attempt_ending``)."""
+        return self.attempt_ending(wait, poll, stale) == ENDED_AS_VICTIMS
+
+    def attempt_ending(self, wait: float = WAIT_SECONDS, poll: float = 0.2,
+                       stale: float = STALE_SECONDS) -> AttemptEnding:
+        """How the attempt ended: ENDED_AS_VICTIMS once every pod has noted it ended as a victim; EXPLAINED as soon
+        as one ended otherwise (its own failure, a signal); VANISHED when one left no note and its heartbeat stood
+        still for ``stale`` seconds or counts under another token (the Job replaced it), or when ``wait`` seconds
+        pass without every note (a pod that vanished whole is counted, or excused, by the Job)."""
         now = time.monotonic()
         deadline = now + wait
         beats: dict[int, tuple[str | None, float]] = {}  # per node: the heartbeat last read, and since when
@@ -107,19 +126,19 @@ class GangLedger:
         while True:
             notes = {path.name for path in self.directory.glob("*.*")} if self.directory.is_dir() else set()
             if any(name.endswith(f".{EXPLAINED}") for name in notes):
-                return False
+                return EXPLAINED
             waiting = [node for node in range(self.nodes) if f"{node}.{VICTIM}" not in notes]
             if not waiting:
-                return True
+                return ENDED_AS_VICTIMS
             now = time.monotonic()
             for node in waiting:
                 beat = self._heartbeat(node)
                 if node in attempt and beat is not None and beat.split()[0] != attempt[node]:
-                    return False  # the Job replaced it already: this attempt's pod is gone, without a note
+                    return VANISHED  # the Job replaced it already: this attempt's pod is gone, without a note
                 if node not in beats or beats[node][0] != beat:
                     beats[node] = (beat, now)
                 elif beat is not None and now - beats[node][1] >= stale:
-                    return False  # its launcher stopped counting without a note: gone with its pod
+                    return VANISHED  # its launcher stopped counting without a note: gone with its pod
             if now >= deadline:
-                return False
+                return VANISHED
             time.sleep(poll)

@@ -12,6 +12,9 @@ import json
 
 # A pod's hostname, <job>-<index>, is a DNS-1123 label.
 MAX_HOSTNAME = 63
+# The label the Job controller puts on every pod of a Job: the Job's uid (the downward API hands it to the
+# launcher, which counts the gang's failed rounds under it).
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 def pod_hostname(job: str, index: int) -> str:

@@ -14,8 +14,12 @@ what it exits with and in two checks before the rendezvous:
 - SIGTERM is forwarded to the workers as torchrun does (they checkpoint); the exit code is then 128 + the
   signal, or 0 when the run is complete on the volume (it finished during the grace period).
 - A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
+- For the built-in worker, a failed round is restarted in place (values restart_in_place, on by default): the
+  launcher stays up, starts new workers that resume from the newest checkpoint, and the gang re-forms without a
+  pod being recreated; failed rounds draw from max_restarts (trainer_launcher/recovery.py).
 - For the built-in worker, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
-  exits STALLED (76, counted once) when every pod of the attempt ended as a victim (trainer_contract.gang_ledger).
+  exits STALLED (76, counted once) when every pod of the attempt ended as a victim (trainer_contract.gang_ledger);
+  in place, index 0 counts that round instead.
 - With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
   INDEXED_TRAINER_CHECKPOINT_DIR to the bucket, beside torchrun (checkpoint_watch.py).
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
@@ -43,12 +47,15 @@ from torch.distributed.run import run as torchrun
 from trainer_contract import exit_codes, launcher, storage, variables
 from trainer_contract.exit_codes import signal_exit_code
 from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
+from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.variables import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run
+from trainer_launcher.recovery import InPlaceRecovery
 
 _said: list[str] = []
+_signalled: list[int] = []  # the signals this launcher received during the round (not its workers' own deaths)
 _warned: list[str] = []  # warnings the termination message carries too, whatever the ending
 
 
@@ -136,14 +143,18 @@ def check_before_rendezvous(args) -> int | None:
     return exit_codes.OK
 
 
-def gang_ledger(args) -> GangLedger | None:
+def gang_ledger(args, environ=os.environ) -> GangLedger | None:
     """The ledger of how the gang's pods ended (trainer_contract.gang_ledger), in the directory of the run the
-    program keeps; None for a program that keeps none."""
+    program keeps, or, where the render restarts rounds in place (a built-in workload), in its OUTPUT_DIR; None
+    otherwise."""
     run = quiet_kept_run(args)
-    if run is None:
+    output = run.output_dir() if run is not None else None
+    if output is None and in_place_settings(environ)[0] and environ.get("OUTPUT_DIR"):
+        output = Path(environ["OUTPUT_DIR"])
+    if output is None:
         return None
     nodes = int(str(args.nnodes).split(":")[-1])
-    return GangLedger(run.output_dir(), int(args.node_rank), nodes)
+    return GangLedger(output, int(args.node_rank), nodes)
 
 
 def upload_export(args, environ=os.environ) -> int:
@@ -214,9 +225,15 @@ def _launch(args) -> int:
     ledger = gang_ledger(args)
     if ledger is not None:
         ledger.start()
-    code = wait_for_leader(args)
-    if code is None:
-        code = run_training(args)
+    recovery = in_place_recovery(args, ledger)
+    if recovery is not None:
+        code = run_rounds(args, recovery)
+        assert ledger is not None
+        if code != exit_codes.OK:
+            ledger.note(code)
+        return code
+    waited = wait_for_leader(args)
+    code = run_training(args) if waited is None else waited
     if ledger is None or code == exit_codes.OK:
         return code
     ledger.note(code)
@@ -228,6 +245,52 @@ def _launch(args) -> int:
                 f"as index 0's failure; the pod exits {exit_codes.STALLED}")
             return exit_codes.STALLED
     return code
+
+
+def in_place_recovery(args, ledger: GangLedger | None, environ=os.environ) -> InPlaceRecovery | None:
+    """The launcher's in-place recovery (trainer_launcher/recovery.py), or None: values restart_in_place is false,
+    no gang ledger (a program that keeps no run), or a gang of several pods outside a Job (no Job identity to count
+    its failed rounds under)."""
+    enabled, limit = in_place_settings(environ)
+    if not enabled or ledger is None:
+        return None
+    job = job_identity(environ)
+    if job is None and ledger.nodes > 1:
+        return None
+    rounds = GangRounds(ledger.directory.parent, ledger.node, ledger.token, job)
+    return InPlaceRecovery(rounds, ledger, limit, say, tell)
+
+
+def run_rounds(args, recovery: InPlaceRecovery) -> int:
+    """Rounds of torchrun until one completes or a failure ends the pod (trainer_launcher/recovery.py)."""
+    while True:
+        try:
+            code = recovery.enter(join_timeout(args), lambda: wait_for_leader(args))
+        except SignalException as stopped:
+            return recovery.end(stopped_between_rounds(args, stopped))
+        if code is not None:
+            return recovery.end(code)
+        _signalled.clear()
+        code = run_training(args)
+        if code == exit_codes.OK:
+            return recovery.end(code)
+        try:
+            ending = recovery.after(code, signalled=bool(_signalled))
+        except SignalException as stopped:
+            return recovery.end(stopped_between_rounds(args, stopped))
+        if ending is not None:
+            return ending
+
+
+def stopped_between_rounds(args, stopped: SignalException) -> int:
+    """SIGTERM while no worker runs (between rounds): 0 when the run is complete, else 128 + the signal."""
+    sig = signal.Signals(stopped.sigval)
+    run = quiet_kept_run(args)
+    if run is not None and run.finished():
+        say(f"{sig.name} received after the run completed; exiting 0")
+        return exit_codes.OK
+    say(f"{sig.name} received between rounds (no worker running); exiting {signal_exit_code(sig.value)}")
+    return signal_exit_code(sig.value)
 
 
 LEADER_POLL_SECONDS = 0.25
@@ -326,9 +389,10 @@ def run_torchrun(args) -> int:
         others = {r: container_code(f.exitcode) for r, f in failed.failures.items() if r != rank}
         say(f"worker rank {rank} failed first with exit code {code}"
             + (f" (then {', '.join(f'rank {r}: {c}' for r, c in sorted(others.items()))})" if others else "")
-            + f"; the pod exits {code}")
+            + ("" if in_place_settings()[0] else f"; the pod exits {code}"))
         return code
     except SignalException as stopped:
+        _signalled.append(stopped.sigval)
         sig = signal.Signals(stopped.sigval)
         run = quiet_kept_run(args)
         if run is not None and run.finished():

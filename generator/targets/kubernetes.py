@@ -24,7 +24,7 @@ from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
-from trainer_contract import exit_codes, launcher, metrics, names, storage
+from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
@@ -254,6 +254,7 @@ class JobObjects:
     pod_annotations: Mapping[str, str]  # the values' annotations, and the scrape annotations with metrics
     env: tuple[dict[str, Any], ...]
     stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
+    worker_env: tuple[dict[str, Any], ...]  # the worker container's alone
     tolerations: tuple[dict[str, Any], ...]
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
@@ -321,6 +322,9 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
             (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
             if spec.checkpoint_signing is not None else ()),
         stage_env=tuple(_env_var(EnvVar(name, value_from=ref)) for name, ref in spec.secret_uris.items()),
+        # the Job's uid, under which the launchers count the rounds they restart in place (gang_rounds)
+        worker_env=({"name": gang_rounds.JOB_UID_VARIABLE, "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),

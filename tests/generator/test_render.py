@@ -98,6 +98,24 @@ def test_schema_validator_rejects_a_broken_job():
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "NoSuchKind"}, MIN_KUBERNETES, strict=True)
 
 
+@pytest.mark.parametrize("sets, config", [
+    ((), {"INDEXED_TRAINER_RESTART_IN_PLACE": "true", "INDEXED_TRAINER_MAX_RESTARTS": "3"}),
+    (("restart_in_place=false", "max_restarts=5"),
+     {"INDEXED_TRAINER_RESTART_IN_PLACE": "false", "INDEXED_TRAINER_MAX_RESTARTS": "5"}),
+    (("entrypoint.script=train.py",), {}),  # a program of one's own is restarted as it always was
+])
+def test_the_launcher_learns_whether_to_restart_in_place_and_the_jobs_uid(sets, config):
+    docs = render(*sets)
+    data = next(doc for doc in docs if doc["kind"] == "ConfigMap")["data"]
+    assert {key: data[key] for key in data if key in ("INDEXED_TRAINER_RESTART_IN_PLACE",
+                                                      "INDEXED_TRAINER_MAX_RESTARTS")} == config
+    pod = job_of(docs)["spec"]["template"]["spec"]
+    uid = {"name": "INDEXED_TRAINER_JOB_UID", "valueFrom": {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}
+    assert uid in pod["containers"][0]["env"]  # the failed rounds are counted under the Job's uid
+    assert all(uid not in init["env"] for init in pod.get("initContainers", []))
+
+
 def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     job = job_of(render("replicas=3", "master_port=23456"))
     spec = job["spec"]
@@ -108,7 +126,7 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     assert spec["podReplacementPolicy"] == "Failed"
     rules = spec["podFailurePolicy"]["rules"]
     # bad configuration from any container fails the Job; disruptions and a peer's victims are not counted
-    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78, 79]}}
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78, 79, 80]}}
     assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75]}}
     assert len(rules) == 3
@@ -140,7 +158,8 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     init = pod["initContainers"][0]
     assert init["command"] == ["python", "-m", "worker", "--check-config"]
-    assert init["env"] == worker["env"] and init["envFrom"] == worker["envFrom"]
+    # the check sees the worker's variables (the Job's uid, for the launcher's count of rounds, is the worker's alone)
+    assert init["env"] == worker["env"][:-1] and init["envFrom"] == worker["envFrom"]
 
 
 def test_cpu_job_has_no_gpu_limit_and_gpu_job_has_one():

@@ -1,5 +1,6 @@
 """The gang as the real Job controller runs it: evictions are free, the leader decides success, a fault that
-never heals ends the Job after max_restarts + 1 gang attempts (real pods: the launcher, torchrun and gloo)."""
+never heals ends the Job after max_restarts + 1 gang attempts, restarted in place or (restart_in_place=false) as
+recreated pods (real pods: the launcher, torchrun and gloo)."""
 
 import json
 import re
@@ -38,13 +39,16 @@ def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
     log = "".join(seen) + rest
     assert process.returncode == 0, log[-5000:]
     status = json.loads((tmp_path / "status.json").read_text())
-    # max_restarts=0, yet the Job completes: the evicted pod (DisruptionTarget) and its victim (75) are ignored
+    # max_restarts=0, yet the Job completes: the evicted pod (DisruptionTarget) is ignored, and pod 0, whose
+    # worker was its victim, waited in place for the replacement (an uncounted round)
     assert status["condition"]["type"] == "Complete"
-    assert status["failed"] == 0 and status["ignored"] == 2
+    assert status["failed"] == 0 and status["ignored"] == 1
+    assert status["restarts"] == {"0": 0, "1": 1}
     first_attempt = {pod["index"]: pod for pod in status["pods"][:2]}
     assert first_attempt[1]["conditions"] == [
         {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
-    assert first_attempt[1]["exit_codes"]["worker"] == 143 and first_attempt[0]["exit_codes"]["worker"] == 75
+    assert first_attempt[1]["exit_codes"]["worker"] == 143 and first_attempt[0]["exit_codes"]["worker"] == 0
+    assert "round 2 of the gang: new workers" in log and "restarting in place" not in log
     # the evicted rank's SIGTERM was agreed on by the gang: a mid-epoch checkpoint, resumed from
     step = int(re.search(r"resuming from ckpt-e0001-s(\d{6})\.pt", log).group(1))
     assert 10 <= step < 64
@@ -73,9 +77,30 @@ def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):
     assert recorded_epochs(output) == [1, 2]
 
 
-def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):
+@pytest.mark.parametrize("fault, counted_by", [
+    ("exit=3@batch=1.2,rank=1", "this pod's worker failed with exit code 3"),
+    ("exit=75@batch=1.2", "every pod of the gang ended as a victim and none failed first"),
+])
+def test_a_fault_on_every_start_ends_after_max_restarts_plus_one_rounds_in_place(tmp_path, fault, counted_by):
+    """In place, no pod is recreated: the launchers count the gang's failed rounds (a crash where it happened; a
+    round where every pod was a victim, at index 0) and the one past max_restarts exits 80, which fails the Job."""
     claim = volume(tmp_path, SMALL)
     manifests = render("replicas=2", "max_restarts=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400, env=fault_env(fault))
+    assert result.returncode == 1, log[-5000:]
+    assert status["condition"]["reason"] == "PodFailurePolicy"
+    assert re.fullmatch(r"Container worker for pod default/mnist-train-[01]-\w{5} failed with exit code 80 matching "
+                        r"FailJob rule at index 0", status["condition"]["message"])
+    assert status["restarts"] == {"0": 0, "1": 0} and len(status["pods"]) == 2
+    assert log.count(f"{counted_by}; restarting in place") == 2  # rounds 1 and 2
+    assert f"round 3 failed: {counted_by}; 3 rounds of this Job have failed, more than max_restarts (2)" in log
+    assert log.count("Rank 0: process group: gloo") == 3
+
+
+def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=2", "restart_in_place=false", "config_map.EPOCHS=2",
+                       "config_map.BATCH_SIZE=32")
     result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400,
                                         env=fault_env("exit=3@batch=1.2,rank=1"))
     assert result.returncode == 1, log[-5000:]
@@ -98,7 +123,8 @@ def test_a_gang_whose_every_pod_fails_as_a_victim_ends(tmp_path):
     """Every rank exits 75 ("a peer failed first") in every attempt: without a counted cause the Job would restart
     forever; index 0 counts each such attempt once (76), so max_restarts=1 ends it after 2 attempts."""
     claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    manifests = render("replicas=2", "max_restarts=1", "restart_in_place=false", "config_map.EPOCHS=2",
+                       "config_map.BATCH_SIZE=32")
     result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400, env=fault_env("exit=75@batch=1.2"))
     assert result.returncode == 1, log[-5000:]
     assert status["condition"]["reason"] == "BackoffLimitExceeded"

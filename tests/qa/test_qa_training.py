@@ -167,6 +167,20 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, wh
     assert all((exported[key] == resumed_weights[key]).all() for key in exported)
 
 
+def test_a_killed_worker_is_restarted_in_place_and_the_run_ends_bit_identical(world, whole, tmp_path):
+    """As rendered (restart_in_place, max_restarts): the launcher starts the round again itself, with new workers
+    resuming from the checkpoint, and the run ends as an uninterrupted one did; no second launch."""
+    model, data = world
+    in_place = {"INDEXED_TRAINER_RESTART_IN_PLACE": "true", "INDEXED_TRAINER_MAX_RESTARTS": "1"}
+    run = run_qa(model, data, tmp_path / "out", {"STRATEGY": "fsdp", **in_place,
+                                                 **fault_env("sigkill@batch=2.3,rank=1,attempt=0")})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert ("launcher: round 1 failed: this pod's worker failed with exit code 137; restarting in place (1 of at "
+            "most 1 restarts)") in run.stderr
+    assert "Rank 0: resuming from step-00000010.ckpt" in run.stdout
+    assert same_weights(whole("fsdp") / EXPORT, tmp_path / "out" / EXPORT)
+
+
 @pytest.mark.parametrize("strategy", ["fsdp"])
 def test_sigterm_checkpoints_the_step_reached_and_the_resumed_run_ends_bit_identical(world, whole, tmp_path,
                                                                                       strategy):

@@ -1,0 +1,155 @@
+"""In-place recovery's rounds on the shared volume (trainer_contract.gang_rounds) and the launcher's decision after a
+failed round (trainer_launcher.recovery), against real files and threads; the end-to-end runs are under local-job
+(tests/localjob/test_local_job_faults.py, test_gang_on_local_job.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainer_contract import exit_codes
+from trainer_contract.gang_ledger import GangLedger
+from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
+from trainer_launcher.recovery import InPlaceRecovery
+
+
+def alive(directory, token: str) -> None:
+    (directory / ".gang").mkdir(parents=True, exist_ok=True)
+    (directory / ".gang" / "0.alive").write_text(f"{token} 1\n")
+
+
+def test_a_node_joins_a_round_announced_by_the_live_index_0_and_only_once(tmp_path):
+    leader = GangRounds(tmp_path, 0, "zero-a", "job")
+    follower = GangRounds(tmp_path, 1, "one-a", "job")
+    assert follower.open_round() is None  # nothing announced
+    alive(tmp_path, "zero-a")
+    assert leader.announce() == 1
+    assert follower.open_round() == 1
+    follower.mark_joined(1)
+    assert follower.open_round() is None  # it was in round 1: it waits for round 2
+    assert GangRounds(tmp_path, 1, "one-b", "job").open_round() is None  # so does its successor
+    assert leader.announce() == 2 and follower.open_round() == 2
+
+
+def test_a_round_announced_by_an_index_0_that_has_died_is_nobodys(tmp_path):
+    GangRounds(tmp_path, 0, "zero-a", "job").announce()
+    alive(tmp_path, "zero-b")  # another index 0 counts now: the old one's round will never open
+    follower = GangRounds(tmp_path, 1, "one-a", "job")
+    assert follower.open_round() is None
+    assert GangRounds(tmp_path, 0, "zero-b", "job").announce() == 2  # the new index 0 goes on from the last round
+    assert follower.open_round() == 2
+
+
+def test_the_next_round_follows_every_round_index_0_joined(tmp_path):
+    rounds = GangRounds(tmp_path, 0, "zero", "job")
+    rounds.mark_joined(7)  # the round file was lost, the node's own record was not
+    assert rounds.announce() == 8
+
+
+def test_a_failed_round_counts_once_per_job_however_many_pods_saw_it(tmp_path):
+    nodes = [GangRounds(tmp_path, node, f"t{node}", "job-a") for node in range(3)]
+    assert [node.count_failure(4, 1) for node in nodes] == [1, 1, 1]
+    assert nodes[2].count_failure(5, 137) == 2
+    assert GangRounds(tmp_path, 0, "t", "job-b").failures() == 0  # another Job on the volume: its own budget
+    assert (tmp_path / ".gang" / "failed" / "job-a" / "4").read_text() == "node 0 exit 1\n"
+
+
+def test_without_a_job_identity_the_launcher_counts_alone(tmp_path):
+    rounds = GangRounds(tmp_path, 0, "t", None)
+    assert rounds.count_failure(1, 1) == 1 and rounds.count_failure(1, 1) == 1 and rounds.count_failure(2, 1) == 2
+    assert not (tmp_path / ".gang" / "failed").exists()
+
+
+def test_waiting_stops_when_the_gang_ended_in_a_round_this_node_was_in(tmp_path):
+    alive(tmp_path, "zero")
+    follower = GangRounds(tmp_path, 1, "one", "job")
+    follower.mark_joined(3)
+    GangRounds(tmp_path, 2, "two", "other-job").end(3, 80)
+    assert follower.ended() is None  # another Job's end
+    GangRounds(tmp_path, 2, "two", "job").end(2, 80)
+    assert follower.ended() is None  # an earlier round's
+    GangRounds(tmp_path, 2, "two", "job").end(3, 80)
+    assert follower.ended() == 80
+    assert follower.wait_for_round(timeout=30, say=print) is None  # at once, not after 30 s
+
+
+def test_two_nodes_agree_on_every_round(tmp_path):
+    alive(tmp_path, "zero")
+    leader, follower = GangRounds(tmp_path, 0, "zero", "job"), GangRounds(tmp_path, 1, "one", "job")
+    joined: list[int] = []
+    turn = threading.Semaphore(0)
+
+    def follow():
+        for _ in range(5):
+            generation = follower.wait_for_round(timeout=10, say=print)
+            assert generation is not None
+            follower.mark_joined(generation)
+            joined.append(generation)
+            turn.release()
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    announced = []
+    for _ in range(5):
+        announced.append(leader.announce())
+        assert turn.acquire(timeout=10)  # index 0 announces the next round only after this one
+    thread.join(timeout=10)
+    assert joined == announced == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, (False, 3)),  # a launcher run by hand exits with the worker's code, as torchrun would
+    ({"INDEXED_TRAINER_RESTART_IN_PLACE": "true", "INDEXED_TRAINER_MAX_RESTARTS": "5"}, (True, 5)),
+    ({"INDEXED_TRAINER_RESTART_IN_PLACE": "false", "INDEXED_TRAINER_MAX_RESTARTS": "5"}, (False, 5)),
+    ({"INDEXED_TRAINER_RESTART_IN_PLACE": "true", "INDEXED_TRAINER_MAX_RESTARTS": "x"}, (True, 3)),
+])
+def test_in_place_settings(environ, expected):
+    assert in_place_settings(environ) == expected
+
+
+@given(st.text())
+def test_a_job_identity_is_one_safe_path_component(text):
+    for environ in ({"INDEXED_TRAINER_JOB_UID": text}, {"SLURM_JOB_ID": text}):
+        identity = job_identity(environ)
+        assert identity is None or ("/" not in identity and identity.strip(".") and "\0" not in identity)
+
+
+# -- the launcher's decision after a failed round ------------------------------------------------------------
+def recovery(tmp_path, node: int, nodes: int, limit: int) -> InPlaceRecovery:
+    ledger = GangLedger(tmp_path, node, nodes)
+    rounds = GangRounds(tmp_path, node, ledger.token, "job")
+    said: list[str] = []
+    result = InPlaceRecovery(rounds, ledger, limit, said.append, said.append)
+    result.generation = 1
+    return result
+
+
+@pytest.mark.parametrize("node, nodes, code, signalled, limit, expected, counted", [
+    (1, 2, 1, False, 3, None, 1),  # a crash: the next round, counted
+    (1, 2, 137, False, 3, None, 1),  # a killed worker (out of memory): the same
+    (1, 2, 1, False, 0, exit_codes.RESTARTS_EXHAUSTED, 1),  # past max_restarts: the Job fails
+    (1, 2, exit_codes.PEER_LOST, False, 0, None, 0),  # a victim: index 0 decides, nothing counted here
+    (1, 2, exit_codes.TERMINATED, False, 0, None, 0),  # a worker stopped by someone else's SIGTERM: uncounted
+    (1, 2, exit_codes.TERMINATED, True, 3, exit_codes.TERMINATED, 0),  # this pod was stopped: it ends
+    (1, 2, exit_codes.BAD_CONFIG, False, 3, exit_codes.BAD_CONFIG, 0),  # podFailurePolicy's FailJob: it ends
+    (0, 1, exit_codes.PEER_LOST, False, 3, None, 1),  # every pod a victim (here the only one): counted once
+    (0, 1, exit_codes.PEER_LOST, False, 0, exit_codes.RESTARTS_EXHAUSTED, 1),
+])
+def test_what_a_failed_round_leads_to(tmp_path, node, nodes, code, signalled, limit, expected, counted):
+    decider = recovery(tmp_path, node, nodes, limit)
+    assert decider.after(code, signalled) == expected
+    assert decider.rounds.failures() == counted
+    ends_the_gang = expected is not None and exit_codes.action(expected) == "fail"
+    assert (decider.rounds.ended() == expected) if ends_the_gang else decider.rounds.ended() is None
+
+
+def test_index_0_leaves_the_count_to_the_pod_that_explains_the_round(tmp_path):
+    decider = recovery(tmp_path, 0, 2, 3)
+    GangLedger(tmp_path, 1, 2).note(1)  # pod 1's worker crashed: its launcher counts the round
+    assert decider.after(exit_codes.PEER_LOST, False) is None
+    assert decider.rounds.failures() == 0
+    GangRounds(tmp_path, 1, "t", "job").end(1, exit_codes.BAD_CONFIG)  # pod 1 ended the gang instead
+    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST

@@ -1,0 +1,110 @@
+"""In-place recovery: what a failed round leads to, and how a launcher enters the next one
+(trainer_contract.gang_rounds keeps the rounds on the shared volume).
+
+After a round of the gang failed, each pod's launcher decides by the exit code's action in trainer_contract.
+exit_codes, the table the Job's podFailurePolicy is rendered from, so a code means in place what it means to
+the Job:
+
+- ``fail`` (bad configuration, missing GPUs): the pod ends with it, and the Job fails, as before;
+- ``free`` and ``stop`` (a victim of a peer's failure; a worker stopped by SIGTERM while the launcher was not):
+  the next round, uncounted; index 0 tells from the gang's notes whether another pod explains the round (then
+  that pod counted it), or every pod was a victim, or one vanished whole (then index 0 counts it);
+- anything else (a crash, a killed process, a stall): counted once for the gang, then the next round, while no
+  more rounds failed than max_restarts; beyond that the pod exits RESTARTS_EXHAUSTED and the Job fails.
+
+A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
+to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from trainer_contract import exit_codes
+from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, GangLedger
+from trainer_contract.gang_rounds import GENERATION_VARIABLE, GangRounds
+
+
+class InPlaceRecovery:
+    def __init__(self, rounds: GangRounds, ledger: GangLedger, limit: int, say: Callable[[str], None],
+                 tell: Callable[[str], None]):
+        self.rounds, self.ledger, self.limit, self.say, self.tell = rounds, ledger, limit, say, tell
+        self.generation = 0  # the round this node is in (0: none yet)
+
+    @property
+    def leader(self) -> bool:
+        return self.ledger.node == 0
+
+    def enter(self, join_timeout: float, wait_for_leader: Callable[[], int | None]) -> int | None:
+        """Enter the next round: index 0 announces it; another node waits until index 0 has, then for its port.
+        None to run torchrun; else the exit code the pod ends with."""
+        first = self.generation == 0
+        if self.leader:
+            self.generation = self.rounds.announce()
+        else:
+            if not first or self.rounds.open_round() is None:
+                self.tell("waiting in place for index 0 to open the gang's next round" if not first
+                          else "waiting for index 0 to open the gang's round")
+            generation = self.rounds.wait_for_round(join_timeout, self.tell)
+            if generation is None:
+                return self._no_round(join_timeout)
+            code = wait_for_leader()
+            if code is not None:
+                return code
+            # the store answering is the newest round's (index 0 announces a round before its store is up, and
+            # only after the last one's store is gone)
+            announced = self.rounds.announced()
+            self.generation = max(generation, announced[0] if announced else 0)
+            self.rounds.mark_joined(self.generation)
+        self.ledger.new_round()
+        os.environ[GENERATION_VARIABLE] = str(self.generation)
+        if not first:
+            self.tell(f"round {self.generation} of the gang: new workers, resuming from the newest checkpoint")
+        return None
+
+    def _no_round(self, join_timeout: float) -> int:
+        ended = self.rounds.ended()
+        if ended is not None:
+            code = exit_codes.OK if ended == exit_codes.OK else exit_codes.PEER_LOST
+            self.say(f"the gang ended while this pod waited for its next round (a pod exited {ended}); exiting "
+                     f"{code}")
+            return code
+        self.say(f"index 0 opened no round within the join timeout ({join_timeout:g} s); exiting "
+                 f"{exit_codes.STALLED}")
+        return exit_codes.STALLED
+
+    def after(self, code: int, signalled: bool) -> int | None:
+        """The round failed with ``code`` here: None to start the next round in place; else the pod's exit code."""
+        action = exit_codes.action(code)
+        if signalled or action in ("done", "fail"):
+            return self.end(code)
+        self.ledger.note(code, final=False)
+        if action in ("free", "stop"):
+            if not self.leader:
+                return None
+            ending = self.ledger.attempt_ending()
+            if ending == EXPLAINED:  # the pod with the root cause counted it, or ended the gang
+                ended = self.rounds.ended()
+                return None if ended is None else self.end(exit_codes.PEER_LOST)
+            why = ("every pod of the gang ended as a victim and none failed first" if ending == ENDED_AS_VICTIMS
+                   else "a pod of the gang vanished without a note (lost whole)")
+            return self._count(code, why)
+        return self._count(code, f"this pod's worker failed with exit code {code}")
+
+    def _count(self, code: int, why: str) -> int | None:
+        failed = self.rounds.count_failure(self.generation, code)
+        if failed > self.limit:
+            self.say(f"round {self.generation} failed: {why}; {failed} rounds of this Job have failed, more than "
+                     f"max_restarts ({self.limit}) allows: exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
+            return self.end(exit_codes.RESTARTS_EXHAUSTED)
+        self.tell(f"round {self.generation} failed: {why}; restarting in place ({failed} of at most {self.limit} "
+                  "restarts)")
+        return None
+
+    def end(self, code: int) -> int:
+        """The pod ends with ``code``; one that ends the gang (completed, or failing the Job) says so to those
+        waiting in place."""
+        if code == exit_codes.OK or exit_codes.action(code) == "fail":
+            self.rounds.end(self.generation, code)
+        return code
