@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import distributed_cost, generator_cost, gradsync_cost, machine, staging_cost, training
+from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
 from bench.stats import alternate, render_rows, verdict
 from trainer_contract.variables import STRATEGIES
 
@@ -172,15 +172,8 @@ def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
     ratio = d["run_sh_before_pods_s"] / pods_own
     rows.append(("./run.sh --local before the first pod vs the pods' own start (s)", f"{d['run_sh_before_pods_s']:.2f}",
                  f"{pods_own:.2f} (pod start to first step)", f"{ratio:.2f}", verdict(ratio, 1.0, True)))
-    rec = d["recovery"]
-    budget = local["first_step_s"] + 2
-    rows.append(("recovery from a SIGKILLed pod minus the controller's back-off, local-job (s)",
-                 f"{rec['total_without_backoff_s']:.2f}", f"{budget:.2f} (launch to first step + 2 s)",
-                 f"{rec['total_without_backoff_s'] / budget:.2f}", verdict(rec["total_without_backoff_s"] / budget, 1.0, True)))
-    rows.append(("recovery phases: detection / survivors' exit / back-off / start-up / restore / first step (s)",
-                 " / ".join(f"{rec[key]:.2f}" for key in ("detection_s", "survivors_exit_s", "backoff_s", "startup_s",
-                                                          "restore_s", "first_step_s")),
-                 "back-off: the controller's (here --backoff-seconds 1)", "", ""))
+    if "ws2" in d["recovery"]:  # results of runs before in-place recovery (issue 38) measured a recreated gang
+        rows.extend(recovery.rows(d["recovery"]))
     for key, stall in d["checkpoint_stall"].items():
         ratio = stall["async_blocked_s"] / stall["sync_blocked_s"]
         model = "MNIST CNN" if key.endswith("cnn") else "67 M-param MLP"

@@ -15,7 +15,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from tests import apt
 
@@ -142,9 +146,22 @@ class SlurmCluster:
                 except (ProcessLookupError, ChildProcessError):
                     pass
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextmanager
+def started_cluster(directory: Path) -> Iterator[SlurmCluster]:
+    """A cluster of this test module's own in ``directory``, stopped after it; where Slurm cannot be installed the
+    module is skipped, except under CI (.ci/run's machine can install it: a CI run must not skip these silently)."""
+    reason = install_slurm()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with SlurmCluster(directory) as running:
+        yield running

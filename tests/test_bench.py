@@ -23,7 +23,9 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
                 "peak resident memory per rank", "vs the standard loop with the worker's recipe",
                 "STRATEGY/PRECISION fsdp/bf16", "memory growth per rank, resident after the steps, 67 M-param MLP, ws 4",
                 "launch to first step, local-job, 2 pods", "./run.sh --local before the first pod",
-                "recovery phases: detection", "checkpoint stall per save, fsdp, MNIST CNN",
+                "recovery in place from a killed worker process, local-job, ws 2",
+                "recovery in place from a pod lost whole, minus the back-off, local-job, ws 2",
+                "phases: detection / round opened", "checkpoint stall per save, fsdp, MNIST CNN",
                 "peak resident memory per rank, every option off"):
         assert row in result.stdout
     results = json.loads(out.read_text())
@@ -36,8 +38,11 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
                                           "ddp_step_ms", "bytes", "parameter_tensors"))
     assert math.isfinite(sync["ddp_ms"]) and math.isfinite(sync["ddp_fraction"])
     assert set(results["strategies"]) == {f"{s}/{p}" for s in ("allreduce", "ddp", "fsdp") for p in ("fp32", "bf16")}
-    recovery = results["distributed_cost"]["recovery"]
-    assert 0 <= recovery["detection_s"] < recovery["total_s"] and recovery["backoff_s"] >= 0.9  # --backoff-seconds 1
+    recovery = results["distributed_cost"]["recovery"]["ws2"]
+    assert 0 <= recovery["process"]["detection_s"] < recovery["process"]["total_s"]
+    assert recovery["process"]["backoff_s"] == 0  # in place: no pod recreated, no controller's back-off
+    assert recovery["pod"]["backoff_s"] >= 0.9  # --backoff-seconds 1
+    assert recovery["startup"]["first_step_s"] > 0
     memory = results["strategy_memory"]["2"]
     assert memory["fsdp"]["peak_growth_mib"] < memory["allreduce"]["peak_growth_mib"]  # sharding saves memory
 

@@ -48,9 +48,11 @@ def leave(code: int) -> None:
     """Exit the process with ``code``. Finished (0): everything the run wrote is synced and closed and its process
     group destroyed; leave without the interpreter's teardown, where gloo's threads can still free the last
     collective's tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen
-    in CI under fsdp; trainer_runtime/process_group.py has the other half of this). A failing rank keeps the usual exit:
-    its peers read its verdict from the store meanwhile, before torchrun stops them."""
-    if code == exit_codes.OK:
+    in CI under fsdp; trainer_runtime/process_group.py has the other half of this). A victim (75) has closed what it
+    wrote too and has nothing to tell: the interpreter's teardown (0.8 s with torch loaded) only delays the next
+    round of an in-place restart. A rank failing on its own keeps the usual exit: its peers read its verdict from
+    the store meanwhile, before torchrun stops them."""
+    if code in (exit_codes.OK, exit_codes.PEER_LOST):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -155,10 +155,15 @@ class Live:
             self._set("peak_memory_bytes", torch.cuda.max_memory_allocated(), device="cuda")
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop serving. The process is ending: its serving loop is told to stop without waiting for it to notice
+        (up to its 0.5 s poll), which only delayed a round restarted in place; the port is free at the exit."""
+        server, self._server = self._server, None
+        if server is not None:
+            def stop() -> None:
+                server.shutdown()
+                server.server_close()
+
+            threading.Thread(target=stop, name="metrics-shutdown", daemon=True).start()
 
 
 def count_start(path: Path) -> int:

@@ -13,20 +13,15 @@ import pytest
 
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
-from tests.slurm_cluster import SlurmCluster, install_slurm
-from tests.worker.launch import free_port, recorded_epochs
+from tests.slurm_cluster import started_cluster
+from tests.worker.launch import fault_env, free_port, recorded_epochs
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    reason = install_slurm()
-    if reason:
-        if os.environ.get("CI"):  # .ci/run's machine can install it: a CI run must not skip these silently
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as running:
+    with started_cluster(tmp_path_factory.mktemp("slurm")) as running:
         yield running
 
 
@@ -80,9 +75,10 @@ def wait_for(cluster, job_id: str, states=("COMPLETED", "FAILED", "CANCELLED", "
     raise AssertionError(f"job {job_id} still {cluster.job_state(job_id).get('JobState')} after {timeout} s")
 
 
-def submit(cluster, tmp_path, shared) -> str:
+def submit(cluster, tmp_path, shared, env: dict[str, str] | None = None) -> str:
+    """sbatch the rendered script from ``shared``; ``env``: more of the submitter's variables (sbatch exports them)."""
     (shared / "logs").mkdir(exist_ok=True)
-    result = cluster.run(["sbatch", "--parsable", str(tmp_path / "build" / "job.sbatch")], cwd=shared)
+    result = cluster.run(["sbatch", "--parsable", str(tmp_path / "build" / "job.sbatch")], cwd=shared, env=env or {})
     return result.stdout.strip().split(";")[0]
 
 
@@ -120,6 +116,24 @@ def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_
     output = shared / "runs" / "mnist-train"
     assert recorded_epochs(output) == [1, 2, 3, 4]
     assert json.loads((output / "model.json").read_text())["accuracy"] is not None
+
+
+def test_a_killed_worker_restarts_in_place_on_the_same_nodes_without_a_requeue(cluster, tmp_path, digits,
+                                                                                node_venv):
+    """The batch script's launchers restart the round themselves (the job's id counts its failed rounds): the job
+    completes in its first allocation, resumed from epoch 1's checkpoint, with nothing counted by the script."""
+    shared = shared_dir(tmp_path, digits)
+    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'")
+    job_id = submit(cluster, tmp_path, shared, fault_env("sigkill@batch=2.3,rank=1,attempt=0"))
+    state = wait_for(cluster, job_id)
+    log = job_log(shared)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "0", log[-4000:]
+    assert "Rank 1: FAULT_INJECT: sigkill at batch=2.3 (attempt 0)" in log
+    assert "launcher: round 1 failed: this pod's worker failed with exit code 137; restarting in place" in log
+    assert "resuming from ckpt-e0001-s000000.pt" in log
+    output = shared / "runs" / "mnist-train"
+    assert (output / ".gang" / "failed" / job_id / "1").is_file()  # the round, counted once under the job's id
+    assert not list(output.glob(".slurm-failures-*")) and recorded_epochs(output) == [1, 2]
 
 
 def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits, node_venv):
