@@ -284,12 +284,19 @@ def run_rounds(args, recovery: InPlaceRecovery) -> int:
 
 def stopped_between_rounds(args, stopped: SignalException) -> int:
     """SIGTERM while no worker runs (between rounds): 0 when the run is complete, else 128 + the signal."""
+    return stopped_by(args, stopped, " between rounds (no worker running); exiting "
+                      f"{signal_exit_code(stopped.sigval)}")
+
+
+def stopped_by(args, stopped: SignalException, otherwise: str) -> int:
+    """The pod's code after the launcher received a signal: 0 when the run is complete (it finished within the
+    grace period), else 128 + the signal, with ``otherwise`` after "SIGTERM received"."""
     sig = signal.Signals(stopped.sigval)
     run = quiet_kept_run(args)
     if run is not None and run.finished():
         say(f"{sig.name} received after the run completed; exiting 0")
         return exit_codes.OK
-    say(f"{sig.name} received between rounds (no worker running); exiting {signal_exit_code(sig.value)}")
+    say(f"{sig.name} received{otherwise}")
     return signal_exit_code(sig.value)
 
 
@@ -393,13 +400,8 @@ def run_torchrun(args) -> int:
         return code
     except SignalException as stopped:
         _signalled.append(stopped.sigval)
-        sig = signal.Signals(stopped.sigval)
-        run = quiet_kept_run(args)
-        if run is not None and run.finished():
-            say(f"{sig.name} received after the run completed; exiting 0")
-            return exit_codes.OK
-        say(f"{sig.name} received; forwarded to the workers, which had until --shutdown-timeout to checkpoint")
-        return signal_exit_code(sig.value)
+        return stopped_by(args, stopped, "; forwarded to the workers, which had until --shutdown-timeout to "
+                          "checkpoint")
     except (RendezvousError, DistError, TimeoutError) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         say(f"the gang did not assemble: {type(exc).__name__}: {first_line}; exiting {exit_codes.STALLED}")
