@@ -1,21 +1,16 @@
-"""Labelled texts for classification, as the Hub and users lay them out: in DATASET_DIR, each split's files are
-named after it (``train.csv``, ``validation.jsonl``, ``plain_text/train-00000-of-00001.parquet``); parquet, CSV
-(with a header) and JSON lines are read, the shards of a split in name order. Evaluation takes the validation
-split, else the test split. Labels are class numbers from 0 or names (numbered in sorted order)."""
+"""Labelled texts for classification, from DATASET_DIR's splits as the Hub and users lay them out
+(trainer_runtime.hub_models.tables). Evaluation takes the validation split, else the test split. Labels are class
+numbers from 0 or names (numbered in sorted order)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
-EVALUATION_SPLITS = ("validation", "test")
+from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
 
-
-class DatasetError(ValueError):
-    """DATASET_DIR's files are missing or not what the settings say; the message names the file and the fix."""
+__all__ = ["DatasetError", "Split", "Texts", "load", "tokenized"]
 
 
 @dataclass(frozen=True)
@@ -31,31 +26,6 @@ class Texts:
     evaluation: Split
     evaluation_split: str
     label_names: list[str] | None  # the labels' names where the data gave names, else None
-
-
-def split_files(dataset_dir: Path, split: str) -> list[Path]:
-    pattern = re.compile(rf"^{split}([-_.][^/]*)?({'|'.join(re.escape(suffix) for suffix in FORMATS)})$")
-    return sorted(path for path in dataset_dir.glob("**/*") if path.is_file() and pattern.match(path.name))
-
-
-def read_table(paths: list[Path]) -> dict[str, list[Any]]:
-    """The files' rows as columns (every file must have the same columns)."""
-    import pyarrow
-    import pyarrow.csv
-    import pyarrow.json
-    import pyarrow.parquet
-
-    readers = {"parquet": pyarrow.parquet.read_table, "csv": pyarrow.csv.read_csv, "json": pyarrow.json.read_json}
-    tables = []
-    for path in paths:
-        try:
-            tables.append(readers[FORMATS[path.suffix]](path))
-        except (pyarrow.ArrowInvalid, OSError) as error:
-            raise DatasetError(f"{path}: cannot be read as {FORMATS[path.suffix]} ({error})") from None
-    try:
-        return pyarrow.concat_tables(tables).to_pydict()
-    except pyarrow.ArrowInvalid as error:
-        raise DatasetError(f"{paths[0].parent}: the files of one split have different columns ({error})") from None
 
 
 def _column(table: dict[str, list[Any]], name: str, variable: str, source: str) -> list[Any]:
@@ -101,14 +71,14 @@ def load(config: Any) -> Texts:
         raise DatasetError(f"DATASET_DIR: {dataset_dir} has no train split: expected train.parquet, train.csv, "
                            "train.jsonl or the Hub's layout (plain_text/train-00000-of-00001.parquet); set "
                            "initializer.dataset.storage_uri, or DATASET_DIR")
-    evaluation_split = next((split for split in EVALUATION_SPLITS if split_files(dataset_dir, split)), None)
-    if evaluation_split is None:
+    evaluation = evaluation_split(dataset_dir)
+    if evaluation is None:
         raise DatasetError(f"DATASET_DIR: {dataset_dir} has no validation or test split to evaluate on")
     train_texts, train_pairs, train_labels = _split(dataset_dir, "train", config, config.train_samples)
-    eval_texts, eval_pairs, eval_labels = _split(dataset_dir, evaluation_split, config, config.eval_samples)
-    train_numbers, eval_numbers, names = _numbered(train_labels, eval_labels, evaluation_split)
+    eval_texts, eval_pairs, eval_labels = _split(dataset_dir, evaluation, config, config.eval_samples)
+    train_numbers, eval_numbers, names = _numbered(train_labels, eval_labels, evaluation)
     return Texts(Split(train_texts, train_pairs, train_numbers), Split(eval_texts, eval_pairs, eval_numbers),
-                 evaluation_split, names)
+                 evaluation, names)
 
 
 def tokenized(tokenizer: Any, split: Split, max_length: int) -> list[dict[str, Any]]:

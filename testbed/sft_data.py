@@ -1,0 +1,31 @@
+"""A tiny causal-LM world for the supervised fine-tuning tests, made on the spot (no model hub here): a byte-level
+BPE tokenizer with a ChatML chat template (Qwen's layout: <|im_start|>role, the content, <|im_end|>), trained on a
+few sentences, saved with ``save_pretrained`` as the Hub would serve it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CORPUS = ["the quick brown fox jumps over the lazy dog", "what is the capital of france? paris",
+          "add two and three: five", "system user assistant tool", "hello, how can I help you today?"]
+
+
+def make_tokenizer(directory: Path, vocab_size: int = 320, chat_template: str | None = CHAT_TEMPLATE):
+    """A fast tokenizer: byte-level (every text has tokens), end of a turn <|im_end|> as its EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(directory)
+    return tokenizer

@@ -1,0 +1,145 @@
+"""Supervised fine-tuning examples (worker/sft/examples.py) against a real byte-level BPE tokenizer with a ChatML
+chat template (testbed/sft_data.py): what is supervised, what is refused, and packing; properties with hypothesis."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from testbed.sft_data import CHAT_TEMPLATE, make_tokenizer
+from trainer_runtime.hub_models.tables import DatasetError, read_table, split_files
+from worker.sft.examples import IGNORE, Example, conversation, pack, prompt_completion, shape_of, tokenized
+
+COLUMNS = {"messages": "messages", "prompt": "prompt", "completion": "completion"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return make_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def supervised_text(tokenizer, example: Example) -> str:
+    return tokenizer.decode([label for label in example.labels if label != IGNORE])
+
+
+def test_a_prompt_is_context_and_its_completion_with_the_end_of_sequence_is_learnt(tokenizer):
+    example = prompt_completion(tokenizer, "add two and three:", " five", max_length=64)
+    assert supervised_text(tokenizer, example) == " five<|im_end|>"
+    prompt_tokens = len(tokenizer("add two and three:", add_special_tokens=False)["input_ids"])
+    assert example.labels[:prompt_tokens] == [IGNORE] * prompt_tokens
+    assert tokenizer.decode(example.input_ids) == "add two and three: five<|im_end|>"
+
+
+def test_only_the_assistant_turns_are_learnt_each_with_its_end_of_turn(tokenizer):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "capital of france?"},
+                {"role": "assistant", "content": "paris"}, {"role": "user", "content": "and of italy?"},
+                {"role": "assistant", "content": "rome"}]
+    example = conversation(tokenizer, messages, max_length=256)
+    assert supervised_text(tokenizer, example) == "paris<|im_end|>\nrome<|im_end|>\n"
+    assert tokenizer.decode(example.input_ids) == tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def test_a_long_example_is_cut_to_the_maximum_length(tokenizer):
+    example = prompt_completion(tokenizer, "hello " * 20, "world " * 20, max_length=16)
+    assert len(example.input_ids) == len(example.labels) == 16
+
+
+@pytest.mark.parametrize("record, message", [
+    ([], "messages must be a non-empty list"),
+    ("hello", "messages must be a non-empty list"),
+    ([{"role": "user", "content": "hi"}], "no assistant message, nothing to learn from"),
+    ([{"role": "wizard", "content": "hi"}, {"role": "assistant", "content": "x"}], "message 0: expected {role: one of"),
+    ([{"role": "user", "content": 3}, {"role": "assistant", "content": "x"}], "message 0: expected {role"),
+    ([{"role": "user", "content": "hi"}, "assistant: x"], "message 1: expected {role"),
+])
+def test_a_malformed_conversation_is_refused_naming_the_record(tokenizer, record, message):
+    with pytest.raises(DatasetError, match=message) as refused:
+        conversation(tokenizer, record, 64, where="the train split's record 7")
+    assert str(refused.value).startswith("the train split's record 7")
+
+
+def test_a_template_that_renders_turns_otherwise_alone_is_refused_not_guessed(tmp_path):
+    # the generation prompt names the assistant "bot", the conversation "assistant": no prefix to cut at
+    other = make_tokenizer(tmp_path, chat_template=CHAT_TEMPLATE.replace("<|im_start|>assistant\n{% endif %}",
+                                                                         "<|im_start|>bot\n{% endif %}"))
+    with pytest.raises(DatasetError, match="renders the turns before assistant message 1 otherwise alone"):
+        conversation(other, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], 64)
+
+
+def test_conversations_need_a_chat_template(tmp_path):
+    plain = make_tokenizer(tmp_path, chat_template=None)
+    with pytest.raises(DatasetError, match="has no chat template"):
+        conversation(plain, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}], 64)
+
+
+@pytest.mark.parametrize("columns, shape", [
+    (["messages"], "conversations"),
+    (["messages", "prompt", "completion"], "conversations"),
+    (["prompt", "completion", "id"], "prompt_completion"),
+])
+def test_the_shape_is_read_from_the_columns(columns, shape):
+    assert shape_of(columns) == shape
+
+
+def test_neither_shape_is_refused_naming_the_variables():
+    with pytest.raises(DatasetError, match=r"set MESSAGES_COLUMN, or PROMPT_COLUMN and COMPLETION_COLUMN.*") as refused:
+        shape_of(["text", "label"])
+    assert "its columns: label, text" in str(refused.value)
+
+
+def test_a_split_read_from_the_hubs_layout_is_tokenized_in_order(tokenizer, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    records = [{"messages": [{"role": "user", "content": f"q{index}"}, {"role": "assistant", "content": f"a{index}"}]}
+               for index in range(3)]
+    (data / "train.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    examples = tokenized(tokenizer, read_table(split_files(data, "train")), 64, "train", COLUMNS)
+    assert [supervised_text(tokenizer, example) for example in examples] == [f"a{i}<|im_end|>\n" for i in range(3)]
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=texts, completion=texts, max_length=st.integers(1, 64))
+def test_supervised_tokens_are_the_completions_whatever_the_text(tokenizer, prompt, completion, max_length):
+    example = prompt_completion(tokenizer, prompt, completion, max_length)
+    assert len(example.input_ids) == len(example.labels) <= max_length
+    assert all(label in (IGNORE, token) for label, token in zip(example.labels, example.input_ids, strict=True))
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    # the supervised tokens are the completion's, in order, as far as the cut allows
+    supervised = [label for label in example.labels if label != IGNORE]
+    assert supervised == completion_ids[:len(supervised)]
+
+
+turns = st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]), texts), min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(turns=turns, answer=texts)
+def test_no_token_of_a_user_turn_is_ever_supervised(tokenizer, turns, answer):
+    messages = [{"role": role, "content": content} for role, content in turns]
+    messages.append({"role": "assistant", "content": answer})
+    example = conversation(tokenizer, messages, max_length=4096)
+    assert all(label in (IGNORE, token) for label, token in zip(example.labels, example.input_ids, strict=True))
+    expected = "".join(f"{m['content']}<|im_end|>\n" for m in messages if m["role"] == "assistant")
+    assert supervised_text(tokenizer, example) == expected
+
+
+examples = st.lists(st.lists(st.tuples(st.integers(0, 300), st.booleans()), min_size=1, max_size=30), max_size=12)
+
+
+@given(examples=examples, block=st.integers(1, 40))
+def test_packing_makes_full_blocks_of_the_examples_end_to_end(examples, block):
+    made = [Example([token for token, _ in pairs], [token if learnt else IGNORE for token, learnt in pairs])
+            for pairs in examples]
+    blocks = pack(made, block)
+    assert all(len(b.input_ids) == len(b.labels) == block for b in blocks)
+    ids = [token for example in made for token in example.input_ids]
+    labels = [label for example in made for label in example.labels]
+    assert len(blocks) == len(ids) // block
+    assert [token for b in blocks for token in b.input_ids] == ids[:len(blocks) * block]
+    assert [label for b in blocks for label in b.labels] == labels[:len(blocks) * block]

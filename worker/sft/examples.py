@@ -1,0 +1,142 @@
+"""Supervised fine-tuning examples: a split's records, tokenized with the loss on what the model must learn to say.
+
+Two shapes, as the Hub's instruction data sets come (read by trainer_runtime.hub_models.tables):
+
+- **prompt/completion** (the columns ``prompt`` and ``completion`` by default): prompt and completion are
+  tokenized apart and concatenated, the completion ending with the end-of-sequence token; only the completion's
+  tokens are supervised.
+- **conversations** (a ``messages`` column: lists of ``{"role", "content"}``): rendered with the tokenizer's chat
+  template; only the assistant turns' tokens are supervised. Which tokens those are is read from the template
+  itself: the rendering of the turns before an assistant turn (with the generation prompt) and of the turns up to
+  its end must each be a prefix of the whole conversation's tokens; a template for which they are not is refused
+  by name rather than guessed at.
+
+Every example is cut to ``max_length`` tokens; ``pack`` concatenates a split's examples and cuts them into blocks of
+exactly ``max_length`` (no padding, the labels carried along). The labels of unsupervised tokens are IGNORE (the
+value torch's cross-entropy skips); the model shifts labels itself (Hugging Face's causal LM convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainer_runtime.hub_models.tables import DatasetError
+
+IGNORE = -100
+_MARKER = "\x00indexed-trainer\x00"  # stands for a turn's content where only what comes before it is wanted
+ROLES = ("system", "user", "assistant", "tool")
+Shape = Literal["prompt_completion", "conversations"]
+
+
+@dataclass(frozen=True)
+class Example:
+    input_ids: list[int]
+    labels: list[int]  # IGNORE where the token is not supervised, else the token itself
+
+    @property
+    def supervised(self) -> int:
+        return sum(label != IGNORE for label in self.labels)
+
+
+def shape_of(columns: Iterable[str], messages: str = "messages", prompt: str = "prompt",
+             completion: str = "completion") -> Shape:
+    """Which shape a split's columns hold; DatasetError naming both choices when neither is there."""
+    names = set(columns)
+    if messages in names:
+        return "conversations"
+    if prompt in names and completion in names:
+        return "prompt_completion"
+    raise DatasetError(f"the data has neither a {messages!r} column (conversations) nor {prompt!r} and "
+                       f"{completion!r} columns (its columns: {', '.join(sorted(names))}); set MESSAGES_COLUMN, or "
+                       "PROMPT_COLUMN and COMPLETION_COLUMN, to the columns that hold them")
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def prompt_completion(tokenizer: Any, prompt: str, completion: str, max_length: int) -> Example:
+    """The prompt's tokens unsupervised, the completion's and the end-of-sequence token supervised."""
+    prompt_ids = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []) + _ids(tokenizer, prompt)
+    completion_ids = _ids(tokenizer, completion) + [tokenizer.eos_token_id]
+    ids = (prompt_ids + completion_ids)[:max_length]
+    labels = ([IGNORE] * len(prompt_ids) + completion_ids)[:max_length]
+    return Example(ids, labels)
+
+
+def _messages(record: Any, where: str) -> list[dict[str, str]]:
+    """A conversation as the chat template takes it; DatasetError naming the record when it is not one."""
+    if not isinstance(record, Sequence) or isinstance(record, (str, bytes)) or not record:
+        raise DatasetError(f"{where}: messages must be a non-empty list of {{role, content}}")
+    messages = []
+    for turn, message in enumerate(record):
+        if (not isinstance(message, Mapping) or message.get("role") not in ROLES
+                or not isinstance(message.get("content"), str)):
+            raise DatasetError(f"{where}, message {turn}: expected {{role: one of {', '.join(ROLES)}, content: "
+                               f"text}}, found {str(message)[:80]!r}")
+        messages.append({"role": message["role"], "content": message["content"]})
+    if not any(message["role"] == "assistant" for message in messages):
+        raise DatasetError(f"{where}: no assistant message, nothing to learn from")
+    return messages
+
+
+def conversation(tokenizer: Any, record: Any, max_length: int, where: str = "a conversation") -> Example:
+    """The conversation rendered with the chat template; the assistant turns' tokens supervised."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise DatasetError("the tokenizer has no chat template, so conversations (a messages column) cannot be "
+                           "rendered: use a model whose tokenizer has one, or prompt/completion columns")
+    messages = _messages(record, where)
+
+    def render(turns: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
+        return _ids(tokenizer, text)
+
+    ids = render(messages, False)
+    labels = [IGNORE] * len(ids)
+    for turn, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        start = _opening(tokenizer, message) if turn == 0 else render(messages[:turn], True)
+        end = render(messages[:turn + 1], False)
+        if ids[:len(start)] != start or ids[:len(end)] != end:
+            raise DatasetError(f"{where}: the chat template renders the turns before assistant message {turn} "
+                               "otherwise alone than within the whole conversation, so its tokens cannot be told "
+                               "apart; use prompt/completion columns, or a model whose template renders turn by turn")
+        labels[len(start):len(end)] = ids[len(start):len(end)]
+    return Example(ids[:max_length], labels[:max_length])
+
+
+def _opening(tokenizer: Any, first: dict[str, str]) -> list[int]:
+    """The tokens before the content of a conversation's first turn when it is the assistant's (its header, and a
+    default system prompt where the template adds one): the template renders that turn with a marker for its
+    content, and the text before the marker is tokenized (the caller checks it is a prefix of the whole)."""
+    text = tokenizer.apply_chat_template([{**first, "content": _MARKER}], tokenize=False)
+    return _ids(tokenizer, text[:text.find(_MARKER)]) if _MARKER in text else []
+
+
+def tokenized(tokenizer: Any, table: Mapping[str, list[Any]], max_length: int, split: str,
+              columns: Mapping[str, str]) -> list[Example]:
+    """Every record of a split's ``table``, in order; ``columns``: messages, prompt and completion's names."""
+    shape = shape_of(table, columns["messages"], columns["prompt"], columns["completion"])
+    if shape == "conversations":
+        return [conversation(tokenizer, record, max_length, f"the {split} split's record {index}")
+                for index, record in enumerate(table[columns["messages"]])]
+    return [prompt_completion(tokenizer, str(prompt), str(completion), max_length)
+            for prompt, completion in zip(table[columns["prompt"]], table[columns["completion"]], strict=True)]
+
+
+def pack(examples: Iterable[Example], block: int) -> list[Example]:
+    """The examples end to end, cut into blocks of exactly ``block`` tokens; the last partial block is dropped (no
+    padding, as packing is for). Attention crosses the examples' borders within a block, as in plain packing."""
+    ids: list[int] = []
+    labels: list[int] = []
+    blocks = []
+    for example in examples:
+        ids += example.input_ids
+        labels += example.labels
+        while len(ids) >= block:
+            blocks.append(Example(ids[:block], labels[:block]))
+            ids, labels = ids[block:], labels[block:]
+    return blocks
