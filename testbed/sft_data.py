@@ -29,3 +29,19 @@ def make_tokenizer(directory: Path, vocab_size: int = 320, chat_template: str | 
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(directory)
     return tokenizer
+
+
+def make_model(directory: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A random Llama-style causal LM sized to the tokenizer above, saved with its tokenizer as the Hub would serve
+    them (safetensors)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = make_tokenizer(directory)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=False,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    return directory

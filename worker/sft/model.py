@@ -1,0 +1,101 @@
+"""The model supervised fine-tuning trains: any ``AutoModelForCausalLM`` from MODEL_DIR (safetensors weights only: a
+pickled ``pytorch_model.bin`` could run code when loaded), with LoRA adapters through peft, or whole (a full
+fine-tune); what a checkpoint holds of it and what the export writes.
+
+- Under LoRA only the adapters train: a checkpoint holds their weights (``trainable_state``: a few MiB, not the
+  model), and a resume puts them back into the same base model (``load_trainable_state``, strict).
+- The export writes the adapter with ``save_pretrained`` (``adapter/``: loadable with
+  ``PeftModel.from_pretrained(base, path)``) and, where asked, the merged model with its tokenizer (``merged/``:
+  loadable with ``AutoModelForCausalLM.from_pretrained``, giving the logits of base + adapter). A full fine-tune
+  exports the model itself (``merged/``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer_contract import exit_codes
+from trainer_runtime.hub_models.export import save_pretrained
+from trainer_runtime.hub_models.run import Refusal, require_model
+
+ADAPTER, MERGED = "adapter", "merged"
+
+
+@dataclass(frozen=True)
+class Lora:
+    rank: int
+    alpha: int  # peft scales the adapters by alpha / rank
+    dropout: float
+    target_modules: tuple[str, ...]  # module names (q_proj, v_proj, ...), or ("all-linear",)
+
+    def shape(self) -> dict[str, Any]:
+        """What a resume must find unchanged (the adapters' tensors and their scale depend on it)."""
+        return {**asdict(self), "target_modules": sorted(self.target_modules)}
+
+
+def load(model_dir: Path, lora: Lora | None) -> Any:
+    """The pretrained model from MODEL_DIR, wrapped with fresh LoRA adapters when ``lora`` is given."""
+    from transformers import AutoModelForCausalLM
+
+    require_model(model_dir)
+    if not any(model_dir.glob("*.safetensors")):
+        raise Refusal(exit_codes.BAD_CONFIG, [
+            f"MODEL_DIR: {model_dir} has no safetensors weights (a pickled pytorch_model.bin is not loaded: it "
+            "could run code); convert the model with save_pretrained(safe_serialization=True)"])
+    model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
+    if lora is None:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)
+    try:
+        return get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                                target_modules=targets, task_type="CAUSAL_LM"))
+    except ValueError as error:  # peft's own words: a target module the model does not have
+        raise Refusal(exit_codes.BAD_CONFIG, [f"LORA_TARGET_MODULES: {error}"]) from None
+
+
+def is_lora(model: Any) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def trainable_state(model: Any) -> dict[str, Any]:
+    """What a checkpoint holds of the model: the adapters' weights under LoRA, else every weight."""
+    if is_lora(model):
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(model)
+    return model.state_dict()
+
+
+def load_trainable_state(model: Any, state: dict[str, Any]) -> None:
+    """Put a checkpoint's ``trainable_state`` back; every tensor must fit (a checkpoint of another shape is refused
+    before this, by its record)."""
+    if is_lora(model):
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, state)
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        missing = [key for key in getattr(result, "missing_keys", []) or [] if "lora_" in key]
+        if unexpected or missing:
+            raise Refusal(exit_codes.BAD_CONFIG, [f"the checkpoint's adapters do not fit this model (unexpected: "
+                                                  f"{unexpected[:3]}, missing: {missing[:3]})"])
+        return
+    model.load_state_dict(state, strict=True)
+
+
+def export(model: Any, tokenizer: Any, directory: Path, merged: bool) -> list[Path]:
+    """The adapter (LoRA) and, where asked or for a full fine-tune, the merged model, each with the tokenizer,
+    each whole or absent; the directories written."""
+    written = []
+    if is_lora(model):
+        save_pretrained(model, tokenizer, directory / ADAPTER)
+        written.append(directory / ADAPTER)
+    if merged or not is_lora(model):
+        whole = copy.deepcopy(model).merge_and_unload() if is_lora(model) else model
+        save_pretrained(whole, tokenizer, directory / MERGED)
+        written.append(directory / MERGED)
+    return written
