@@ -41,7 +41,37 @@ def make_model(directory: Path, hidden: int = 32, layers: int = 2, seed: int = 0
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, tie_word_embeddings=False,
+                         max_position_embeddings=512, tie_word_embeddings=False, initializer_range=0.2,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+FACTS = {"sky": "blue", "grass": "green", "snow": "white", "coal": "black", "sun": "yellow", "blood": "red",
+         "sea": "blue", "night": "dark"}
+FILLERS = ["tell me", "please say", "quick question", "hello", "hey", "so", "well", "ok"]
+
+
+def make_chat_data(directory: Path, train: int = 96, validation: int = 16, seed: int = 0,
+                   shape: str = "messages") -> Path:
+    """Learnable instruction data: "<filler>, what colour is the <thing>?" answered with its colour, as JSON lines
+    (``messages``: a user and an assistant turn; ``prompt_completion``: the same as two columns)."""
+    import json
+    import random
+
+    generator = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    things = sorted(FACTS)
+    for split, count in (("train", train), ("validation", validation)):
+        lines = []
+        for _ in range(count):
+            thing = generator.choice(things)
+            question = f"{generator.choice(FILLERS)}, what colour is the {thing}?"
+            if shape == "messages":
+                record = {"messages": [{"role": "user", "content": question},
+                                       {"role": "assistant", "content": FACTS[thing]}]}
+            else:
+                record = {"prompt": question + " ", "completion": FACTS[thing]}
+            lines.append(json.dumps(record))
+        (directory / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     return directory

@@ -323,6 +323,74 @@ class FinetuneConfig:
         return self.output_dir / "checkpoints"
 
 
+@dataclass(frozen=True)
+class SftConfig:
+    """Supervised fine-tuning of a causal language model (`python -m worker.sft`): any AutoModelForCausalLM with
+    LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP with automatic mixed precision."""
+
+    model_dir: Path = _setting(
+        "MODEL_DIR", _path, Path("model"),
+        "The pretrained causal LM and its tokenizer, as `save_pretrained` writes them (safetensors); "
+        "initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = _setting(
+        "DATASET_DIR", _path, Path("data"),
+        "A train split and a validation (or test) split as parquet, CSV or JSON lines files named after the split, "
+        "with prompt and completion columns or a messages column (chat); initializer.dataset.storage_uri stages it "
+        "here.")
+    output_dir: Path = _workload_output_dir("sft")
+    export_dir: Path | None = _workload_export_dir("sft")
+    prompt_column: str = _setting("PROMPT_COLUMN", _name, "prompt", "The column holding each example's prompt.")
+    completion_column: str = _setting("COMPLETION_COLUMN", _name, "completion",
+                                      "The column holding each example's completion (what the model learns).")
+    messages_column: str = _setting("MESSAGES_COLUMN", _name, "messages",
+                                    "The column holding conversations (lists of {role, content}), rendered with the "
+                                    "tokenizer's chat template; the assistant turns are learnt. Taken when present.")
+    lora_rank: int = _setting("LORA_RANK", _non_negative_int, 16, "LoRA's rank; 0: a full fine-tune (every weight).")
+    lora_alpha: int = _setting("LORA_ALPHA", _positive_int, 32, "LoRA's alpha: the adapters are scaled by alpha / rank.")
+    lora_dropout: float = _setting("LORA_DROPOUT", _non_negative_float, 0.0, "Dropout on the adapters' input.")
+    lora_target_modules: str = _setting("LORA_TARGET_MODULES", _name, "all-linear",
+                                        "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.")
+    epochs: int = _setting("EPOCHS", _positive_int, 1, "Passes over the training examples.")
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 8, "Examples per process and step.")
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-4,
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr")
+    weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.0,
+                                   "AdamW's weight decay (not applied to biases and norms).")
+    warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
+                                 "Optimizer steps over which the learning rate rises linearly from 0.")
+    max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
+                                    "Clip the gradients' global norm to this; 0: no clipping.")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.")
+    precision: str = _setting(
+        "PRECISION", _choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast, on CPUs and GPUs) or fp16 (autocast and a gradient scaler, CUDA only).")
+    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 512,
+                                   "Tokens per example (longer ones are cut), or per block with PACKING.")
+    packing: bool = _setting("PACKING", _boolean, False,
+                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.")
+    export_merged: bool = _setting("EXPORT_MERGED", _boolean, False,
+                                   "Export the merged model (base + adapters) beside the adapter.")
+    sample_prompts: str = _setting("SAMPLE_PROMPTS", str, "",
+                                   "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
+                                   "evaluation; empty: none.")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.")
+    eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N examples; 0: all.")
+    log_interval: int = _log_interval()
+    checkpoint_every_steps: int = _setting(
+        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 200,
+        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    keep_checkpoints: int = _keep_checkpoints()
+    resume: bool = _resume()
+    tensorboard: bool = _tensorboard()
+    usage_log_seconds: float = _usage_log_seconds()
+    collective_timeout: float = _collective_timeout()
+    checkpoint_naming: ClassVar[Naming] = OPTIMIZER_STEP
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
 # The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
 # program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
 BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig}

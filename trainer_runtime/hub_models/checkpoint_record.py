@@ -42,9 +42,21 @@ def revision(directory: Path, tokenizer: bool) -> str:
     return digest.hexdigest()[:16]
 
 
-def record(config: Any, shaping: Iterable[str], world_size: int) -> dict[str, Any]:
-    """``shaping``: the settings whose change makes a resumed run another run (schedule, batches, seed)."""
+def data_revision(directory: Path) -> str:
+    """A digest of every file of a data set (its splits' files, in any folder below it): what a resume of a workload
+    that records it must find again."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("**/*")):
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(directory).parts):
+            digest.update(f"{path.relative_to(directory)} {file_digest(path)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def record(config: Any, shaping: Iterable[str], world_size: int, data: bool = False) -> dict[str, Any]:
+    """``shaping``: the settings whose change makes a resumed run another run (schedule, batches, seed); ``data``:
+    the data set's files too (DATASET_DIR's digest)."""
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
+            **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
             "world_size": world_size, "config": {key: getattr(config, key) for key in shaping}}
 
 
@@ -58,6 +70,9 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
                 f"{now[key]} in {config.model_dir})"
                 for key, what in (("model_revision", "model"), ("tokenizer_revision", "tokenizer"))
                 if recorded.get(key) != now[key]]
+    if "data_revision" in now and recorded.get("data_revision") != now["data_revision"]:
+        problems.append(f"DATASET_DIR: checkpoint {name} was trained on other data (revision "
+                        f"{recorded.get('data_revision')}, now {now['data_revision']} in {config.dataset_dir})")
     problems += [run_record.changed_setting(_env_name(config, key), f"checkpoint {name}", value, now["config"][key])
                  for key, value in recorded.get("config", {}).items()
                  if key in now["config"] and str(value) != str(now["config"][key])]

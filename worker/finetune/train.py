@@ -7,9 +7,7 @@ transformer workloads share (trainer_runtime.hub_models)."""
 from __future__ import annotations
 
 import json
-import os
 import time
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -17,18 +15,18 @@ import torch.distributed as dist
 
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
-from trainer_contract.variables import ConfigError, FinetuneConfig
-from trainer_runtime import precision, process_group
+from trainer_contract.variables import FinetuneConfig
+from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir, save_pretrained
+from trainer_runtime.hub_models.gang import join
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
 from trainer_runtime.stop import StopRequest, agreed
-from trainer_runtime.threads import threads_per_process
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 from worker.finetune.loop import Loop, Stopped
@@ -41,29 +39,6 @@ SHAPING = ("epochs", "batch_size", "learning_rate", "weight_decay", "warmup_step
 
 def run(config: FinetuneConfig, env: DistEnv) -> int:
     return run_logged(config, env, _train)
-
-
-def _join(config: FinetuneConfig, env: DistEnv, log) -> torch.device:
-    """This process's device, checked against PRECISION before any rendezvous, and the gang's process group."""
-    torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
-    cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
-    device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    try:
-        precision.require_supported(config.precision, device)
-    except ConfigError as error:
-        raise Refusal(exit_codes.BAD_CONFIG, error.problems) from None
-    backend = "nccl" if cuda else "gloo"
-    if env.world_size > 1:
-        process_group.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout),
-                                         device_id=device if cuda else None)
-    else:  # DDP needs a process group, also of one process
-        process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    if env.is_rank0:
-        log(f"process group: {backend}, world size {env.world_size} ({env.nodes} nodes x {env.local_world_size}), "
-            f"{torch.get_num_threads()} threads each")
-    return device
 
 
 def _model(config: FinetuneConfig, data: text_data.Texts):
@@ -103,7 +78,7 @@ def _load_data(config: FinetuneConfig, log):
 def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
-    device = _join(config, env, log)
+    device = join(config, env, log)
     tokenizer, model, train, evaluation = _load_data(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, SHAPING, env.world_size)
     found = resume_from(config, now, store, log)

@@ -1,0 +1,92 @@
+"""python -m worker.sft under torchrun (2 processes, gloo) on a tiny random Llama and learnable chat data made on
+the spot (testbed/sft_data.py): it learns, it exports what users load, a killed run resumes bit-identical, and a
+resume with other data or another LoRA shape is refused naming each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testbed.sft_data import make_chat_data, make_model
+from tests.conftest import OUTSIDE
+from tests.worker.launch import fault_env
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("peft")
+
+SETTINGS = {"EPOCHS": "4", "BATCH_SIZE": "8", "LEARNING_RATE": "0.01", "LORA_RANK": "8", "LORA_ALPHA": "16",
+            "MAX_SEQ_LENGTH": "64", "LOG_INTERVAL": "4", "CHECKPOINT_EVERY_STEPS": "5", "TENSORBOARD": "false",
+            "OMP_NUM_THREADS": "1", "SAMPLE_PROMPTS": "hello, what colour is the sky?"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sft")
+    return make_model(root / "model"), make_chat_data(root / "data")
+
+
+def run_sft(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
+    env.update(SETTINGS, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return subprocess.run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m",
+                           "worker.sft"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
+
+
+def evaluations(output) -> list[float]:
+    lines = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    return [line["loss"] for line in lines if "perplexity" in line]
+
+
+def test_it_learns_and_exports_the_adapter_and_the_merged_model(world, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model, data = world
+    result = run_sft(model, data, tmp_path / "out", {"EXPORT_MERGED": "true"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    untrained = run_sft(model, data, tmp_path / "untrained", {"EPOCHS": "1", "LEARNING_RATE": "1e-9"})
+    assert untrained.returncode == 0, untrained.stderr[-3000:]
+    losses = evaluations(tmp_path / "out")
+    assert len(losses) == 4 and losses[-1] < 0.5 * evaluations(tmp_path / "untrained")[0]
+    assert "Rank 0: sample: 'hello, what colour is the sky?' -> " in result.stdout
+    export = tmp_path / "out" / "llama_sft_trained"
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), export / "adapter")
+        merged = AutoModelForCausalLM.from_pretrained(export / "merged")
+        assert torch.allclose(adapter.eval()(input_ids=ids).logits, merged.eval()(input_ids=ids).logits, atol=1e-4)
+
+
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path):
+    from safetensors.torch import load_file
+
+    model, data = world
+    whole = run_sft(model, data, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
+    killed = run_sft(model, data, tmp_path / "killed", fault)
+    assert killed.returncode != 0
+    resumed = run_sft(model, data, tmp_path / "killed", fault)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    adapter = "llama_sft_trained/adapter/adapter_model.safetensors"
+    expected, got = load_file(tmp_path / "whole" / adapter), load_file(tmp_path / "killed" / adapter)
+    assert expected.keys() == got.keys() and all((expected[key] == got[key]).all() for key in expected)
+
+
+def test_a_resume_with_other_data_or_another_lora_shape_is_refused_naming_each(world, tmp_path):
+    model, data = world
+    first = run_sft(model, data, tmp_path / "out", {"EPOCHS": "1"})
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = make_chat_data(tmp_path / "other", seed=1)
+    again = run_sft(model, other, tmp_path / "out", {"EPOCHS": "1", "LORA_RANK": "4"})
+    assert again.returncode == 78, again.stdout[-3000:]
+    assert "DATASET_DIR: checkpoint step-00000006.ckpt was trained on other data" in again.stdout
+    assert "LORA_RANK: " in again.stdout

@@ -1,0 +1,165 @@
+"""Supervised fine-tuning of a causal language model under torchrun: LoRA adapters (peft) or a full fine-tune,
+DDP with automatic mixed precision, evaluation loss and perplexity at each epoch's end with a few greedy
+completions in the log, checkpoints every CHECKPOINT_EVERY_STEPS steps and on SIGTERM (the adapters alone under
+LoRA), an exact resume (refused with another model, tokenizer, data set, LoRA shape or shaping setting), and the
+export (worker/sft/model.py). This module only delegates: the examples (examples), the model (model), the loop
+(loop), and what the transformer workloads share (trainer_runtime.hub_models)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_contract import exit_codes, hooks
+from trainer_contract.atomic import atomic_write
+from trainer_contract.variables import SftConfig
+from trainer_runtime import process_group
+from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.store import CheckpointStore
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.hub_models import checkpoint_record
+from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.export import export_dir
+from trainer_runtime.hub_models.gang import join
+from trainer_runtime.hub_models.run import Refusal, quiet_transformers, resume_from, run_logged
+from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
+from trainer_runtime.stop import StopRequest, agreed
+from worker.sft import examples as sft_examples
+from worker.sft import model as sft_model
+from worker.sft.loop import Loop, Stopped, complete, evaluate
+
+SUMMARY_FILE = "summary.json"
+# Settings whose change makes a resumed run another run: the schedule, the batches, the examples, the adapters.
+SHAPING = ("epochs", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed", "train_samples",
+           "max_seq_length", "packing", "prompt_column", "completion_column", "messages_column", "lora_rank",
+           "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+def run(config: SftConfig, env: DistEnv) -> int:
+    return run_logged(config, env, _train)
+
+
+def lora_of(config: SftConfig) -> sft_model.Lora | None:
+    if config.lora_rank == 0:
+        return None
+    targets = tuple(name.strip() for name in config.lora_target_modules.split(",") if name.strip())
+    return sft_model.Lora(config.lora_rank, config.lora_alpha, config.lora_dropout, targets)
+
+
+def _split(config: SftConfig, tokenizer: Any, split: str, limit: int) -> list[sft_examples.Example]:
+    table = read_table(split_files(config.dataset_dir, split))
+    if limit:
+        table = {key: values[:limit] for key, values in table.items()}
+    columns = {"messages": config.messages_column, "prompt": config.prompt_column,
+               "completion": config.completion_column}
+    made = sft_examples.tokenized(tokenizer, table, config.max_seq_length, split, columns)
+    return sft_examples.pack(made, config.max_seq_length) if config.packing and split == "train" else made
+
+
+def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    if not split_files(config.dataset_dir, "train"):
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [
+            f"DATASET_DIR: {config.dataset_dir} has no train split: expected train.jsonl, train.parquet or the "
+            "Hub's layout (data/train-00000-of-00001.parquet); set initializer.dataset.storage_uri, or DATASET_DIR"])
+    held_out = evaluation_split(config.dataset_dir)
+    if held_out is None:
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [f"DATASET_DIR: {config.dataset_dir} has no validation or test "
+                                                    "split to evaluate on"])
+    torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
+    model = sft_model.load(config.model_dir, lora_of(config))
+    tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        train = _split(config, tokenizer, "train", config.train_samples)
+        evaluation = _split(config, tokenizer, held_out, config.eval_samples)
+    except DatasetError as error:
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    log(f"{len(train)} training {'blocks' if config.packing else 'examples'} "
+        f"({sum(e.supervised for e in train)} supervised tokens), {len(evaluation)} {held_out} examples, from "
+        f"{config.dataset_dir}; {'LoRA rank ' + str(config.lora_rank) if config.lora_rank else 'full fine-tune'}: "
+        f"{trainable} of {total} weights train")
+    return tokenizer, model, train, evaluation
+
+
+def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
+    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
+    hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
+    device = join(config, env, log)
+    tokenizer, model, train, evaluation = _load(config, log if env.is_rank0 else lambda message: None)
+    now = checkpoint_record.record(config, SHAPING, env.world_size, data=True)
+    found = resume_from(config, now, store, log)
+    batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
+    loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id, config, device, env.rank)
+    if found:
+        loop.load_state_dict(single_file.read_payload(found[0]))
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
+    stop.defer()
+    try:
+        result = _epochs(config, env, loop, run_log, evaluation, tokenizer, now, stop, store, log)
+    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
+        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
+        return code
+    finally:
+        run_log.close()
+    if env.is_rank0:
+        _export(config, model, tokenizer, {**result, "step": loop.step, **now}, log)
+    hooks.point("completed", rank=env.rank)
+    dist.barrier()
+    process_group.destroy_process_group()
+    return exit_codes.OK
+
+
+def _epochs(config: SftConfig, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, tokenizer: Any,
+            now: dict, stop: StopRequest, store: CheckpointStore, log) -> dict[str, float]:
+    def checkpoint() -> None:
+        hooks.point("checkpoint")
+        if env.is_rank0:  # one file: every rank holds the same replica
+            path = store.directory / checkpoint_record.checkpoint_name(loop.step)
+            single_file.write_payload(path, {**loop.state_dict(), checkpoint_record.RECORD_KEY: now})
+            store.published(path)
+        dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
+
+    def scored() -> dict[str, float]:
+        return evaluate(loop.model, evaluation, config.batch_size, loop.pad_id, loop.precision, loop.device,
+                        env.rank, env.world_size)
+
+    prompts = [prompt.strip() for prompt in config.sample_prompts.split("||") if prompt.strip()]
+    per_epoch = len(loop.batches)
+    run_log.start(loop.step, loop.total)
+    result: dict[str, float] = {}
+    began, evaluating = time.monotonic(), 0.0
+    for epoch in range(loop.step // per_epoch, config.epochs):
+        loop.run_epoch(epoch, run_log, checkpoint, lambda: agreed(stop.requested, loop.device))
+        evaluation_began = time.monotonic()
+        result = scored()
+        if env.is_rank0 and prompts:
+            for prompt, completion in zip(prompts, complete(loop.model, tokenizer, prompts, loop.device), strict=True):
+                log(f"sample: {prompt!r} -> {completion!r}")
+        evaluating += time.monotonic() - evaluation_began
+        run_log.evaluated(loop.step, epoch + 1, result, f"evaluation loss {result['loss']:.4f}, perplexity "
+                          f"{result['perplexity']:.2f}")
+        checkpoint()
+    training = time.monotonic() - began - evaluating
+    return {**(result or scored()), "train_seconds": round(training, 3)}
+
+
+def _export(config: SftConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
+    base = model.get_base_model() if sft_model.is_lora(model) else model
+    destination = export_dir(config, base.config.model_type, "sft")
+    written = sft_model.export(model, tokenizer, destination, config.export_merged)
+    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(
+        {**summary, "export": [str(path) for path in written]}, indent=2).encode())
+    log(f"exported to {', '.join(str(path) for path in written)} (evaluation loss {summary['loss']:.4f}, "
+        f"perplexity {summary['perplexity']:.2f})")
