@@ -35,6 +35,12 @@ def test_fine_tuning_table_matches_its_configuration():
     assert section("finetune-reference") == config_reference(FinetuneConfig)
 
 
+def test_supervised_fine_tuning_table_matches_its_configuration():
+    from trainer_contract.variables import SftConfig
+
+    assert section("sft-reference") == config_reference(SftConfig)
+
+
 def test_quick_start_commands_exist():
     assert "./prepare.sh && ./run.sh --local" in README
     assert "bash .ci/run" in README

@@ -393,7 +393,8 @@ class SftConfig:
 
 # The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
 # program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
-BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig}
+BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig,
+                                     "worker.sft": SftConfig}
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ MATRIX = {
                            "initializer.model.storage_uri=hf://google-bert/bert-base-uncased",
                            "initializer.dataset.storage_uri=hf://datasets/rajpurkar/squad",
                            "config_map={STRATEGY: fsdp, PRECISION: bf16, MAX_SEQ_LENGTH: '256'}"],
+    "supervised-fine-tuning": ["name=qwen-sft", "entrypoint.module=worker.sft",
+                               "initializer.model.storage_uri=hf://Qwen/Qwen2.5-0.5B-Instruct",
+                               "initializer.dataset.storage_uri=hf://datasets/HuggingFaceTB/smoltalk",
+                               "config_map={LORA_RANK: '16', PRECISION: bf16, PACKING: 'true'}"],
     # a program of the user's whose checkpoints the launcher mirrors to a bucket and the stage step restores
     "own-program-with-a-checkpoint-bucket": ["entrypoint.module=my_pkg.train", "working_dir=/app",
                                              "checkpoint.storage_uri=s3://team-checkpoints/own",
