@@ -326,7 +326,7 @@ class FinetuneConfig:
 @dataclass(frozen=True)
 class SftConfig:
     """Supervised fine-tuning of a causal language model (`python -m worker.sft`): any AutoModelForCausalLM with
-    LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP with automatic mixed precision."""
+    LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP or FSDP2 with automatic mixed precision."""
 
     model_dir: Path = _setting(
         "MODEL_DIR", _path, Path("model"),
@@ -361,9 +361,17 @@ class SftConfig:
     max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
                                     "Clip the gradients' global norm to this; 0: no clipping.")
     seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.")
+    strategy: str = _setting(
+        "STRATEGY", _choice("ddp", "fsdp"), "ddp",
+        "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the model, its gradients and "
+        "optimizer state sharded per decoder block; for a model one GPU cannot hold).")
     precision: str = _setting(
         "PRECISION", _choice(*PRECISIONS), "fp32",
-        "fp32, bf16 (autocast, on CPUs and GPUs) or fp16 (autocast and a gradient scaler, CUDA only).")
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy, on CPUs and GPUs) or fp16 (CUDA only).")
+    activation_checkpointing: bool = _setting(
+        "ACTIVATION_CHECKPOINTING", _boolean, False,
+        "Recompute each decoder block's activations in backward instead of keeping them: less memory for "
+        "longer sequences, about a third more compute.")
     max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 512,
                                    "Tokens per example (longer ones are cut), or per block with PACKING.")
     packing: bool = _setting("PACKING", _boolean, False,

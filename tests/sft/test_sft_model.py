@@ -37,23 +37,41 @@ def logits(model, ids=((5, 17, 42, 99, 3),)):
         return model(input_ids=torch.tensor(ids)).logits
 
 
+def learnt(model) -> dict:
+    """What a checkpoint holds of the model (the strategy's trainable_state, in one process)."""
+    return {name: parameter.detach().clone() for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
 def test_under_lora_only_the_adapters_train_and_a_checkpoint_holds_them_alone(base):
     model = sft_model.load(base, LORA)
-    trainable = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+    trainable = list(learnt(model))
     assert trainable and all("lora_" in name for name in trainable)
     assert {name.split(".")[-4] for name in trainable} == {"q_proj", "v_proj"}  # ...q_proj.lora_A.default.weight
-    state = sft_model.trainable_state(trained(model))
-    assert state and all("lora_" in key for key in state)
     total = sum(parameter.numel() for parameter in model.parameters())
-    assert sum(tensor.numel() for tensor in state.values()) < total / 10
+    assert sum(tensor.numel() for tensor in learnt(model).values()) < total / 10
 
 
-def test_a_checkpoints_adapters_put_back_give_the_same_model(base):
+def test_the_trained_adapters_put_into_the_pretrained_model_give_the_trained_model(base):
     model = trained(sft_model.load(base, LORA))
-    resumed = sft_model.load(base, LORA)
-    assert not torch.equal(logits(model), logits(resumed))
-    sft_model.load_trainable_state(resumed, sft_model.trainable_state(model))
-    assert torch.equal(logits(model), logits(resumed))
+    assert not torch.equal(logits(model), logits(sft_model.load(base, LORA)))
+    assert torch.equal(logits(model), logits(sft_model.rebuilt(base, LORA, learnt(model))))
+    partial = dict(list(learnt(model).items())[1:])
+    with pytest.raises(RuntimeError, match="do not fit the model .*missing"):
+        sft_model.rebuilt(base, LORA, partial)
+
+
+def test_activation_checkpointing_gives_the_same_gradients(base):
+    ids = torch.tensor([[5, 17, 42, 99, 3, 8]])
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)  # the same initial adapters
+        model = trained(sft_model.load(base, LORA, activation_checkpointing=recompute))
+        model.train()
+        model(input_ids=ids, labels=ids).loss.backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad})
+    assert model.get_base_model().is_activation_checkpointing
+    assert grads[0].keys() == grads[1].keys() and all(torch.allclose(grads[0][k], grads[1][k], atol=1e-6)
+                                                      for k in grads[0])
 
 
 def test_the_exports_load_as_users_load_them_and_agree(base, tmp_path):
@@ -79,7 +97,7 @@ def test_a_full_fine_tune_trains_and_exports_the_whole_model(base, tmp_path):
 
     model = trained(sft_model.load(base, None))
     assert all(parameter.requires_grad for parameter in model.parameters())
-    assert set(sft_model.trainable_state(model)) == set(model.state_dict())
+    assert set(learnt(model)) == {name for name, _ in model.named_parameters()}
     written = sft_model.export(model, AutoTokenizer.from_pretrained(base), tmp_path / "export", merged=False)
     assert written == [tmp_path / "export" / "merged"]
     assert torch.equal(logits(AutoModelForCausalLM.from_pretrained(written[0])), logits(model))

@@ -38,6 +38,24 @@ def run_sft(model, data, output, extra=None, timeout=300) -> subprocess.Complete
                            "worker.sft"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(world, tmp_path_factory):
+    """A whole run under ddp: what a resumed run and another strategy are held to."""
+    output = tmp_path_factory.mktemp("whole")
+    result = run_sft(*world, output)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return output
+
+
+ADAPTER = "llama_sft_trained/adapter/adapter_model.safetensors"
+
+
+def adapter_of(output):
+    from safetensors.torch import load_file
+
+    return load_file(output / ADAPTER)
+
+
 def evaluations(output) -> list[float]:
     lines = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     return [line["loss"] for line in lines if "perplexity" in line]
@@ -64,21 +82,43 @@ def test_it_learns_and_exports_the_adapter_and_the_merged_model(world, tmp_path)
         assert torch.allclose(adapter.eval()(input_ids=ids).logits, merged.eval()(input_ids=ids).logits, atol=1e-4)
 
 
-def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path):
-    from safetensors.torch import load_file
-
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, uninterrupted, tmp_path):
     model, data = world
-    whole = run_sft(model, data, tmp_path / "whole")
-    assert whole.returncode == 0, whole.stderr[-3000:]
     fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
     killed = run_sft(model, data, tmp_path / "killed", fault)
     assert killed.returncode != 0
     resumed = run_sft(model, data, tmp_path / "killed", fault)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
-    adapter = "llama_sft_trained/adapter/adapter_model.safetensors"
-    expected, got = load_file(tmp_path / "whole" / adapter), load_file(tmp_path / "killed" / adapter)
+    expected, got = adapter_of(uninterrupted), adapter_of(tmp_path / "killed")
     assert expected.keys() == got.keys() and all((expected[key] == got[key]).all() for key in expected)
+
+
+def test_under_fsdp_with_activation_checkpointing_it_trains_as_ddp_does_and_resumes_across_strategies(
+        world, uninterrupted, tmp_path):
+    """FSDP2 (a shard per decoder block) with recomputed activations makes the updates ddp makes, up to the order
+    of float sums; its checkpoint (the adapters whole, by name) resumes under ddp, and the export gathers the
+    shards into the pretrained model."""
+    import torch
+
+    model, data = world
+    fsdp = {"STRATEGY": "fsdp", "ACTIVATION_CHECKPOINTING": "true"}
+    fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")
+    killed = run_sft(model, data, tmp_path / "out", {**fsdp, **fault})
+    assert killed.returncode != 0
+    assert "under fsdp, activations recomputed" in killed.stdout
+    resumed = run_sft(model, data, tmp_path / "out", fault)  # under ddp
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    whole = run_sft(model, data, tmp_path / "fsdp", fsdp)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    assert "Rank 0: sample: 'hello, what colour is the sky?' -> " in whole.stdout
+    expected = adapter_of(uninterrupted)
+    for output in (tmp_path / "out", tmp_path / "fsdp"):
+        got = adapter_of(output)
+        assert got.keys() == expected.keys()
+        assert all(torch.allclose(got[key], expected[key], atol=1e-4) for key in expected), output
+    assert evaluations(tmp_path / "fsdp") == pytest.approx(evaluations(uninterrupted), rel=1e-3)
 
 
 def test_a_resume_with_other_data_or_another_lora_shape_is_refused_naming_each(world, tmp_path):

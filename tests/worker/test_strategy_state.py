@@ -57,3 +57,52 @@ def test_every_strategy_word_names_its_class():
 
     assert {name: strategies.strategy_class(name).name for name in STRATEGIES} == {name: name for name in STRATEGIES}
     assert [name for name in STRATEGIES if strategies.shards_parameters(name)] == ["fsdp"]
+
+
+def test_the_trainable_state_holds_the_weights_that_train_and_puts_them_back_under_every_strategy_word():
+    """What a LoRA checkpoint holds: the trained weights and their optimizer state by name, not the frozen ones;
+    another model of the same shape takes them back exactly (one process: allreduce; fsdp and ddp under torchrun
+    in tests/sft)."""
+    def partly_frozen(seed):
+        torch.manual_seed(seed)
+        model = MnistCNN()
+        for parameter in model.features[0].parameters():
+            parameter.requires_grad_(False)
+        parallel = strategies.build("allreduce", model, DistEnv(), torch.device("cpu"), "fp32")
+        parallel.attach(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.01))
+        return parallel
+
+    trained = partly_frozen(0)
+    trained.zero_grad()
+    F.cross_entropy(trained.model(torch.randn(4, 1, 28, 28)), torch.tensor([0, 1, 2, 3])).backward()
+    trained.backward(None, 4, 4, False)
+    trained.step()
+    model_state, optimizer_state = trained.trainable_state()
+    learnt = {name for name, p in trained.module.named_parameters() if p.requires_grad}
+    assert set(model_state) == learnt and not any(name.startswith("features.0.") for name in model_state)
+    assert set(optimizer_state["state"]) == learnt
+
+    fresh = partly_frozen(1)
+    fresh.load_trainable_state(model_state, optimizer_state)
+    for name in learnt:
+        assert torch.equal(fresh.module.state_dict()[name], trained.module.state_dict()[name]), name
+    assert not torch.equal(fresh.module.features[0].weight, trained.module.features[0].weight)  # frozen: its own, untouched
+    assert fresh.grads.is_intact()
+    assert torch.equal(fresh.optimizer.state[fresh.module.classifier[3].weight]["exp_avg"],
+                       trained.optimizer.state[trained.module.classifier[3].weight]["exp_avg"])
+
+
+def test_fsdp_shards_a_hugging_face_model_per_block_and_then_the_model_inside_its_wrapper():
+    transformers = __import__("pytest").importorskip("transformers")
+    from trainer_runtime.strategies.fsdp import shard_units
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                                      num_attention_heads=2, num_key_value_heads=2)
+    language_model = transformers.LlamaForCausalLM(config)
+    wrapper = torch.nn.ModuleDict({"base_model": language_model})  # as peft's PeftModel holds the model
+    units, outer = shard_units(wrapper)
+    assert outer is language_model  # generate() and the wrapper's forward both pass through its hooks
+    assert units == list(language_model.model.layers)
+    cnn = MnistCNN()
+    units, outer = shard_units(cnn)
+    assert outer is cnn and units == [layer for layer in cnn.modules() if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear))]

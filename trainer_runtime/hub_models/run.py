@@ -80,13 +80,18 @@ def require_model(model_dir: Path) -> None:
 
 def quiet_transformers() -> None:
     """A bar per rank for loading or writing a few files says nothing; nor does the table of a checkpoint's
-    unused or new weights, which the run says in a line of its own."""
+    unused or new weights, which the run says in a line of its own; nor a library's deprecation warning about
+    another library's call (peft reading transformers' is_gradient_checkpointing), which no user can act on."""
+    import warnings
+
     from huggingface_hub.utils import disable_progress_bars
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
     disable_progress_bars()
+    warnings.filterwarnings("ignore", message=r".*is deprecated and will be removed in v\d", category=FutureWarning,
+                            module=r"transformers\.")
 
 
 def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore,

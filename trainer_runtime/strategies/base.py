@@ -86,6 +86,27 @@ class Strategy:
         return get_state_dict(self.module, self.optimizer,
                               options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+    def trainable_state(self, optimizer: bool = True) -> tuple[dict, dict]:
+        """(model, optimizer) state of the weights that train, by name, whole tensors on rank 0 (empty elsewhere),
+        under any strategy: what a checkpoint of adapters holds (LoRA: a few MiB, not the frozen model). A
+        collective: every rank calls it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        if not optimizer:
+            return get_model_state_dict(self.module, options=options), {}
+        with self.optimizer_state_initializable():
+            return get_state_dict(self.module, self.optimizer, options=options)
+
+    def load_trainable_state(self, model_state: dict, optimizer_state: dict) -> None:
+        """Put ``trainable_state``'s content (read by every rank) back; each rank keeps its shard under fsdp. A
+        weight that trains and is missing, or one the model lacks, is an error."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        with self.optimizer_state_initializable():
+            set_state_dict(self.module, self.optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state,
+                           options=StateDictOptions(full_state_dict=True, ignore_frozen_params=True))
+
     def sharded_state(self) -> dict:
         """This rank's part of the model and optimizer state (whole tensors where nothing is sharded)."""
         from torch.distributed.checkpoint.state_dict import get_state_dict

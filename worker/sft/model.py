@@ -2,8 +2,8 @@
 pickled ``pytorch_model.bin`` could run code when loaded), with LoRA adapters through peft, or whole (a full
 fine-tune); what a checkpoint holds of it and what the export writes.
 
-- Under LoRA only the adapters train: a checkpoint holds their weights (``trainable_state``: a few MiB, not the
-  model), and a resume puts them back into the same base model (``load_trainable_state``, strict).
+- Under LoRA only the adapters train: a checkpoint holds their weights and optimizer state (the strategy's
+  ``trainable_state``: a few MiB, not the model), and a resume puts them back into the same base model.
 - The export writes the adapter with ``save_pretrained`` (``adapter/``: loadable with
   ``PeftModel.from_pretrained(base, path)``) and, where asked, the merged model with its tokenizer (``merged/``:
   loadable with ``AutoModelForCausalLM.from_pretrained``, giving the logits of base + adapter). A full fine-tune
@@ -36,8 +36,10 @@ class Lora:
         return {**asdict(self), "target_modules": sorted(self.target_modules)}
 
 
-def load(model_dir: Path, lora: Lora | None) -> Any:
-    """The pretrained model from MODEL_DIR, wrapped with fresh LoRA adapters when ``lora`` is given."""
+def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = False) -> Any:
+    """The pretrained model from MODEL_DIR, wrapped with fresh LoRA adapters when ``lora`` is given; each decoder
+    block's activations recomputed in backward when ``activation_checkpointing`` (non-reentrant: the frozen
+    embeddings need no gradient, and the dropout recomputed is the dropout drawn)."""
     from transformers import AutoModelForCausalLM
 
     require_model(model_dir)
@@ -46,6 +48,8 @@ def load(model_dir: Path, lora: Lora | None) -> Any:
             f"MODEL_DIR: {model_dir} has no safetensors weights (a pickled pytorch_model.bin is not loaded: it "
             "could run code); convert the model with save_pretrained(safe_serialization=True)"])
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
+    if activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora is None:
         return model
     from peft import LoraConfig, get_peft_model
@@ -62,29 +66,16 @@ def is_lora(model: Any) -> bool:
     return hasattr(model, "peft_config")
 
 
-def trainable_state(model: Any) -> dict[str, Any]:
-    """What a checkpoint holds of the model: the adapters' weights under LoRA, else every weight."""
-    if is_lora(model):
-        from peft import get_peft_model_state_dict
-
-        return get_peft_model_state_dict(model)
-    return model.state_dict()
-
-
-def load_trainable_state(model: Any, state: dict[str, Any]) -> None:
-    """Put a checkpoint's ``trainable_state`` back; every tensor must fit (a checkpoint of another shape is refused
-    before this, by its record)."""
-    if is_lora(model):
-        from peft import set_peft_model_state_dict
-
-        result = set_peft_model_state_dict(model, state)
-        unexpected = list(getattr(result, "unexpected_keys", []) or [])
-        missing = [key for key in getattr(result, "missing_keys", []) or [] if "lora_" in key]
-        if unexpected or missing:
-            raise Refusal(exit_codes.BAD_CONFIG, [f"the checkpoint's adapters do not fit this model (unexpected: "
-                                                  f"{unexpected[:3]}, missing: {missing[:3]})"])
-        return
-    model.load_state_dict(state, strict=True)
+def rebuilt(model_dir: Path, lora: Lora | None, trainable: dict[str, Any]) -> Any:
+    """A whole copy of the model on this process (CPU): the pretrained weights with ``trainable`` (a strategy's
+    ``trainable_state``, by name) put in; what the export writes when the training copy is sharded."""
+    model = load(model_dir, lora)
+    result = model.load_state_dict(trainable, strict=False)
+    learnt = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    if result.unexpected_keys or learnt - set(trainable):
+        raise RuntimeError(f"the trained weights do not fit the model (unexpected: {result.unexpected_keys[:3]}, "
+                           f"missing: {sorted(learnt - set(trainable))[:3]})")
+    return model
 
 
 def export(model: Any, tokenizer: Any, directory: Path, merged: bool) -> list[Path]:

@@ -28,7 +28,7 @@ from trainer_runtime.hub_models.gang import join
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
 from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
-from trainer_runtime.stop import StopRequest, agreed
+from trainer_runtime.stop import StopRequest
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
 from worker.sft.loop import Loop, Stopped, complete, evaluate
@@ -74,7 +74,7 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [f"DATASET_DIR: {config.dataset_dir} has no validation or test "
                                                     "split to evaluate on"])
     torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
-    model = sft_model.load(config.model_dir, lora_of(config))
+    model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -88,7 +88,8 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     log(f"{len(train)} training {'blocks' if config.packing else 'examples'} "
         f"({sum(e.supervised for e in train)} supervised tokens), {len(evaluation)} {held_out} examples, from "
         f"{config.dataset_dir}; {'LoRA rank ' + str(config.lora_rank) if config.lora_rank else 'full fine-tune'}: "
-        f"{trainable} of {total} weights train")
+        f"{trainable} of {total} weights train, under {config.strategy}"
+        f"{', activations recomputed' if config.activation_checkpointing else ''}")
     return tokenizer, model, train, evaluation
 
 
@@ -100,7 +101,7 @@ def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     now = checkpoint_record.record(config, SHAPING, env.world_size, data=True)
     found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
-    loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id, config, device, env.rank)
+    loop = Loop(model, train, batches, tokenizer.pad_token_id, config, device, env)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
@@ -113,8 +114,9 @@ def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
         return code
     finally:
         run_log.close()
+    whole = _whole_model(config, loop)
     if env.is_rank0:
-        _export(config, model, tokenizer, {**result, "step": loop.step, **now}, log)
+        _export(config, whole, tokenizer, {**result, "step": loop.step, **now}, log)
     hooks.point("completed", rank=env.rank)
     dist.barrier()
     process_group.destroy_process_group()
@@ -125,9 +127,10 @@ def _epochs(config: SftConfig, env: DistEnv, loop: Loop, run_log: RunLog, evalua
             now: dict, stop: StopRequest, store: CheckpointStore, log) -> dict[str, float]:
     def checkpoint() -> None:
         hooks.point("checkpoint")
-        if env.is_rank0:  # one file: every rank holds the same replica
+        state = loop.state_dict()  # a collective; whole on rank 0, which writes the one file
+        if env.is_rank0:
             path = store.directory / checkpoint_record.checkpoint_name(loop.step)
-            single_file.write_payload(path, {**loop.state_dict(), checkpoint_record.RECORD_KEY: now})
+            single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: now})
             store.published(path)
         dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
 
@@ -141,18 +144,27 @@ def _epochs(config: SftConfig, env: DistEnv, loop: Loop, run_log: RunLog, evalua
     result: dict[str, float] = {}
     began, evaluating = time.monotonic(), 0.0
     for epoch in range(loop.step // per_epoch, config.epochs):
-        loop.run_epoch(epoch, run_log, checkpoint, lambda: agreed(stop.requested, loop.device))
+        loop.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
         evaluation_began = time.monotonic()
         result = scored()
-        if env.is_rank0 and prompts:
-            for prompt, completion in zip(prompts, complete(loop.model, tokenizer, prompts, loop.device), strict=True):
-                log(f"sample: {prompt!r} -> {completion!r}")
+        completions = complete(loop.model, tokenizer, prompts, loop.device)
+        for prompt, completion in zip(prompts, completions, strict=True) if env.is_rank0 else ():
+            log(f"sample: {prompt!r} -> {completion!r}")
         evaluating += time.monotonic() - evaluation_began
         run_log.evaluated(loop.step, epoch + 1, result, f"evaluation loss {result['loss']:.4f}, perplexity "
                           f"{result['perplexity']:.2f}")
         checkpoint()
     training = time.monotonic() - began - evaluating
     return {**(result or scored()), "train_seconds": round(training, 3)}
+
+
+def _whole_model(config: SftConfig, loop: Loop) -> Any:
+    """The trained model whole on rank 0 (None elsewhere): the training copy itself, or under fsdp the pretrained
+    model with the gathered trained weights put in (a collective)."""
+    if not loop.strategy.shards_parameters:
+        return loop.model
+    trained, _ = loop.strategy.trainable_state(optimizer=False)
+    return sft_model.rebuilt(config.model_dir, lora_of(config), trained) if loop.rank == 0 else None
 
 
 def _export(config: SftConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
