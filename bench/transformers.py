@@ -12,9 +12,11 @@ run (alternating, medians):
 - peak memory per rank: python -m worker.qa under STRATEGY=fsdp against ddp (fp32), a larger BERT, growth over
   the same program with a 2-layer, 32-wide BERT (what torch, transformers and Lightning hold before any model);
   measured once (a peak of resident memory does not vary with the machine's load). Goal -> 1/2 at world size 2.
+- supervised fine-tuning: python -m worker.sft against TRL's SFTTrainer (bench/sft.py): tokens/s per process
+  (goal >= 1), peak memory per rank (goal <= 1), evaluation loss after the same tokens (goal: within 2%).
 
-The models and data are made here (testbed/qa_data.py, testbed/text_data.py: random BERTs, learnable texts and
-questions): nothing is downloaded.
+The models and data are made here (testbed/qa_data.py, testbed/text_data.py, testbed/sft_data.py: random BERTs
+and Llamas, learnable texts, questions and chats): nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import sft
 from bench.stats import clean_env, render_rows, verdict
 
 WORLD = 2
@@ -94,7 +97,7 @@ def median_of(samples: list[dict]) -> dict:
     return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
 
 
-def measure(quick: bool, repeats: int, target: float, log, memory_only: bool = False) -> dict:
+def measure(quick: bool, repeats: int, target: float, log, only: str | None = None) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
 
@@ -102,10 +105,13 @@ def measure(quick: bool, repeats: int, target: float, log, memory_only: bool = F
     size = sizes(quick)
     scratch = Path(tempfile.mkdtemp(prefix="bench-transformers-"))
     results: dict = {"quick": quick, "repeats": repeats, "target_f1": target, "sizes": size}
-    if not memory_only:
+    if only in (None, "finetune"):
         results.update(fine_tuning(size, repeats, target, scratch, log))
-    log("peak memory per rank, worker.qa fsdp vs ddp...")
-    results.update(memory(size, scratch))
+    if only in (None, "memory"):
+        log("peak memory per rank, worker.qa fsdp vs ddp...")
+        results.update(memory(size, scratch))
+    if only in (None, "sft"):
+        results.update(sft.measure(quick, repeats, scratch, log))
     return results
 
 
@@ -152,10 +158,7 @@ def parameter_count(model: Path) -> int:
 
 
 def table(r: dict) -> str:
-    size, peaks = r["sizes"], r["memory_mib"]
-    fsdp = peaks["fsdp"] - peaks["fsdp_floor"]
-    ddp = peaks["ddp"] - peaks["ddp_floor"]
-    state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
+    size = r["sizes"]
     rows = [("measure", "worker", "baseline", "ratio", "target")]
     if "finetune" in r:
         ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
@@ -169,10 +172,16 @@ def table(r: dict) -> str:
                  (f"time to macro F1 {r['target_f1']:g}, ws 2 (s)",
                   f"{ours['seconds_to_f1']:.1f} (F1 {ours['f1']:.1f})",
                   f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True))]
-    rows += [(f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
-             f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
-             f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a",
-             verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
+    if "memory_mib" in r:
+        peaks = r["memory_mib"]
+        fsdp, ddp = peaks["fsdp"] - peaks["fsdp_floor"], peaks["ddp"] - peaks["ddp_floor"]
+        state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
+        rows += [(f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
+                  f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
+                  f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a",
+                  verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
+    if "sft" in r:
+        rows += sft.rows(r)
     return render_rows(rows)
 
 
@@ -182,12 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check it runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
-    parser.add_argument("--memory-only", action="store_true", help="only the memory row (worker.qa fsdp vs ddp)")
+    parser.add_argument("--only", choices=("finetune", "memory", "sft"),
+                        help="one group of rows: worker.finetune vs Trainer, worker.qa fsdp vs ddp, worker.sft vs TRL")
     parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     results = measure(args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr),
-                      memory_only=args.memory_only)
+                      only=args.only)
     import torch
     import transformers
 

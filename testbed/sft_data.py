@@ -75,3 +75,26 @@ def make_chat_data(directory: Path, train: int = 96, validation: int = 16, seed:
             lines.append(json.dumps(record))
         (directory / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     return directory
+
+
+def serve_capybara_example(hub) -> None:
+    """examples/sft's repositories on the tests' Hub (testbed/storage_servers.py): a tiny random Llama with its
+    chat template as Qwen/Qwen2.5-0.5B-Instruct, and learnable conversations as trl-lib/Capybara's parquet files
+    (data/train-*, data/test-*: a messages column)."""
+    import json
+    import tempfile
+
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model = make_model(Path(scratch) / "model")
+        hub.add("Qwen/Qwen2.5-0.5B-Instruct", {path.name: path.read_bytes() for path in model.iterdir()})
+        chats = make_chat_data(Path(scratch) / "chats", train=64, validation=16)
+        files = {}
+        for split, source in (("train", "train"), ("test", "validation")):
+            rows = [json.loads(line) for line in (chats / f"{source}.jsonl").read_text().splitlines()]
+            path = Path(scratch) / f"{split}.parquet"
+            pq.write_table(pyarrow.Table.from_pylist(rows), path)
+            files[f"data/{split}-00000-of-00001.parquet"] = path.read_bytes()
+        hub.add("trl-lib/Capybara", files, repo_type="dataset")

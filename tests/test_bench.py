@@ -49,18 +49,23 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
 
 @pytest.mark.slow
 def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_path):
-    """python -m bench.transformers --quick: worker.finetune against Hugging Face's Trainer and worker.qa's fsdp
-    against ddp, each run to the end (no timing assertions)."""
+    """python -m bench.transformers --quick: worker.finetune against Hugging Face's Trainer, worker.qa's fsdp
+    against ddp and worker.sft against TRL's SFTTrainer, each run to the end (no timing assertions)."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
+    pytest.importorskip("trl")
     out = tmp_path / "results.json"
     result = subprocess.run([sys.executable, "-m", "bench.transformers", "--quick", "--json", str(out)],
                             capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for row in ("tokens/s per process, ws 2", "time to macro F1 95, ws 2", "peak memory growth per rank, worker.qa"):
+    for row in ("tokens/s per process, ws 2", "time to macro F1 95, ws 2", "peak memory growth per rank, worker.qa",
+                "SFT tokens/s per process, ws 2", "SFT peak resident memory per rank", "SFT evaluation loss after"):
         assert row in result.stdout
     results = json.loads(out.read_text())
     for contender in ("worker", "trainer"):
         assert results["finetune"][contender]["tokens_per_second"] > 0
         assert 0 <= results["finetune"][contender]["f1"] <= 100
     assert all(value > 0 for value in results["memory_mib"].values())
+    for contender in ("worker", "trl"):
+        sft = results["sft"][contender]
+        assert sft["tokens_per_second"] > 0 and sft["peak_mib"] > 0 and 0 < sft["evaluation_loss"] < 20

@@ -271,3 +271,36 @@ def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
     exported = transformers.AutoModelForSequenceClassification.from_pretrained(output / "bert_classifier_trained")
     assert exported.config.num_labels == 2
     assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "hub-finetune.sbatch").read_text()
+
+
+def test_sft_runs_as_the_readme_writes_it(tmp_path):
+    """examples/sft/ as the README writes it: config.yaml's hyper-parameters in the rendered ConfigMap, the model
+    and the conversations staged once, two pods fine-tune LoRA adapters on the assistant turns, evaluate on the
+    test split, and export the adapter and the merged model, which load as users load them."""
+    pytest.importorskip("peft")
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from testbed.sft_data import serve_capybara_example
+
+    outputs, state = run_readme_block(tmp_path, "Qwen/Qwen2.5-0.5B-Instruct", serve_capybara_example)
+    rendered = (tmp_path / "sft.yaml").read_text()
+    assert '"LORA_RANK": "16"' in rendered and '"PRECISION": "bf16"' in rendered and '"EXPORT_MERGED": "true"' in rendered
+    log = outputs[1]
+    assert re.search(r"^\[sft-0-\w{5}/stage\] stage: dataset trl-lib/Capybara@main staged at ", log, re.M), log[-3000:]
+    assert re.search(r"^\[sft-0-\w{5}/check-config\] worker.sft: configuration is valid", log, re.M)
+    assert re.search(r"^\[sft-0-\w{5}\] Rank 0: 64 training examples \(\d+ supervised tokens\), 16 test examples",
+                     log, re.M), log[-3000:]
+    assert re.search(r"^\[sft-0-\w{5}\] Rank 0: sample: 'What is the capital of France\?' -> ", log, re.M)
+    output = next(state.rglob("runs/sft"))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["step"] == 8  # 64 conversations, 2 ranks of 4 per step
+    export = output / "llama_sft_trained"
+    staged = next(path.parent for path in state.rglob("model.safetensors") if "runs" not in path.parts)
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(staged), export / "adapter")
+        merged = AutoModelForCausalLM.from_pretrained(export / "merged")
+        assert torch.allclose(adapter.eval()(input_ids=ids).logits, merged.eval()(input_ids=ids).logits, atol=1e-4)
+    assert "#SBATCH --output=logs/%x-%j.out" in (tmp_path / "sft.sbatch").read_text()

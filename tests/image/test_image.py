@@ -273,11 +273,12 @@ def test_the_stage_init_container_stages_a_hub_model_once_in_the_restricted_pod(
 @pytest.mark.parametrize(("example", "serve", "export", "score"), [
     ("bert-squad", "testbed.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
     ("hub-finetune", "testbed.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
+    ("sft", "testbed.sft_data:serve_capybara_example", "llama_sft_trained/merged", "loss"),
 ])
 def test_the_seeds_transformer_examples_stage_train_and_export_in_the_restricted_pods(podman, image, tmp_path,
                                                                                       example, serve, export, score):
-    """examples/bert-squad (Lightning FSDP) and examples/hub-finetune (DDP + AMP) as the Job's two pods run them
-    from the image: index 0 stages the model and the dataset from the Hub (the tests' own, HF_ENDPOINT), both
+    """examples/bert-squad (Lightning FSDP), examples/hub-finetune (DDP + AMP) and examples/sft (LoRA through
+    peft) as the Job's two pods run them from the image: index 0 stages the model and the dataset from the Hub (the tests' own, HF_ENDPOINT), both
     train, evaluate and export with save_pretrained, writing nothing outside /tmp and the volume."""
     import importlib
 
