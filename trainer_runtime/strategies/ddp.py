@@ -3,6 +3,7 @@ which hides most of the communication behind computation on a large model (on GP
 
 from __future__ import annotations
 
+import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer_runtime.strategies.base import Strategy
@@ -13,8 +14,12 @@ class DDPStrategy(Strategy):
 
     def __init__(self, module, env, device, precision):
         super().__init__(module, env, device, precision)
-        # module stays the plain model: checkpoints and model.pt hold its names, without DDP's "module." prefix
-        self.wrapped = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+        # module stays the plain model: checkpoints and model.pt hold its names, without DDP's "module." prefix.
+        # A transformer's buffers (position ids, rotary frequencies) are constants: broadcasting them before every
+        # forward, DDP's default, is a collective a step for nothing; batch norms' running statistics do change.
+        statistics = any(isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) for layer in module.modules())
+        self.wrapped = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
+                                               broadcast_buffers=statistics, gradient_as_bucket_view=True)
 
     @property
     def model(self):

@@ -1,13 +1,12 @@
 """Seed 004's job: fine-tune a pretrained Hub model for text classification with plain PyTorch under torchrun
 (one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
 end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
-``save_pretrained``. This module only delegates: data (texts), the loop (loop), evaluation, and what the
+``save_pretrained``. This module only delegates: data (texts), evaluation, and what the
 transformer workloads share (trainer_runtime.hub_models)."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import torch
@@ -21,15 +20,15 @@ from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.batches import RankBatches, collate
 from trainer_runtime.hub_models.export import export_dir, save_pretrained
 from trainer_runtime.hub_models.gang import join
+from trainer_runtime.hub_models.loop import Loop, Stopped
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
-from trainer_runtime.stop import StopRequest, agreed
+from trainer_runtime.stop import StopRequest
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
-from worker.finetune.loop import Loop, Stopped
 
 SUMMARY_FILE = "summary.json"
 # Settings whose change makes a resumed run another run: the schedule, the batches, the texts, the seed.
@@ -83,13 +82,16 @@ def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) ->
     now = checkpoint_record.record(config, SHAPING, env.world_size)
     found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
-    loop = Loop(model.to(device), train, batches, tokenizer.pad_token_id or 0, config, device, env.rank)
+    pad_id = tokenizer.pad_token_id or 0
+    loop = Loop(model, train, batches, lambda items: {key: value for key, value in collate(items, pad_id).items()
+                                                      if key != "index"}, config, device, env)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
     try:
-        result = _epochs(config, env, loop, run_log, evaluation, model.config.num_labels, now, stop, store)
+        result = loop.epochs(run_log, stop, store, now,
+                             _evaluation(config, env, loop, evaluation, model.config.num_labels, pad_id))
     except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
         code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
         log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
@@ -104,35 +106,14 @@ def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) ->
     return exit_codes.OK
 
 
-def _epochs(config, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, num_labels: int, now: dict,
-            stop: StopRequest, store: CheckpointStore) -> dict[str, float]:
-    def checkpoint() -> None:
-        hooks.point("checkpoint")
-        if env.is_rank0:  # one file: every rank holds the same replica
-            path = store.directory / checkpoint_record.checkpoint_name(loop.step)
-            single_file.write_payload(path, {**loop.state_dict(), checkpoint_record.RECORD_KEY: now})
-            store.published(path)
-        dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
+def _evaluation(config: FinetuneConfig, env: DistEnv, loop: Loop, evaluation: list, num_labels: int, pad_id: int):
+    """What ends each epoch: accuracy, macro F1 and loss over the whole evaluation split."""
+    def evaluated() -> tuple[dict[str, float], str]:
+        result = evaluate(loop.model, evaluation, num_labels, config.batch_size, pad_id, loop.precision, loop.device,
+                          env.rank, env.world_size)
+        return result, f"accuracy {result['accuracy']:.2f}%, macro F1 {result['f1']:.2f}, loss {result['loss']:.4f}"
 
-    def scored() -> dict[str, float]:
-        return evaluate(loop.model, evaluation, num_labels, config.batch_size, loop.pad_id,
-                        loop.precision, loop.device, env.rank, env.world_size)
-
-    per_epoch = len(loop.batches)
-    run_log.start(loop.step, loop.total)
-    result: dict[str, float] = {}
-    began, evaluating = time.monotonic(), 0.0
-    for epoch in range(loop.step // per_epoch, config.epochs):
-        loop.run_epoch(epoch, run_log, checkpoint, lambda: agreed(stop.requested, loop.device))
-        evaluation_began = time.monotonic()
-        result = scored()
-        evaluating += time.monotonic() - evaluation_began
-        run_log.evaluated(loop.step, epoch + 1, result, f"accuracy {result['accuracy']:.2f}%, macro F1 "
-                          f"{result['f1']:.2f}, loss {result['loss']:.4f}")
-        checkpoint()
-    # this start's training time, evaluations left out (checkpoints in): what tokens/s per process divides by
-    training = time.monotonic() - began - evaluating
-    return {**(result or scored()), "train_seconds": round(training, 3)}  # nothing left: the model as it is
+    return evaluated
 
 
 def _export(config: FinetuneConfig, model, tokenizer, summary: dict[str, Any], log) -> None:

@@ -49,7 +49,10 @@ def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = Fa
             "could run code); convert the model with save_pretrained(safe_serialization=True)"])
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
     if activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora is None:
         return model
     from peft import LoraConfig, get_peft_model

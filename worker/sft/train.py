@@ -1,14 +1,14 @@
 """Supervised fine-tuning of a causal language model under torchrun: LoRA adapters (peft) or a full fine-tune,
-DDP with automatic mixed precision, evaluation loss and perplexity at each epoch's end with a few greedy
+DDP or FSDP2 with automatic mixed precision, evaluation loss and perplexity at each epoch's end with a few greedy
 completions in the log, checkpoints every CHECKPOINT_EVERY_STEPS steps and on SIGTERM (the adapters alone under
 LoRA), an exact resume (refused with another model, tokenizer, data set, LoRA shape or shaping setting), and the
-export (worker/sft/model.py). This module only delegates: the examples (examples), the model (model), the loop
-(loop), and what the transformer workloads share (trainer_runtime.hub_models)."""
+export (worker/sft/model.py). This module only delegates: the examples (examples), the model (model), the batches,
+evaluation and completions (loop), and what the transformer workloads share (trainer_runtime.hub_models: the
+training loop among them)."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import torch
@@ -25,13 +25,14 @@ from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir
 from trainer_runtime.hub_models.gang import join
+from trainer_runtime.hub_models.loop import Loop, Stopped
 from trainer_runtime.hub_models.run import Refusal, quiet_transformers, resume_from, run_logged
 from trainer_runtime.hub_models.run_log import RunLog
 from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
 from trainer_runtime.stop import StopRequest
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
-from worker.sft.loop import Loop, Stopped, complete, evaluate
+from worker.sft.loop import collate, complete, evaluate
 
 SUMMARY_FILE = "summary.json"
 # Settings whose change makes a resumed run another run: the schedule, the batches, the examples, the adapters.
@@ -101,13 +102,14 @@ def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     now = checkpoint_record.record(config, SHAPING, env.world_size, data=True)
     found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
-    loop = Loop(model, train, batches, tokenizer.pad_token_id, config, device, env)
+    loop = Loop(model, train, batches, lambda examples: collate(examples, tokenizer.pad_token_id), config, device, env,
+                config.strategy)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
     try:
-        result = _epochs(config, env, loop, run_log, evaluation, tokenizer, now, stop, store, log)
+        result = loop.epochs(run_log, stop, store, now, _evaluation(config, env, loop, evaluation, tokenizer, log))
     except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
         code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
         log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
@@ -123,39 +125,19 @@ def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     return exit_codes.OK
 
 
-def _epochs(config: SftConfig, env: DistEnv, loop: Loop, run_log: RunLog, evaluation: list, tokenizer: Any,
-            now: dict, stop: StopRequest, store: CheckpointStore, log) -> dict[str, float]:
-    def checkpoint() -> None:
-        hooks.point("checkpoint")
-        state = loop.state_dict()  # a collective; whole on rank 0, which writes the one file
-        if env.is_rank0:
-            path = store.directory / checkpoint_record.checkpoint_name(loop.step)
-            single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: now})
-            store.published(path)
-        dist.barrier()  # no rank goes on (or exits) before the checkpoint is whole
-
-    def scored() -> dict[str, float]:
-        return evaluate(loop.model, evaluation, config.batch_size, loop.pad_id, loop.precision, loop.device,
-                        env.rank, env.world_size)
-
+def _evaluation(config: SftConfig, env: DistEnv, loop: Loop, evaluation: list, tokenizer: Any, log):
+    """What ends each epoch: the evaluation loss and perplexity, and rank 0 logs the sample prompts' completions."""
     prompts = [prompt.strip() for prompt in config.sample_prompts.split("||") if prompt.strip()]
-    per_epoch = len(loop.batches)
-    run_log.start(loop.step, loop.total)
-    result: dict[str, float] = {}
-    began, evaluating = time.monotonic(), 0.0
-    for epoch in range(loop.step // per_epoch, config.epochs):
-        loop.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
-        evaluation_began = time.monotonic()
-        result = scored()
+
+    def evaluated() -> tuple[dict[str, float], str]:
+        result = evaluate(loop.model, evaluation, config.batch_size, tokenizer.pad_token_id, loop.precision,
+                          loop.device, env.rank, env.world_size)
         completions = complete(loop.model, tokenizer, prompts, loop.device)
         for prompt, completion in zip(prompts, completions, strict=True) if env.is_rank0 else ():
             log(f"sample: {prompt!r} -> {completion!r}")
-        evaluating += time.monotonic() - evaluation_began
-        run_log.evaluated(loop.step, epoch + 1, result, f"evaluation loss {result['loss']:.4f}, perplexity "
-                          f"{result['perplexity']:.2f}")
-        checkpoint()
-    training = time.monotonic() - began - evaluating
-    return {**(result or scored()), "train_seconds": round(training, 3)}
+        return result, f"evaluation loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}"
+
+    return evaluated
 
 
 def _whole_model(config: SftConfig, loop: Loop) -> Any:

@@ -1,0 +1,168 @@
+"""The training loop the transformer workloads share (worker.finetune, worker.sft): the model on one of the runtime's
+strategies (trainer_runtime.strategies: ddp, or fsdp sharded per block), automatic mixed precision
+(trainer_runtime.precision: bf16 autocast, fp16 with its gradient scaler on CUDA), AdamW over the weights that train
+with a linear warm-up and decay, gradient clipping. The update is the mean over the ranks of each rank's batch loss
+(the model's own: per token or per example). Every step reseeds the dropout from (SEED, step, rank), so a run
+resumed at a checkpoint takes the very steps the uninterrupted run took. A checkpoint holds the weights that train
+and their optimizer state by name (the strategy's ``trainable_state``: under LoRA the adapters alone), with the
+schedule, the scaler and the step; a workload supplies its examples, how a batch of them is collated, and when to
+checkpoint and evaluate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_contract import hooks
+from trainer_runtime import strategies
+from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.store import CheckpointStore
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.hub_models import checkpoint_record
+from trainer_runtime.hub_models.batches import RankBatches
+from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.stop import StopRequest
+
+Collate = Callable[[list[Any]], dict[str, torch.Tensor]]
+
+
+def optimizer_for(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:
+    """AdamW over the weights that train; biases and norms (fewer than two dimensions) without weight decay."""
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": config.weight_decay}]
+    plain = [p for p in trainable if p.ndim < 2]
+    if plain:
+        groups.append({"params": plain, "weight_decay": 0.0})
+    # fused: one kernel over every parameter instead of a loop over them (CPU and CUDA alike)
+    return torch.optim.AdamW(groups, lr=config.learning_rate, fused=True)
+
+
+def schedule_for(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A linear rise over ``warmup`` steps, then a linear decay to 0 at step ``total``."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Loop:
+    """One process's share of the training: ``run_epoch`` from where the run stands, ``checkpoint()`` at the
+    points it is due (every CHECKPOINT_EVERY_STEPS steps, a stop agreed by the gang); ``state_dict`` is what it
+    writes (a collective: every rank calls it)."""
+
+    def __init__(self, model: torch.nn.Module, examples: list[Any], batches: RankBatches, collate: Collate,
+                 config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp"):
+        self.examples, self.batches, self.collate = examples, batches, collate
+        self.config, self.device, self.rank = config, device, env.rank
+        # the strategy shards the model in place under fsdp: the optimizer is made over what it leaves
+        self.strategy = strategies.build(strategy, model.to(device), env, device, config.precision)
+        self.model, self.precision = self.strategy.module, self.strategy.precision
+        self.optimizer = optimizer_for(self.model, config)
+        self.strategy.attach(self.optimizer)
+        self.total = len(batches) * config.epochs
+        self.schedule = schedule_for(self.optimizer, config.warmup_steps, self.total)
+        self.step = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds (whole on rank 0; a collective: every rank calls it)."""
+        model, optimizer = self.strategy.trainable_state()
+        return {"model": model, "optimizer": optimizer, "schedule": self.schedule.state_dict(),
+                "scaler": self.precision.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        groups = state["optimizer"]["param_groups"]
+        if groups and groups[0]["params"] and isinstance(groups[0]["params"][0], int):
+            # torch.optim's own form, by position: worker.finetune's checkpoints before they held names
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self.strategy.load_trainable_state(state["model"], state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.precision.load_state_dict(state["scaler"])
+        self.step = state["step"]
+        self.batches.resume_at = divmod(self.step, len(self.batches))
+
+    def train_step(self, indices: list[int], stop_requested: bool) -> tuple[float, int, bool]:
+        """One optimizer step on the examples ``indices``: its loss, the tokens it saw, and whether the gang
+        agreed to stop (told beside the gradients)."""
+        batch = {key: value.to(self.device) for key, value in
+                 self.collate([self.examples[index] for index in indices]).items()}
+        torch.manual_seed(hash((self.config.seed, self.step, self.rank)) % (1 << 62))
+        self.strategy.model.train()
+        with self.precision.autocast():
+            loss = self.strategy.model(**batch).loss
+        _, stop = self.strategy.backward(loss, 1, self.strategy.world_size, stop_requested)
+        if self.config.max_grad_norm:
+            self.precision.unscale(self.optimizer)
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                           self.config.max_grad_norm)
+        self.strategy.step()
+        self.schedule.step()
+        self.strategy.zero_grad()
+        self.step += 1
+        return float(loss.detach()), int(batch["attention_mask"].sum()), stop
+
+    def epochs(self, run_log: RunLog, stop: StopRequest, store: CheckpointStore, record: dict[str, Any],
+               evaluate: Callable[[], tuple[dict[str, float], str]]) -> dict[str, float]:
+        """Every epoch left from where the run stands, each ended by ``evaluate()`` (its scores and the line that
+        says them) and a checkpoint; the last scores with this start's training seconds (evaluations left out,
+        checkpoints in: what tokens/s per process divides by). ``Stopped`` when the gang agreed to stop."""
+        def checkpoint() -> None:
+            self.checkpoint(store, record)
+
+        per_epoch = len(self.batches)
+        run_log.start(self.step, self.total)
+        result: dict[str, float] = {}
+        began, evaluating = time.monotonic(), 0.0
+        for epoch in range(self.step // per_epoch, self.config.epochs):
+            self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
+            evaluation_began = time.monotonic()
+            result, line = evaluate()
+            evaluating += time.monotonic() - evaluation_began
+            run_log.evaluated(self.step, epoch + 1, result, line)
+            checkpoint()
+        training = time.monotonic() - began - evaluating
+        return {**(result or evaluate()[0]), "train_seconds": round(training, 3)}  # nothing left: as it is
+
+    def checkpoint(self, store: CheckpointStore, record: dict[str, Any]) -> None:
+        """The state as one file named by the step with the run's ``record``, written by rank 0 and published in
+        ``store``; no rank goes on (or exits) before it is whole."""
+        hooks.point("checkpoint")
+        state = self.state_dict()
+        if self.rank == 0:
+            path = store.directory / checkpoint_record.checkpoint_name(self.step)
+            single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: record})
+            store.published(path)
+        dist.barrier()
+
+    def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[[], None],
+                  stop_requested: Callable[[], bool]) -> None:
+        """Epoch ``epoch`` (from 0) from where the run stands; ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps,
+        and then ``Stopped`` raised when a rank's ``stop_requested()`` was true in a step."""
+        self.batches.set_epoch(epoch)
+        per_epoch, every, losses = len(self.batches), self.config.checkpoint_every_steps, []
+        for indices in self.batches:
+            hooks.point("batch", epoch=epoch + 1, batch=self.step - epoch * per_epoch + 1)
+            loss, tokens, stop = self.train_step(indices, stop_requested())
+            losses.append(loss)
+            run_log.tokens += tokens
+            last = self.step == (epoch + 1) * per_epoch
+            if run_log.due(self.step, last):
+                run_log.trained(epoch=epoch + 1, epochs=self.config.epochs, step=self.step, total=self.total,
+                                loss=sum(losses) / len(losses), learning_rate=float(self.schedule.get_last_lr()[0]))
+                losses = []
+            if stop:
+                checkpoint()
+                raise Stopped
+            if every and self.step % every == 0 and not last:
+                checkpoint()
+
+
+class Stopped(Exception):
+    """The gang agreed to stop (SIGTERM somewhere in it); the checkpoint is written."""
