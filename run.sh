@@ -115,22 +115,40 @@ namespace="$(job_field metadata namespace)"
 # What the cluster must already have, or the Job is created and never gets a pod (only events say why):
 # checked before anything is applied, every problem on its own line.
 problems=()
-kubectl get namespace "$namespace" >/dev/null 2>&1 ||
-  problems+=("namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values")
+# check ABSENT ARGS...: `kubectl ARGS` (a get); ABSENT is the problem when the API server says NotFound. Any other
+# refusal (Forbidden: the submitter's account may not read that kind; no connection) is its own problem, in
+# kubectl's words: "does not exist" would be a guess.
+check() {
+  local absent="$1" output
+  shift
+  output="$(kubectl "$@" 2>&1 >/dev/null)" && return 0
+  if [[ "$output" == *"(NotFound)"* || -z "$output" ]]; then
+    problems+=("$absent")
+  elif [[ "$output" == *"(Forbidden)"* ]]; then
+    problems+=("cannot check what the Job needs: kubectl $* was refused: $(head -n 1 <<<"$output"); ask your cluster admin for read access to it, or check it yourself")
+  else
+    problems+=("cannot check what the Job needs: kubectl $* failed: $(head -n 1 <<<"$output")")
+  fi
+  return 1
+}
+check "namespace '$namespace' does not exist; create it (kubectl create namespace $namespace) or set namespace in the values" \
+  get namespace "$namespace" || true
 account="$(job_field spec template spec serviceAccountName)"
-if [[ -n "$account" && ${#problems[@]} -eq 0 ]] && ! kubectl -n "$namespace" get serviceaccount "$account" >/dev/null 2>&1; then
-  problems+=("service_account_name '$account' is not a ServiceAccount of namespace $namespace; create it (kubectl -n $namespace create serviceaccount $account) or set service_account_name: null")
+if [[ -n "$account" && ${#problems[@]} -eq 0 ]]; then
+  check "service_account_name '$account' is not a ServiceAccount of namespace $namespace; create it (kubectl -n $namespace create serviceaccount $account) or set service_account_name: null" \
+    -n "$namespace" get serviceaccount "$account" || true
 fi
 priority="$(job_field spec template spec priorityClassName)"
-if [[ -n "$priority" ]] && ! kubectl get priorityclass "$priority" >/dev/null 2>&1; then
-  problems+=("priority_class_name '$priority' is not a PriorityClass of this cluster (kubectl get priorityclasses lists them); create it or set priority_class_name: null")
+if [[ -n "$priority" ]]; then
+  check "priority_class_name '$priority' is not a PriorityClass of this cluster (kubectl get priorityclasses lists them); create it or set priority_class_name: null" \
+    get priorityclass "$priority" || true
 fi
 queue="$(job_field metadata labels kueue.x-k8s.io/queue-name)"
 if [[ -n "$queue" ]]; then
-  if ! kubectl get crd localqueues.kueue.x-k8s.io >/dev/null 2>&1; then
-    problems+=("queue_name '$queue' needs Kueue, which this cluster does not have (no CRD localqueues.kueue.x-k8s.io): the Job would stay suspended; install Kueue or set queue_name: null")
-  elif [[ ${#problems[@]} -eq 0 ]] && ! kubectl -n "$namespace" get localqueues.kueue.x-k8s.io "$queue" >/dev/null 2>&1; then
-    problems+=("queue_name '$queue' is not a LocalQueue of namespace $namespace (kubectl -n $namespace get localqueues lists them); create it or set queue_name to one that exists")
+  if check "queue_name '$queue' needs Kueue, which this cluster does not have (no CRD localqueues.kueue.x-k8s.io): the Job would stay suspended; install Kueue or set queue_name: null" \
+      get crd localqueues.kueue.x-k8s.io && [[ ${#problems[@]} -eq 0 ]]; then
+    check "queue_name '$queue' is not a LocalQueue of namespace $namespace (kubectl -n $namespace get localqueues lists them); create it or set queue_name to one that exists" \
+      -n "$namespace" get localqueues.kueue.x-k8s.io "$queue" || true
   fi
 fi
 if ((${#problems[@]})); then

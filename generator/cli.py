@@ -109,6 +109,8 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
 
     spec = validate_values(values)
     manifests = target.render_checked(spec)
+    for warning in target.warnings(values, spec):
+        click.echo(f"gen-manifests: warning: {warning}", err=True)
     ignored = ignored_keys(values, target.name)
     if ignored:
         click.echo(f"gen-manifests: warning: ignored on {target.title}: {', '.join(ignored)}", err=True)

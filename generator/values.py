@@ -222,6 +222,9 @@ def resolve_values(
         values = apply_set(values, assignment, as_string=False)
     for assignment in set_strings:
         values = apply_set(values, assignment, as_string=True)
+    if HYPERPARAMETERS_KEY in values:  # the schema lists it for its table and editors; only a file can name one
+        raise ValuesError(f"{HYPERPARAMETERS_KEY}: name it in a values file (--values), relative to that file; "
+                          "--set cannot give one (set config_map.NAME=value instead)")
     return values
 
 

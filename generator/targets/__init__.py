@@ -41,6 +41,10 @@ class Target:
         """What cannot work when rendering ``spec`` for this target, each naming its key."""
         return ()
 
+    def warnings(self, values: Mapping[str, Any], spec: JobSpec) -> Iterable[str]:
+        """What renders but is likely not what the user meant here, each naming its key (said on stderr)."""
+        return ()
+
     def render(self, spec: JobSpec) -> list[Manifest]:
         raise NotImplementedError
 

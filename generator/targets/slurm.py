@@ -172,6 +172,18 @@ class SlurmTarget(Target):
     def options(self, values: Mapping[str, Any]) -> SlurmOptions:
         return slurm_options(values)
 
+    def warnings(self, values: Mapping[str, Any], spec: JobSpec) -> Iterable[str]:
+        """GPUs asked for with the default CPUs and memory: sbatch would get --cpus-per-task and --mem sized for
+        the CPU smoke test, which a GPU node's data loading and model rarely fit."""
+        from generator.resources import default_values
+
+        defaults, resources = default_values()["resources"], values.get("resources") or {}
+        left = [key for key in ("cpu", "memory") if resources.get(key) == defaults[key]]
+        if spec.gpus and left:
+            yield (f"{' and '.join('resources.' + key for key in left)} left at the default "
+                   f"(--cpus-per-task={math.ceil(spec.cpu_cores)} --mem={math.ceil(spec.memory_gib * 1024)}M per node) "
+                   f"while each node asks for {spec.gpus} GPU(s): set them for your nodes")
+
     def option_problems(self, spec: JobSpec) -> Iterable[str]:
         return option_problems(spec, self.own(spec))
 

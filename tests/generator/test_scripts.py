@@ -109,11 +109,17 @@ def test_run_applies_the_build_directory_and_explains_how_to_follow(tmp_path, fa
     assert "kubectl -n ml logs -f -l app.kubernetes.io/instance=digits" in result.stderr
 
 
-def cluster_without(tmp_path, *missing: str) -> tuple[Path, Path]:
-    """A kubectl whose cluster lacks the objects named (`get KIND NAME` fails for them), recording its calls."""
+def cluster_without(tmp_path, *missing: str, forbidden: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A kubectl whose cluster lacks the objects named (`get KIND NAME` fails for them with the API server's
+    NotFound, as kubectl prints it), and refuses the user reading those ``forbidden`` (Forbidden), recording its
+    calls."""
     bin_dir, log = tmp_path / "fakebin", tmp_path / "kubectl.log"
     bin_dir.mkdir()
-    cases = "".join(f'  *"get {what}"*) exit 1;;\n' for what in missing)
+    cases = "".join(f'  *"get {what}"*) echo \'Error from server (NotFound): {what.split()[0]} "{what.split()[-1]}" '
+                    f'not found\' >&2; exit 1;;\n' for what in missing)
+    cases += "".join(f'  *"get {what}"*) echo \'Error from server (Forbidden): {what.split()[0]} "{what.split()[-1]}" is '
+                     f'forbidden: User "alice" cannot get resource "{what.split()[0]}s" at the cluster scope\' >&2; '
+                     f'exit 1;;\n' for what in forbidden)
     (bin_dir / "kubectl").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\ncase "$*" in\n{cases}esac\nexit 0\n')
     (bin_dir / "kubectl").chmod(0o755)
     return bin_dir, log
@@ -144,6 +150,20 @@ def test_run_refuses_values_that_leave_the_job_without_pods(tmp_path, sets, miss
               if line.startswith("run.sh: error: ") and "nothing was applied" not in line]
     assert len(errors) == len(expected) and all(want in line for want, line in zip(expected, errors, strict=True))
     assert "nothing was applied" in result.stderr
+    assert not [call for call in log.read_text().splitlines() if call.startswith("apply")]
+
+
+def test_run_tells_a_check_it_may_not_make_from_an_object_that_is_missing(tmp_path):
+    """A submitter whose Role may not read PriorityClasses (cluster-scoped) is told that, in kubectl's words, not
+    that the PriorityClass does not exist; nothing is applied."""
+    bin_dir, log = cluster_without(tmp_path, forbidden=("priorityclass urgent",))
+    build = tmp_path / "build"
+    script("prepare.sh", "--set", "priority_class_name=urgent", build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 1
+    assert ("run.sh: error: cannot check what the Job needs: kubectl get priorityclass urgent was refused: Error from "
+            'server (Forbidden): priorityclass "urgent" is forbidden: User "alice" cannot get') in result.stderr
+    assert "is not a PriorityClass" not in result.stderr
     assert not [call for call in log.read_text().splitlines() if call.startswith("apply")]
 
 

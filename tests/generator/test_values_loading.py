@@ -131,3 +131,13 @@ def test_a_bad_hyperparameters_file_is_refused_naming_the_file_and_key(tmp_path,
     result = run_main("--values", str(path))
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert message in result.stderr
+
+
+def test_a_hyperparameters_file_given_by_set_is_refused_naming_the_key():
+    """The schema lists hyperparameters_file (its table, editors' checks), but only a values file can name one:
+    it is read relative to that file, before --set applies."""
+    from tests.generator.helpers import run_main
+
+    result = run_main("--set", "hyperparameters_file=config.yaml")
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "hyperparameters_file: name it in a values file (--values), relative to that file" in result.stderr

@@ -127,3 +127,20 @@ def test_the_rendered_script_passes_shellcheck(tmp_path):
         (tmp_path / "job.sbatch").write_text(render(*sets).stdout)
         result = subprocess.run(["shellcheck", str(tmp_path / "job.sbatch")], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(("sets", "warned"), [
+    (["resources.gpu.accelerator_count=8"], "resources.cpu and resources.memory left at the default "
+                                            "(--cpus-per-task=2 --mem=4096M per node) while each node asks for 8 GPU(s)"),
+    (["resources.gpu.accelerator_count=8", "resources.cpu=32"], "resources.memory left at the default"),
+    (["resources.gpu.accelerator_count=8", "resources.cpu=32", "resources.memory=256"], None),
+    ([], None),  # the CPU smoke test: the defaults are sized for it
+])
+def test_gpus_with_the_default_cpus_and_memory_are_said_on_stderr(sets, warned):
+    result = render(*sets)
+    warnings = [line for line in result.stderr.splitlines() if "left at the default" in line]
+    if warned:
+        assert len(warnings) == 1 and warnings[0].startswith(f"gen-manifests: warning: {warned}"), result.stderr
+    else:
+        assert warnings == [], result.stderr
+    assert result.stdout.startswith("#!/bin/bash")  # rendered all the same
