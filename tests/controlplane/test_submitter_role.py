@@ -1,0 +1,38 @@
+"""examples/rbac/submitter.yaml on a real kube-apiserver: `kubectl auth can-i`, as a member of the bound group,
+says yes to every request ./run.sh, ./clean.sh and ./run.sh --status make (the list tests/generator/
+test_submitter_role.py derives from the scripts' recorded calls) and no to what a submitter must not do. Skipped
+without $KUBE_ASSETS (see cluster.py)."""
+
+import pytest
+
+from tests.generator.test_submitter_role import APPLIED, FOLLOW_AND_STATUS, GETS, ROLE_FILE
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+AS = ("--as", "alice", "--as-group", "ml-engineers")
+
+
+def can(control_plane, verb: str, group: str, resource: str, name: str | None = None) -> bool:
+    base, _, subresource = resource.partition("/")
+    target = f"{base}.{group}" if group else base
+    if name:
+        target += f"/{name}"
+    extra = ("--subresource", subresource) if subresource else ()
+    answer = control_plane.kubectl("auth", "can-i", verb, target, *extra, "-n", "team-a", *AS, check=False)
+    return answer.stdout.strip() == "yes"
+
+
+def test_a_submitter_may_do_what_the_scripts_do_and_no_more(control_plane):
+    control_plane.kubectl("create", "namespace", "team-a")
+    control_plane.kubectl("apply", "-f", str(ROLE_FILE))
+    requests = [(verb, group, resource, None) for group, resource in APPLIED.values()
+                for verb in ("get", "create", "patch", "delete")]
+    requests += [("get", group, resource, name) for group, resource, name in (
+        (*GETS["namespace"][:2], "team-a"), (*GETS["priorityclass"][:2], "urgent"),
+        (*GETS["crd"][:2], "localqueues.kueue.x-k8s.io"), (*GETS["serviceaccount"][:2], "trainer"))]
+    requests += [(verb, group, resource, name) for verb, group, resource, name, _ in FOLLOW_AND_STATUS]
+    refused = [request for request in requests if not can(control_plane, *request)]
+    assert not refused, refused
+    for forbidden in (("get", "", "secrets"), ("create", "rbac.authorization.k8s.io", "roles"),
+                      ("delete", "", "namespaces", "team-a"), ("create", "", "pods/exec"),
+                      ("get", "apiextensions.k8s.io", "customresourcedefinitions", "clusterqueues.kueue.x-k8s.io")):
+        assert not can(control_plane, *forbidden), forbidden
