@@ -144,3 +144,12 @@ def test_gpus_with_the_default_cpus_and_memory_are_said_on_stderr(sets, warned):
     else:
         assert warnings == [], result.stderr
     assert result.stdout.startswith("#!/bin/bash")  # rendered all the same
+
+
+def test_the_values_table_lists_exactly_the_extra_options_the_render_accepts():
+    from generator.targets.slurm import SLURM_EXTRA_OPTIONS
+    from generator.validation import load_schema
+
+    description = load_schema()["properties"]["slurm"]["properties"]["extra_options"]["description"]
+    listed = description.rsplit("requeue): ", 1)[1].rstrip(".").split(", ")
+    assert listed == sorted(SLURM_EXTRA_OPTIONS)
