@@ -411,3 +411,25 @@ def test_offline_with_nothing_staged_says_how_to_stage(hub, tmp_path):
                      "HF_HUB_OFFLINE": "1"})
     assert result.returncode == BAD_CONFIG and "HF_HUB_OFFLINE" in result.stdout, result.stdout
     assert hub.log == []
+
+
+@pytest.mark.parametrize(("endpoint", "expected"), [
+    ("https://minio.team.example:9000", "https://minio.team.example:9000/team-data/reviews/train.csv"),
+    (None, "https://team-data.s3.amazonaws.com/reviews/train.csv"),
+])
+def test_another_s3_is_addressed_by_path_and_aws_by_its_own_default(monkeypatch, endpoint, expected):
+    """MinIO, Ceph and the like answer at their own host name, which rarely resolves with the bucket in front
+    (team-data.minio.team.example): with AWS_ENDPOINT_URL set, botocore's default puts the bucket in the path (what
+    docs/guides.md tells MinIO users); this keeps it so if a release changes that default."""
+    from trainer_stager import fetch_s3
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    if endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    url = fetch_s3.client().generate_presigned_url("get_object", Params={"Bucket": "team-data",
+                                                                         "Key": "reviews/train.csv"})
+    assert url.split("?")[0] == expected
