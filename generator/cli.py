@@ -62,6 +62,15 @@ class TargetChoice(click.ParamType):
         return found[value]
 
 
+def _warn(target, values: dict, spec) -> None:
+    """What renders but is likely not meant, on stderr: the target's own warnings, and the keys it ignores."""
+    for warning in target.warnings(values, spec):
+        click.echo(f"gen-manifests: warning: {warning}", err=True)
+    ignored = ignored_keys(values, target.name)
+    if ignored:
+        click.echo(f"gen-manifests: warning: ignored on {target.title}: {', '.join(ignored)}", err=True)
+
+
 def _write_stdout(text: str) -> None:
     # Bytes, not text: an emoji in a value must not depend on the terminal's locale.
     sys.stdout.buffer.write(text.encode("utf-8"))
@@ -109,11 +118,7 @@ def gen_manifests(values_files, sets, set_strings, output_dir, target, check, pr
 
     spec = validate_values(values)
     manifests = target.render_checked(spec)
-    for warning in target.warnings(values, spec):
-        click.echo(f"gen-manifests: warning: {warning}", err=True)
-    ignored = ignored_keys(values, target.name)
-    if ignored:
-        click.echo(f"gen-manifests: warning: ignored on {target.title}: {', '.join(ignored)}", err=True)
+    _warn(target, values, spec)
     if print_values:
         _write_stdout(json.dumps(values, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     elif check:
