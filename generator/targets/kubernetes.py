@@ -103,6 +103,7 @@ class KubernetesOptions:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     security: Security
+    storage_secret: str | None = None  # only the containers that reach storage get it
 
 
 def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
@@ -120,6 +121,7 @@ def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
         priority_class_name=values["priority_class_name"], service_account_name=values["service_account_name"],
         node_selector=dict(values["node_selector"]), tolerations=tolerations, labels=dict(values["labels"]),
         annotations=dict(values["annotations"]), security=Security(**values["security"]),
+        storage_secret=values["storage_secret"],
     )
 
 
@@ -224,11 +226,11 @@ def credential_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[s
     """A bucket needs credentials, and on Kubernetes they come from a Secret (or a service account's role)."""
     buckets = [role for role, uri in spec.storage.items() if uri.scheme == "s3"]
     from_secret = {variable.name for variable in spec.env if variable.value_from is not None}
-    if buckets and not (spec.env_from_secrets or "AWS_ACCESS_KEY_ID" in from_secret
+    if buckets and not (spec.env_from_secrets or options.storage_secret or "AWS_ACCESS_KEY_ID" in from_secret
                         or options.service_account_name is not None):
         where = ".".join(STORAGE_KEYS[buckets[0]])
         yield (f"{where}: {spec.storage[buckets[0]].text} needs credentials, and none come from a Secret: add the "
-               "Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to env_from_secrets (or env valueFrom "
+               "Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY as storage_secret (or env valueFrom "
                "for each), or set service_account_name to a service account with a role")
 
 
@@ -255,6 +257,8 @@ class JobObjects:
     env: tuple[dict[str, Any], ...]
     stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
     worker_env: tuple[dict[str, Any], ...]  # the worker container's alone
+    stage_secrets: tuple[str, ...]  # Secrets (envFrom) of the stage step alone: the storage credentials
+    worker_secrets: tuple[str, ...]  # the worker's alone: the same, where it mirrors or uploads the export
     tolerations: tuple[dict[str, Any], ...]
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
@@ -325,6 +329,8 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         # the Job's uid, under which the launchers count the rounds they restart in place (gang_rounds)
         worker_env=({"name": gang_rounds.JOB_UID_VARIABLE, "valueFrom": {"fieldRef": {
             "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},),
+        stage_secrets=(options.storage_secret,) if options.storage_secret else (),
+        worker_secrets=(options.storage_secret,) if options.storage_secret and uploads(spec) else (),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
@@ -333,6 +339,12 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
     )
+
+
+def uploads(spec: JobSpec) -> bool:
+    """Whether the worker container writes to storage: the checkpoint mirror (rank 0 of a built-in program, or
+    the launcher for a program of its own) or the export's upload (the launcher)."""
+    return bool({"checkpoint", "export"} & set(spec.storage))
 
 
 def _pod_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
