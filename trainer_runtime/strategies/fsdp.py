@@ -1,6 +1,7 @@
 """STRATEGY=fsdp: FSDP2 (torch.distributed.fsdp.fully_shard) on every layer that holds parameters, then on the
 whole model; in a Hugging Face model, on each of its blocks (the classes its ``_no_split_modules`` names: the decoder
-layers) and then on the model itself, so that ``generate`` and a wrapper's forward (peft) gather what they use. Each rank keeps 1/world of the parameters, gradients and optimizer state; a layer's parameters are
+layers) and then on the model itself, so that ``generate`` and a wrapper's forward (peft) gather what they use.
+Each rank keeps 1/world of the parameters, gradients and optimizer state; a layer's parameters are
 all-gathered just before it runs and its gradients reduce-scattered after. Under PRECISION=bf16/fp16 the
 gathered parameters are cast (MixedPrecisionPolicy) and the gradients reduced in fp32. Checkpoints are sharded
 (trainer_runtime.checkpoints.sharded): each rank writes its own part."""
