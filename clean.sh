@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Delete what run.sh created: the Job with its pods, the Service and the ConfigMaps (the volume with --all);
+# Delete what run.sh created: the Job with its pods, the Service, the NetworkPolicy and the ConfigMaps (the
+# volume with --all);
 # with --local, what run.sh --local created.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -9,7 +10,7 @@ usage() {
   cat <<USAGE
 Usage: ./clean.sh [--all] | --local [--all] [MANIFESTS] | --slurm
 
-Deletes the Job (waiting for its pods to go), the Service rendered in $BUILD_DIR/ and every ConfigMap
+Deletes the Job (waiting for its pods to go), the Service (and NetworkPolicy) rendered in $BUILD_DIR/ and every ConfigMap
 of the job (each render with other settings made a new, immutable one named by its content). The
 PersistentVolumeClaim holds the downloaded data, the checkpoints and the trained model, so it is kept
 unless --all is given. With --slurm, cancels the Slurm jobs of $BUILD_DIR/job.sbatch (by its job
@@ -64,6 +65,10 @@ require_kubectl
 # Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
 kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml"
+# The NetworkPolicy (network_policy.enabled) goes once no pod of the job is left under it.
+if [[ -f "$BUILD_DIR/0-networkpolicy.yaml" ]]; then
+  kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/0-networkpolicy.yaml"
+fi
 # The ConfigMaps of earlier renders too: they carry the job's instance label and the config component.
 name="$(job_field metadata name)"
 namespace="$(job_field metadata namespace)"

@@ -90,8 +90,8 @@ def _report(error: GeneratorError) -> None:
     "--output-dir",
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write one file per object (1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing "
-    "the stream; files are replaced atomically.",
+    help="Write one file per object (0-networkpolicy.yaml with network_policy.enabled, "
+    "1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing the stream; files are replaced atomically.",
 )
 @click.option("--target", type=TargetChoice(), default="kubernetes", show_default=True,
               help="What to render the same values for: the Kubernetes objects, one Slurm batch script "

@@ -92,9 +92,12 @@ SUSPENDED = (
 
 
 def unschedulable(message: str, facts: Mapping[str, str]) -> str:
-    """A pod the scheduler cannot place: its message without the preemption part, then what to change for each
-    kind of fragment it holds."""
-    shown = re.split(r"\.? ?preemption: ", message.strip(), maxsplit=1)[0].rstrip(".")
+    """A pod the scheduler cannot place: its reasons, then what to change for each kind of fragment they hold.
+
+    The scheduler writes "0/N nodes are available: <reasons>." and then what its PostFilter plugins say
+    (preemption's "preemption: ...", dynamic resources' "no new claims to deallocate,"): the first ". " ends
+    the reasons."""
+    shown = re.split(r"\.? ?preemption: |\. ", message.strip(), maxsplit=1)[0].rstrip(".")
     changes: list[str] = []
     for fragment in re.split(r", (?=\d+ )", shown.split(": ", 1)[-1]):
         rule = classify(UNSCHEDULABLE, fragment)

@@ -73,6 +73,8 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     controller = JobController(job_plan, factory, root, backoff_seconds, display)
     controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
                     f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
+    for name in job_plan.not_enforced:
+        controller.note(f"{name}: not enforced here (the pods are processes of this machine, on its network)")
     began = time.monotonic()
     try:
         ended = controller.run()

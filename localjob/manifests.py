@@ -32,6 +32,8 @@ class JobPlan:
     services: dict[str, dict] = field(default_factory=dict)
     claims: set[str] = field(default_factory=set)
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # from --secret, never from the manifests
+    # objects that change nothing of how the Job runs here (a NetworkPolicy: the pods are this machine's processes)
+    not_enforced: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -119,11 +121,14 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
             result.services[name] = doc.get("spec", {})
         elif kind == "PersistentVolumeClaim":
             result.claims.add(name)
+        elif kind == "NetworkPolicy":
+            result.not_enforced.append(f"{kind} {name}")
         elif kind == "Secret":
             raise ManifestError(f"Secret {name}: a Secret does not belong beside the manifests (its values would be in "
                                 f"plain text there); give it to local-job with --secret {name}=PATH")
         elif kind != "Job":
-            raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services and claims only")
+            raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services, claims "
+                                "and NetworkPolicies only")
     problems = _job_problems(result)
     if problems:
         raise ManifestError(*problems)

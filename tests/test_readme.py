@@ -1,4 +1,4 @@
-"""The README's generated tables match the code, and its quick start names the commands that exist."""
+"""The README's (and docs/worker.md's) generated tables match the code, and its quick start names the commands that exist."""
 
 import re
 
@@ -7,11 +7,12 @@ from tests.conftest import ROOT
 from trainer_contract.config_reading import config_reference
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+WORKER_PAGE = (ROOT / "docs" / "worker.md").read_text(encoding="utf-8")
 
 
-def section(name: str) -> str:
-    match = re.search(rf"<!-- {name}:[^>]*-->\n(.*?)<!-- /{name} -->", README, re.S)
-    assert match, f"README has no {name} section"
+def section(name: str, text: str = README) -> str:
+    match = re.search(rf"<!-- {name}:[^>]*-->\n(.*?)<!-- /{name} -->", text, re.S)
+    assert match, f"no {name} section"
     return match.group(1)
 
 
@@ -20,7 +21,7 @@ def test_values_table_matches_the_schema_and_defaults():
 
 
 def test_worker_table_matches_the_configuration():
-    assert section("worker-reference") == config_reference()
+    assert section("worker-reference", WORKER_PAGE) == config_reference()
 
 
 def test_question_answering_table_matches_its_configuration():
@@ -148,9 +149,9 @@ def test_the_slurm_gpu_example_renders_gpus_and_the_partition(tmp_path):
 
 
 def test_every_figure_for_bf16_in_the_readme_is_the_benchmarks():
-    """The README's bf16 speed is docs/performance.md's (python -m bench), not a figure of its own."""
+    """The worker page's bf16 speed is docs/performance.md's (python -m bench), not a figure of its own."""
     performance = (ROOT / "docs" / "performance.md").read_text()
-    claimed = re.search(r"allreduce/bf16 trained at ([\d.]+) × the\s+images/s of fp32", README).group(1)
+    claimed = re.search(r"allreduce/bf16 trained at ([\d.]+) × the\s+images/s of fp32", WORKER_PAGE).group(1)
     row = re.search(r"^STRATEGY/PRECISION allreduce/bf16, ws 2:.*\| ([\d.]+) time, ([\d.]+) rate", performance, re.M)
     assert claimed == row.group(2)
-    assert "10x" not in README and "10 ×" not in README
+    assert not any(claim in page for claim in ("10x", "10 ×") for page in (README, WORKER_PAGE))

@@ -9,7 +9,6 @@ passes through ``to_yaml``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ from generator.errors import TemplateError
 from generator.quantities import cpu_quantity, gib_quantity
 from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
+from generator.targets import network_policy as netpol
+from generator.targets.labels import LABEL_NAME, label_key_problem, label_problems
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
 from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
@@ -31,20 +32,20 @@ SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.
 # Oldest Kubernetes release where every Job field rendered here is GA (podReplacementPolicy: 1.34).
 MIN_KUBERNETES = "1.34"
 
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The pod's own volumes and where they are mounted: extra_volumes may not take their names or paths.
 OWN_VOLUMES = {"shared": launcher.SHARED_MOUNT, "dshm": "/dev/shm", "tmp": "/tmp"}
 # The rank of a pod's node: the Indexed Job's completion index, which the kubelet expands in the args.
 NODE_RANK = "$(JOB_COMPLETION_INDEX)"
 
-# Apply order: the claim and the ConfigMap must exist before pods reference them, the Service before
-# pod 0's name must resolve.
+# Apply order, which the file names' numbers give (kubectl apply -f DIR reads them sorted): the NetworkPolicy
+# first, so that no pod of the job runs without it (numbered 0 so the others keep their names); the claim and
+# the ConfigMap before pods reference them, the Service before pod 0's name must resolve.
 _TEMPLATES = (
-    ("PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
-    ("ConfigMap", "kubernetes/configmap.yaml.j2"),
-    ("Service", "kubernetes/service.yaml.j2"),
-    ("Job", "kubernetes/job.yaml.j2"),
+    (0, "NetworkPolicy", "kubernetes/networkpolicy.yaml.j2"),
+    (1, "PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
+    (2, "ConfigMap", "kubernetes/configmap.yaml.j2"),
+    (3, "Service", "kubernetes/service.yaml.j2"),
+    (4, "Job", "kubernetes/job.yaml.j2"),
 )
 
 AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
@@ -104,6 +105,7 @@ class KubernetesOptions:
     annotations: Mapping[str, str]
     security: Security
     storage_secret: str | None = None  # only the containers that reach storage get it
+    network_policy: netpol.NetworkPolicyOptions = netpol.NetworkPolicyOptions()
 
 
 def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
@@ -121,47 +123,28 @@ def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
         priority_class_name=values["priority_class_name"], service_account_name=values["service_account_name"],
         node_selector=dict(values["node_selector"]), tolerations=tolerations, labels=dict(values["labels"]),
         annotations=dict(values["annotations"]), security=Security(**values["security"]),
-        storage_secret=values["storage_secret"],
+        storage_secret=values["storage_secret"], network_policy=netpol.network_policy_options(values),
     )
-
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-    return None
-
-
-def _label_problems(mapping: Mapping[str, str], key_path: str, *, check_values: bool) -> Iterable[str]:
-    for key, value in sorted(mapping.items()):
-        where = f"{key_path}.{key}"
-        problem = _label_key_problem(key)
-        if problem:
-            yield f"{where}: invalid key: {problem}"
-        if check_values and value and (len(value) > 63 or not _LABEL_NAME.match(value)):
-            yield f"{where}: {describe_value(value)} is not a valid label value: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 
 
 def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     """What Kubernetes would refuse in the values it alone uses (labels, selectors, tolerations, volumes,
     quantities), each naming its key."""
-    yield from _label_problems(options.labels, "labels", check_values=True)
-    yield from _label_problems(options.node_selector, "node_selector", check_values=True)
-    yield from _label_problems(options.annotations, "annotations", check_values=False)
+    yield from label_problems(options.labels, "labels", check_values=True)
+    yield from label_problems(options.node_selector, "node_selector", check_values=True)
+    yield from label_problems(options.annotations, "annotations", check_values=False)
     for key in SELECTOR_LABELS:
         if key in options.labels:
             # the Service selects the pods by these: overriding one would detach the Service from the Job
             yield f"labels.{key}: set by gen-manifests to select the Job's pods; remove it"
-    if _label_key_problem(options.accelerator_label):
-        yield f"resources.gpu.accelerator_label: invalid label key: {_label_key_problem(options.accelerator_label)}"
-    if spec.gpu.accelerator is not None and not _LABEL_NAME.match(spec.gpu.accelerator):
+    if label_key_problem(options.accelerator_label):
+        yield f"resources.gpu.accelerator_label: invalid label key: {label_key_problem(options.accelerator_label)}"
+    if spec.gpu.accelerator is not None and not LABEL_NAME.match(spec.gpu.accelerator):
         yield (
             f"resources.gpu.accelerator: {describe_value(spec.gpu.accelerator)} is not a valid node label value: "
             "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
         )
-    if options.queue_name is not None and not _LABEL_NAME.match(options.queue_name):
+    if options.queue_name is not None and not LABEL_NAME.match(options.queue_name):
         yield (
             f"queue_name: {describe_value(options.queue_name)} is not a valid label value: letters, digits, "
             "'-', '_' and '.', starting and ending with a letter or digit"
@@ -169,6 +152,7 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     yield from _toleration_problems(options.tolerations)
     yield from _volume_problems(spec.extra_volumes)
     yield from _size_problems(spec, options)
+    yield from netpol.option_problems(spec, options.network_policy)
 
 
 def _toleration_problems(tolerations: tuple[Toleration, ...]) -> Iterable[str]:
@@ -239,7 +223,7 @@ class JobObjects:
     """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
 
     options: KubernetesOptions
-    labels: Mapping[str, Mapping[str, str]]  # by component (storage, config, rendezvous, worker) and the Job's
+    labels: Mapping[str, Mapping[str, str]]  # by component (storage, config, rendezvous, network, worker), the Job's
     selector_labels: Mapping[str, str]
     node_selector: Mapping[str, str]
     service_name: str
@@ -269,6 +253,7 @@ class JobObjects:
     # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
     exit_fail_job: tuple[int, ...]
     exit_ignored: tuple[int, ...]
+    network_policy: netpol.NetworkPolicyOptions | None = None  # rendered when enabled
     shared_mount: str = launcher.SHARED_MOUNT
     metrics_port_name: str = metrics.PORT_NAME
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
@@ -284,7 +269,7 @@ def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, st
     }
     labels = {
         component: {**common_labels, "app.kubernetes.io/component": component}
-        for component in ("storage", "config", "rendezvous", "worker")
+        for component in ("storage", "config", "rendezvous", "network", "worker")
     }
     # The Kueue queue label goes on the Job only: Kueue admits Jobs, not their pods.
     labels["job"] = dict(labels["worker"])
@@ -338,6 +323,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         exit_ignored=exit_codes.codes_taking("free"),
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
+        network_policy=options.network_policy if options.network_policy.enabled else None,
     )
 
 
@@ -389,7 +375,7 @@ def render_manifests(spec: JobSpec, directory: Path | None = None, *, target: st
     env = environment(directory)
     context = {"spec": spec, "k": job_objects(spec, spec.options[target])}
     manifests = []
-    for order, (kind, template_name) in enumerate(_TEMPLATES, start=1):
+    for order, kind, template_name in _TEMPLATES:
         text = render_template(env, template_name, context)
         if not text.strip():
             continue  # a template may render nothing (no claim when an existing one is used)
@@ -419,7 +405,11 @@ class KubernetesTarget(Target):
         return option_problems(spec, self.own(spec))
 
     def problems(self, spec: JobSpec) -> Iterable[str]:
-        return credential_problems(spec, self.own(spec))
+        yield from credential_problems(spec, self.own(spec))
+        yield from netpol.problems(spec, self.own(spec).network_policy)
+
+    def warnings(self, values: Mapping[str, Any], spec: JobSpec) -> Iterable[str]:
+        return netpol.warnings(self.own(spec).network_policy)
 
     def render(self, spec: JobSpec) -> list[Manifest]:
         return render_manifests(spec, target=self.name)

@@ -137,6 +137,9 @@ class ControlPlane:
             {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now,
              "lastTransitionTime": now}]}}
         self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+        # The API server's TaintNodesByCondition admission taints a new node not-ready; the node lifecycle
+        # controller (not run here) lifts it once the kubelet reports Ready, as the status above says.
+        self.kubectl("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
 
     def set_pod_status(self, namespace: str, pod: str, status: dict) -> None:
         """Write a pod's status as its kubelet would (the status subresource)."""

@@ -3,6 +3,8 @@ says yes to every request ./run.sh, ./clean.sh and ./run.sh --status make (the l
 test_submitter_role.py derives from the scripts' recorded calls) and no to what a submitter must not do. Skipped
 without $KUBE_ASSETS (see cluster.py)."""
 
+import json
+
 import pytest
 
 from tests.generator.test_submitter_role import APPLIED, FOLLOW_AND_STATUS, GETS, ROLE_FILE
@@ -21,8 +23,23 @@ def can(control_plane, verb: str, group: str, resource: str, name: str | None = 
     return answer.stdout.strip() == "yes"
 
 
+def kueue_crd(kind: str, plural: str) -> dict:
+    """Kueue's resource as its CRD names it (the schema left open): a cluster that uses queue_name has it, and
+    `kubectl auth can-i` resolves a resource through the API's discovery."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
+            "spec": {"group": "kueue.x-k8s.io", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
 def test_a_submitter_may_do_what_the_scripts_do_and_no_more(control_plane):
     control_plane.kubectl("create", "namespace", "team-a")
+    crds = [kueue_crd("LocalQueue", "localqueues"), kueue_crd("Workload", "workloads")]
+    control_plane.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          *(f"crd/{crd['metadata']['name']}" for crd in crds))
     control_plane.kubectl("apply", "-f", str(ROLE_FILE))
     requests = [(verb, group, resource, None) for group, resource in APPLIED.values()
                 for verb in ("get", "create", "patch", "delete")]

@@ -70,10 +70,9 @@ def test_the_values_matrix_renders_with_no_failed_check(tmp_path):
 
 
 def test_a_pinned_render_passes_the_skipped_checks_too(tmp_path):
-    """The skips are the user's choices: with a namespace, an image digest and imagePullPolicy Always (and no
-    secret in the environment) the checks pass without them (only the NetworkPolicy, which is the cluster's,
-    stays skipped)."""
-    render_into(tmp_path, ["namespace=ml", f"image={DIGEST}", "image_pull_policy=Always"])
-    report = checkov(tmp_path, "--skip-check", "CKV2_K8S_6")
+    """The skips are the user's choices: with a namespace, an image digest, imagePullPolicy Always and the job's
+    NetworkPolicy (and no secret in the environment) the checks pass without them."""
+    render_into(tmp_path, ["namespace=ml", f"image={DIGEST}", "image_pull_policy=Always", "network_policy.enabled=true"])
+    report = checkov(tmp_path, "--skip-check", "CKV_K8S_0")  # no such check: the command line skips none
     assert failures(report) == []
     assert report["summary"]["skipped"] == 0

@@ -66,6 +66,12 @@ MATRIX = {
     "dataset-from-a-secret": ["name=presigned-finetune", "entrypoint.module=worker.finetune",
                               "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
                               "initializer.dataset.storage_uri_secret={name: presigned-urls, key: imdb}"],
+    # the job's own NetworkPolicy: the Hub on 443 outside the cluster, MinIO in the cluster, Prometheus scraping
+    "network-policy": ["network_policy.enabled=true", "metrics.enabled=true", "network_policy.metrics_namespace=monitoring",
+                       "network_policy.egress=[{cidr: 0.0.0.0/0, except: [10.0.0.0/8, 169.254.169.254/32], ports: [443]}, "
+                       "{namespace: storage, pod_labels: {app: minio}, ports: [9000]}]",
+                       "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
+                       "checkpoint.storage_uri=s3://team-checkpoints/mnist", "storage_secret=s3-credentials"],
 }
 
 

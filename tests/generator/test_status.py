@@ -187,6 +187,12 @@ WAITING = {
             "3 No preemption victims found for incoming pod.")), [],
         POD_0 + "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu: lower "
         "resources.gpu.accelerator_count (8) or add nodes with that many free GPUs (nvidia.com/gpu)"),
+    "too many GPUs, with what Kubernetes 1.34+ adds after the reasons (dynamic resources' PostFilter)": (
+        pending_pod(condition=unschedulable_condition(
+            "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/4 "
+            "nodes are available: 4 No preemption victims found for incoming pod.")), [],
+        POD_0 + "unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu: lower "
+        "resources.gpu.accelerator_count (8) or add nodes with that many free GPUs (nvidia.com/gpu)"),
     "too many CPUs and too much memory": (
         pending_pod(condition=unschedulable_condition(
             "0/4 nodes are available: 2 Insufficient cpu, 4 Insufficient memory. preemption: 0/4 nodes are "

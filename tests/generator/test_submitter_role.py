@@ -13,7 +13,8 @@ from tests.generator.test_scripts import fake_kubectl, script  # noqa: F401 -- f
 
 ROLE_FILE = ROOT / "examples" / "rbac" / "submitter.yaml"
 # the rendered objects' kinds as RBAC names them, for apply and delete -f
-APPLIED = {"1-persistentvolumeclaim.yaml": ("", "persistentvolumeclaims"), "2-configmap.yaml": ("", "configmaps"),
+APPLIED = {"0-networkpolicy.yaml": ("networking.k8s.io", "networkpolicies"),
+           "1-persistentvolumeclaim.yaml": ("", "persistentvolumeclaims"), "2-configmap.yaml": ("", "configmaps"),
            "3-service.yaml": ("", "services"), "4-job.yaml": ("batch", "jobs")}
 # (verb, API group, resource, name or None, namespaced): what each kubectl command line the scripts run needs
 GETS = {"namespace": ("", "namespaces", False), "serviceaccount": ("", "serviceaccounts", True),
@@ -63,7 +64,7 @@ def test_the_role_grants_every_request_the_scripts_make(tmp_path, fake_kubectl):
     bin_dir, log = fake_kubectl
     build = tmp_path / "build"
     assert script("prepare.sh", "--set", "service_account_name=trainer", "--set", "priority_class_name=urgent",
-                  "--set", "queue_name=team-a", build=build).returncode == 0
+                  "--set", "queue_name=team-a", "--set", "network_policy.enabled=true", build=build).returncode == 0
     assert script("run.sh", build=build, path_prefix=bin_dir).returncode == 0
     assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
     calls = log.read_text().splitlines()

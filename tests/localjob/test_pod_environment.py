@@ -129,3 +129,11 @@ def test_refuses_what_it_cannot_run_faithfully():
     refuse([d for d in rendered() if d["kind"] != "Service"], "names a Service that is not in the manifests")
     refuse([d for d in rendered() if d["kind"] != "ConfigMap"], "takes env from ConfigMap mnist-train-config-")
     refuse([d for d in rendered() if d["kind"] != "Job"], "expected exactly one Job")
+
+
+def test_a_network_policy_is_accepted_and_named_as_not_enforced():
+    docs = rendered("network_policy.enabled=true")
+    assert docs[0]["kind"] == "NetworkPolicy"
+    assert plan(docs).not_enforced == ["NetworkPolicy mnist-train"]
+    refuse(rendered() + [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}],
+           "Deployment d: local-job runs Jobs with their ConfigMaps, Services, claims and NetworkPolicies only")
