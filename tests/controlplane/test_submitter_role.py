@@ -1,13 +1,13 @@
 """examples/rbac/submitter.yaml on a real kube-apiserver: `kubectl auth can-i`, as a member of the bound group,
-says yes to every request ./run.sh, ./clean.sh and ./run.sh --status make (the list tests/generator/
-test_submitter_role.py derives from the scripts' recorded calls) and no to what a submitter must not do. Skipped
-without $KUBE_ASSETS (see cluster.py)."""
+says yes to every request ./run.sh, ./run.sh --status, the following commands run.sh prints and ./clean.sh make (the
+list tests/generator/test_submitter_role.py derives from the scripts' recorded calls) and no to what a submitter
+must not do. Skipped without $KUBE_ASSETS (see cluster.py)."""
 
 import json
 
 import pytest
 
-from tests.generator.test_submitter_role import APPLIED, FOLLOW_AND_STATUS, GETS, ROLE_FILE
+from tests.generator.test_submitter_role import ROLE_FILE, scripted_requests
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 AS = ("--as", "alice", "--as-group", "ml-engineers")
@@ -34,19 +34,14 @@ def kueue_crd(kind: str, plural: str) -> dict:
                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
-def test_a_submitter_may_do_what_the_scripts_do_and_no_more(control_plane):
+def test_a_submitter_may_do_what_the_scripts_do_and_no_more(control_plane, tmp_path):
     control_plane.kubectl("create", "namespace", "team-a")
     crds = [kueue_crd("LocalQueue", "localqueues"), kueue_crd("Workload", "workloads")]
     control_plane.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))
     control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           *(f"crd/{crd['metadata']['name']}" for crd in crds))
     control_plane.kubectl("apply", "-f", str(ROLE_FILE))
-    requests = [(verb, group, resource, None) for group, resource in APPLIED.values()
-                for verb in ("get", "create", "patch", "delete")]
-    requests += [("get", group, resource, name) for group, resource, name in (
-        (*GETS["namespace"][:2], "team-a"), (*GETS["priorityclass"][:2], "urgent"),
-        (*GETS["crd"][:2], "localqueues.kueue.x-k8s.io"), (*GETS["serviceaccount"][:2], "trainer"))]
-    requests += [(verb, group, resource, name) for verb, group, resource, name, _ in FOLLOW_AND_STATUS]
+    requests = sorted({request[:4] for request in scripted_requests(tmp_path)}, key=str)
     refused = [request for request in requests if not can(control_plane, *request)]
     assert not refused, refused
     for forbidden in (("get", "", "secrets"), ("create", "rbac.authorization.k8s.io", "roles"),
