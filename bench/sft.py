@@ -66,11 +66,11 @@ def scored(model: Path, data: Path, adapter: str) -> float:
     from trainer_contract.variables import SftConfig
     from trainer_runtime.precision import Precision
     from worker.sft.loop import evaluate
-    from worker.sft.train import _split
+    from worker.sft.train import examples_of
 
     config = load_config({**RECIPE, "MODEL_DIR": str(model), "DATASET_DIR": str(data)}, config_class=SftConfig)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    examples = _split(config, tokenizer, "validation", 0)
+    examples = examples_of(config, tokenizer, "validation", 0)
     trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), adapter)
     device = torch.device("cpu")
     return evaluate(trained, examples, 16, tokenizer.pad_token_id, Precision("fp32", device, sharded=False), device,
@@ -83,14 +83,14 @@ def measure(quick: bool, repeats: int, scratch: Path, log) -> dict:
 
     from trainer_contract.config_reading import load_config
     from trainer_contract.variables import SftConfig
-    from worker.sft.train import _split
+    from worker.sft.train import examples_of
 
     size = sizes(quick)
     model = make_model(scratch / "llama", hidden=size["hidden"], layers=size["layers"])
     data = make_chat_data(scratch / "chat", train=size["train"], validation=size["validation"])
     config = load_config({**RECIPE, "MODEL_DIR": str(model), "DATASET_DIR": str(data)}, config_class=SftConfig)
-    tokens = size["epochs"] * sum(len(e.input_ids) for e in _split(config, AutoTokenizer.from_pretrained(model),
-                                                                   "train", 0))
+    train = examples_of(config, AutoTokenizer.from_pretrained(model), "train", 0)
+    tokens = size["epochs"] * sum(len(example.input_ids) for example in train)
     samples: dict[str, list[dict]] = {"worker": [], "trl": []}
     for round_ in range(repeats):
         log(f"supervised fine-tuning, round {round_ + 1} of {repeats}: worker.sft, then TRL's SFTTrainer...")

@@ -110,6 +110,10 @@ def node_environment(directory: Path, wheel: Path) -> Path:
     result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
                              str(wheel)], capture_output=True, text=True, timeout=300, cwd=OUTSIDE)
     assert result.returncode == 0, result.stderr[-2000:]
+    # torch's console script, as installing torch into the venv writes it (a plain-torchrun job execs it)
+    torchrun = directory / "bin" / "torchrun"
+    torchrun.write_text(f"#!{python}\nimport sys\nfrom torch.distributed.run import main\n\nsys.exit(main())\n")
+    torchrun.chmod(0o755)
     return directory
 
 

@@ -23,6 +23,18 @@ from generator.values import describe_value
 from trainer_contract import exit_codes, launcher, storage
 
 LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
+# Whether the nodes' environment (what slurm.setup activates) can start each launcher, and what to do if not: a
+# missing launcher is bad configuration, not a failure to requeue max_restarts times.
+LAUNCHER_CHECKS = {
+    "indexed-trainer": (
+        f"python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec(\"{launcher.LAUNCHER_COMMAND[2]}\") is None)'",
+        f"{' '.join(launcher.LAUNCHER_COMMAND)} cannot start: install indexed-trainer "
+        "(pip install 'indexed-trainer[worker]') in the environment slurm.setup activates, or set "
+        "entrypoint.launcher: torchrun for a program of your own"),
+    "torchrun": ("command -v torchrun",
+                 "torchrun is not on PATH: install PyTorch in the environment slurm.setup activates "
+                 "(source .../bin/activate)"),
+}
 # Each task's rank and the rendezvous address, in the shell of the script and of each task.
 NODE_RANK = '"$SLURM_NODEID"'
 MASTER_ADDR = '"${head_addr:-$head_node}"'
@@ -107,6 +119,7 @@ class BatchScript:
     # what a Secret gives on Kubernetes, which the environment sbatch runs in must give here: (variable, values key)
     from_submitter: tuple[tuple[str, str], ...]
     launcher: str
+    launcher_check: tuple[str, str]  # a shell test that the launcher can start, and what to do when it cannot
     node_rank: str  # inside each task's shell
     torchrun_lines: tuple[str, ...]  # the other flags, a line per group
     program: str
@@ -146,6 +159,7 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         environment=tuple(environment),
         from_submitter=_from_submitter(spec),
         launcher=LAUNCHERS[spec.launcher],
+        launcher_check=LAUNCHER_CHECKS[spec.launcher],
         node_rank=next(flag.text for flag in flags if flag.group == "node"),
         torchrun_lines=tuple(" ".join(flag.text for flag in group)
                              for name, group in groupby(flags, key=lambda flag: flag.group) if name != "node"),

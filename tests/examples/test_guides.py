@@ -1,7 +1,7 @@
 """docs/guides.md's commands as written: the CSV guide run by local-job (4 processes on the CPUs where the values
 ask for 4 GPUs; moto's S3 at the 127.0.0.1:9000 its values name standing in for MinIO; the tests' Hub for the
-Hugging Face Hub), the Slurm guide rendered (two 8-GPU nodes are not here: tests/slurm runs the same script
-shape on the real Slurm)."""
+Hugging Face Hub), the Slurm guide rendered (two 8-GPU nodes are not here: tests/slurm/test_on_slurm.py runs its
+values, with the test cluster's partition and no GPUs, on the real Slurm)."""
 
 from __future__ import annotations
 

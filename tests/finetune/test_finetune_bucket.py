@@ -12,9 +12,7 @@ import pytest
 
 from tests.exports import same_weights
 from tests.finetune.test_finetune_training import run_finetune, world  # noqa: F401 -- world: a fixture
-from tests.worker.launch import fault_env
-from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, restored_then_resumed
-from trainer_contract import checkpoint_layout as layout
+from tests.worker.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from trainer_contract import storage
 
 pytestmark = pytest.mark.slow
@@ -26,28 +24,16 @@ URI = "s3://team-ckpt/hub-finetune"
 SHORT = {"EPOCHS": "2", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
 
 
-
 def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
         world, checkpoint_s3, tmp_path):  # noqa: F811
     model, data = world
     whole = run_finetune(model, data, tmp_path / "whole", {"EPOCHS": "2"})
     assert whole.returncode == 0, whole.stdout[-3000:]
-    # rank 0 stalls before step 24 (the mirror has step 20 in the bucket meanwhile), then dies
-    first = tmp_path / "first-volume"
-    killed = run_finetune(model, data, first, {**SHORT, **fault_env("sleep=2@batch=2.8,rank=0; sigkill@batch=2.8,rank=0")})
-    assert killed.returncode != 0
-    assert "Rank 0: checkpoint mirror: uploaded " in killed.stdout, killed.stdout[-3000:]
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, first / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-1") == ["step-00000020.ckpt"]
-
-    # another cluster, an empty volume: the stage step restores step 20, the run trains steps 21 to 32 only
-    second = tmp_path / "second-volume"
-    restored_then_resumed(lambda volume, settings: run_finetune(model, data, volume, settings), "worker.finetune",
-                          URI, checkpoint_s3.environ, SHORT, second, step=20, total=32)
+    # rank 0 stalls before step 24 (the mirror has step 20 in the bucket meanwhile), then dies; on an empty volume
+    # the stage step restores step 20 and the run trains steps 21 to 32 only
+    second = killed_then_resumed_from_the_bucket(
+        lambda volume, settings: run_finetune(model, data, volume, settings), "worker.finetune", URI,
+        checkpoint_s3.environ, SHORT, tmp_path, fault_at="2.8", mirrored=20, total=32)
     assert same_weights(tmp_path / "whole" / "bert_classifier_trained", second / "bert_classifier_trained")
     records = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in records if "accuracy" not in line] == list(range(21, 33))
-
-    # the process ends with the newest checkpoint in the bucket, and what the volume pruned gone from it
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-2") == ["step-00000032.ckpt"]

@@ -152,13 +152,17 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     result, log, status = run_local_job(tmp_path, manifests, empty)
     assert result.returncode == 1
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
-    # each gang attempt: rank 0 exits 69 (counted), rank 1 is its victim (75, ignored); 2 attempts for 1 restart
-    # (the second attempt's victim, if still running when the Job fails, is terminated and counted, as the
-    # controller counts it)
-    assert status["failed"] + status["ignored"] == 4 and status["failed"] in (2, 3)
-    assert status["failedIndexes"] == "0"  # index 0 passed its own limit (1) in the same step
+    # index 0: two attempts for 1 restart, each exiting 69 (counted). Index 1: a victim of each (75, ignored and
+    # replaced); a victim may end before rank 0's pod does (rank 0 tells the gang, then exits), so index 1 may be
+    # replaced once more before the Job fails: that last pod, still running then, is terminated and counted, as
+    # the controller counts it (seen in CI: 75, 75, 143)
     codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
-    assert codes[0] == [69, 69] and codes[1][0] == 75
+    assert codes[0] == [69, 69] and codes[1][0] == 75, codes
+    victims, last = codes[1][:-1], codes[1][-1]
+    assert set(victims) <= {75} and last in (75, 143, 137) and len(codes[1]) in (2, 3), codes
+    assert status["ignored"] == codes[1].count(75)
+    assert status["failed"] == 2 + (last != 75)
+    assert status["failedIndexes"] == "0"  # index 0 passed its own limit (1) in the same step
     assert "DOWNLOAD is false" in log
 
 

@@ -11,9 +11,7 @@ import pytest
 
 from tests.exports import same_weights
 from tests.qa.test_qa_training import run_qa, world  # noqa: F401 -- world: a fixture
-from tests.worker.launch import fault_env
-from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, restored_then_resumed
-from trainer_contract import checkpoint_layout as layout
+from tests.worker.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from trainer_contract import storage
 
 pytestmark = pytest.mark.slow
@@ -25,25 +23,17 @@ URI = "s3://team-ckpt/bert-squad"
 SHORT = {"EPOCHS": "2", "STRATEGY": "fsdp", "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: URI}
 
 
-
 def test_a_killed_fsdp_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
         world, checkpoint_s3, tmp_path):  # noqa: F811
     model, data = world
     whole = run_qa(model, data, tmp_path / "whole", {"EPOCHS": "2", "STRATEGY": "fsdp"})
     assert whole.returncode == 0, whole.stdout[-3000:]
-    # rank 0 stalls before batch 3 of epoch 2, step 11 (the mirror has step 10 in the bucket meanwhile), then dies
-    first = tmp_path / "first-volume"
-    killed = run_qa(model, data, first, {**SHORT, **fault_env("sleep=2@batch=2.3,rank=0; sigkill@batch=2.3,rank=0")})
-    assert killed.returncode != 0
-    assert (first / "checkpoints" / "step-00000010.ckpt").is_dir()  # every rank's shards
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, first / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-1") == ["step-00000010.ckpt"]
-
-    second = tmp_path / "second-volume"
-    restored_then_resumed(lambda volume, settings: run_qa(model, data, volume, settings), "worker.qa", URI,
-                          checkpoint_s3.environ, SHORT, second, step=10, total=16)
+    # rank 0 stalls before batch 3 of epoch 2, step 11 (the mirror has step 10, every rank's shards, in the bucket
+    # meanwhile), then dies
+    second = killed_then_resumed_from_the_bucket(
+        lambda volume, settings: run_qa(model, data, volume, settings), "worker.qa", URI, checkpoint_s3.environ,
+        SHORT, tmp_path, fault_at="2.3", mirrored=10, total=16)
+    assert (tmp_path / "first-volume" / "checkpoints" / "step-00000010.ckpt").is_dir()  # every rank's shards
     assert same_weights(tmp_path / "whole" / "bert_squad_trained", second / "bert_squad_trained")
     lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(11, 17))
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-2") == ["step-00000016.ckpt"]

@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.sft.test_sft_training import adapter_of, run_sft, world  # noqa: F401 -- world: a fixture
-from tests.worker.launch import fault_env
-from tests.worker.test_checkpoint_mirror import assert_the_bucket_holds_what_the_volume_holds, restored_then_resumed
-from trainer_contract import checkpoint_layout as layout
+from tests.worker.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from trainer_contract import storage
 
 pytestmark = pytest.mark.slow
@@ -28,17 +26,8 @@ def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(
     whole = run_sft(model, data, tmp_path / "whole", {"EPOCHS": "2"})
     assert whole.returncode == 0, whole.stdout[-3000:]
     # rank 0 stalls before step 11 (the mirror has step 10 in the bucket meanwhile), then dies
-    first = tmp_path / "first-volume"
-    killed = run_sft(model, data, first, {**SHORT, **fault_env("sleep=2@batch=2.5,rank=0; sigkill@batch=2.5,rank=0")})
-    assert killed.returncode != 0
-    assert "Rank 0: checkpoint mirror: uploaded " in killed.stdout, killed.stdout[-3000:]
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, first / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-1") == ["step-00000010.ckpt"]
-
-    second = tmp_path / "second-volume"
-    restored_then_resumed(lambda volume, settings: run_sft(model, data, volume, settings), "worker.sft",
-                          URI, checkpoint_s3.environ, SHORT, second, step=10, total=12)
+    second = killed_then_resumed_from_the_bucket(
+        lambda volume, settings: run_sft(model, data, volume, settings), "worker.sft", URI, checkpoint_s3.environ,
+        SHORT, tmp_path, fault_at="2.5", mirrored=10, total=12)
     expected, got = adapter_of(tmp_path / "whole"), adapter_of(second)
     assert expected.keys() == got.keys() and all((expected[key] == got[key]).all() for key in expected)
-    assert assert_the_bucket_holds_what_the_volume_holds(URI, second / "checkpoints", layout.OPTIMIZER_STEP,
-                                                         tmp_path / "scratch-2") == ["step-00000012.ckpt"]

@@ -5,6 +5,7 @@ bad configuration."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -96,6 +97,33 @@ def test_the_rendered_script_trains_on_two_nodes(cluster, tmp_path, digits, node
     summary = json.loads((output / "model.json").read_text())
     assert summary["accuracy"] >= 0.985  # as on the Kubernetes path
     assert summary["world_size"] == 2 and recorded_epochs(output) == [1, 2, 3, 4, 5]
+
+
+def test_the_slurm_guides_own_script_trains_on_two_nodes_under_plain_torchrun(cluster, tmp_path, node_venv):
+    """docs/guides.md's Slurm guide (examples/guides/torchrun-on-slurm/values.yaml) with this site's settings in
+    place of its own (the partition, no account, no GPUs, a node's CPUs and memory, the nodes' venv): a user's
+    train.py (examples/toy-ddp's), unchanged, runs from working_dir under plain torchrun on two nodes, logs in the
+    shared directory's logs/, and a rerun of the finished job does nothing (its own snapshot says so)."""
+    shared, code = tmp_path / "shared", tmp_path / "pretrain"
+    shared.mkdir()
+    shutil.copytree(ROOT / "examples" / "toy-ddp", code)
+    snapshot = shared / "snapshot.pt"
+    prepare(tmp_path, shared, node_venv, "slurm.partition=debug", "slurm.account=null", "slurm.time_limit='10'",
+            "resources.cpu=1", "resources.memory=2", "resources.gpu.accelerator_count=0", f"working_dir={code}",
+            f"entrypoint.args=['6', '3', '--snapshot_path', '{snapshot}']",
+            values=ROOT / "examples" / "guides" / "torchrun-on-slurm" / "values.yaml")
+    script = (tmp_path / "build" / "job.sbatch").read_text()
+    assert "exec torchrun " in script and "#SBATCH --exclusive" in script and "trainer_launcher" not in script
+    for run in ("first", "rerun"):
+        job_id = submit(cluster, tmp_path, shared)
+        state = wait_for(cluster, job_id, timeout=300)
+        log = (shared / "logs" / f"pretrain-{job_id}.out").read_text(errors="replace")
+        assert state["JobState"] == "COMPLETED", log[-4000:]
+        if run == "first":
+            assert "[RANK0] done: 6 epochs" in log and "[RANK1] done: 6 epochs" in log, log[-4000:]
+            assert "Epoch 6 | Training snapshot saved at" in log and snapshot.is_file()
+        else:
+            assert "[RANK0] already trained: the snapshot" in log and "Epoch 0 |" not in log, log[-4000:]
 
 
 def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_path, digits, node_venv):

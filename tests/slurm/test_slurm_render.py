@@ -107,7 +107,7 @@ def test_hostile_strings_stay_data(text, tmp_path):
     script = result.stdout
     assert len(sbatch_directives(script)) == len(sbatch_directives(render().stdout)) + 0
     # the script's environment section, run by bash as sbatch would run it
-    environment = script[script.index("# The training's environment"):script.index("# The rendezvous")]
+    environment = script[script.index("# The training's environment"):script.index("# The launcher comes")]
     probe = 'SLURM_SUBMIT_DIR=/submit\n' + environment + 'printf "%s\\0%s" "$NCCL_NOTE" "$NOTE"\n'
     read = subprocess.run(["bash", "-c", probe], capture_output=True, timeout=10, cwd=tmp_path)
     assert read.stdout.decode() == f"{text}\0{text}"
@@ -153,3 +153,23 @@ def test_the_values_table_lists_exactly_the_extra_options_the_render_accepts():
     description = load_schema()["properties"]["slurm"]["properties"]["extra_options"]["description"]
     listed = description.rsplit("requeue): ", 1)[1].rstrip(".").split(", ")
     assert listed == sorted(SLURM_EXTRA_OPTIONS)
+
+
+@pytest.mark.parametrize(("sets", "said"), [
+    (["entrypoint.module=null", "entrypoint.script=train.py", "entrypoint.launcher=torchrun"],
+     "pretrain: on node7: torchrun is not on PATH: install PyTorch in the environment slurm.setup activates"),
+    ([], "pretrain: on node7: python -m worker.launch cannot start: install indexed-trainer"),
+])
+def test_a_launcher_the_nodes_cannot_start_is_bad_configuration_not_a_failure_to_requeue(sets, said, tmp_path):
+    """The batch script, run as the first node runs it, in an environment without the launcher (no torchrun; a
+    python without indexed-trainer): exit 78, which the script's own handling never requeues, and one line saying
+    what the nodes lack. (The real Slurm runs every test of tests/slurm/test_on_slurm.py past this check.)"""
+    script = tmp_path / "job.sbatch"
+    script.write_text(render("name=pretrain", f"slurm.shared_dir={tmp_path}", *sets).stdout)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3")
+    result = subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={"PATH": f"{bare}:/usr/bin:/bin", "SLURMD_NODENAME": "node7"})
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert said in result.stderr and result.stdout == ""

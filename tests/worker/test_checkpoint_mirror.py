@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed.storage_servers import FileServer, s3_in_this_process
+from tests.worker.launch import fault_env
 from tests.worker.test_staging import stager
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
@@ -374,3 +375,23 @@ def restored_then_resumed(run, module: str, uri: str, environ: dict, settings: d
     assert f"Rank 0: resuming from {name}" in resumed.stdout
     assert f"Rank 0: training from step {step} of {total}" in resumed.stdout
     return resumed
+
+
+def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dict, settings: dict, tmp_path: Path,
+                                        *, fault_at: str, mirrored: int, total: int) -> Path:
+    """The bucket round trip of built-in program ``module`` (``run(volume, settings)`` under the launcher, mirroring
+    to ``uri``): rank 0 stalls before batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``,
+    then dies; on another, empty volume the stage step restores that step and the run trains to ``total``. The
+    bucket holds what each volume holds at each end. The second volume, for the caller's comparison with a run
+    that was never killed."""
+    first, second = tmp_path / "first-volume", tmp_path / "second-volume"
+    killed = run(first, {**settings, **fault_env(f"sleep=2@batch={fault_at},rank=0; sigkill@batch={fault_at},rank=0")})
+    assert killed.returncode != 0
+    assert "Rank 0: checkpoint mirror: uploaded " in killed.stdout, killed.stdout[-3000:]
+    assert assert_the_bucket_holds_what_the_volume_holds(uri, first / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-1") == [layout.step_checkpoint_name(mirrored)]
+    restored_then_resumed(run, module, uri, environ, settings, second, step=mirrored, total=total)
+    # the process ends with the newest checkpoint in the bucket, and what the volume pruned gone from it
+    assert assert_the_bucket_holds_what_the_volume_holds(uri, second / "checkpoints", layout.OPTIMIZER_STEP,
+                                                         tmp_path / "scratch-2") == [layout.step_checkpoint_name(total)]
+    return second

@@ -52,7 +52,9 @@ def lora_of(config: SftConfig) -> sft_model.Lora | None:
     return sft_model.Lora(config.lora_rank, config.lora_alpha, config.lora_dropout, targets)
 
 
-def _split(config: SftConfig, tokenizer: Any, split: str, limit: int) -> list[sft_examples.Example]:
+def examples_of(config: SftConfig, tokenizer: Any, split: str, limit: int) -> list[sft_examples.Example]:
+    """One split's examples as worker.sft trains or evaluates on them: tokenized, the first ``limit`` rows (0: all),
+    packed for training with PACKING (the benchmarks give TRL exactly these)."""
     table = read_table(split_files(config.dataset_dir, split))
     if limit:
         table = {key: values[:limit] for key, values in table.items()}
@@ -80,8 +82,8 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        train = _split(config, tokenizer, "train", config.train_samples)
-        evaluation = _split(config, tokenizer, held_out, config.eval_samples)
+        train = examples_of(config, tokenizer, "train", config.train_samples)
+        evaluation = examples_of(config, tokenizer, held_out, config.eval_samples)
     except DatasetError as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
