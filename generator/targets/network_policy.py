@@ -78,13 +78,15 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
 
 def _range_problem(text: str, where: str) -> str | None:
     """Why ``text`` is not an address range in network form (as the API's ipBlock takes it), or None."""
-    if _network(text) is not None:
-        return None
     try:
         meant = ipaddress.ip_network(text, strict=False)
     except ValueError:
         return f"{where}: {describe_value(text)} is not an address range; write it as 10.0.0.0/8 or 2001:db8::/32"
-    return f"{where}: {describe_value(text)} has host bits set; write the range as {meant}"
+    if "/" not in text:  # Python reads an address alone as one host; the API wants the prefix length written
+        return f"{where}: {describe_value(text)} has no prefix length; write a range, such as {meant}"
+    if _network(text) is None:
+        return f"{where}: {describe_value(text)} has host bits set; write the range as {meant}"
+    return None
 
 
 def _rule_problems(rule: EgressRule, where: str) -> Iterable[str]:
