@@ -71,7 +71,8 @@ CODES = (
              "the pod asked for GPUs and sees fewer (resources.gpu.cpu_fallback: false): the Job fails",
              "fewer GPUs than asked for and resources.gpu.cpu_fallback is false"),
     ExitCode(RESTARTS_EXHAUSTED, "fail",
-             "more of the gang's rounds failed than max_restarts allows (restarted in place): the Job fails",
+             "more of the gang's rounds failed without progress than max_restarts allows (restarted in place; a "
+             "round that published a newer checkpoint is not counted): the Job fails",
              "more failed rounds than max_restarts"),
     ExitCode(TERMINATED, "stop", "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
              "stopped by SIGTERM after checkpointing"),

@@ -14,11 +14,16 @@ gang shares (OUTPUT_DIR/.gang/):
   round only if it has not joined it before (its own earlier failure, or its predecessor's, was in it) and only
   if node 0's heartbeat carries the announcing token (a round announced by a node 0 that has since died is
   nobody's).
-- ``failed/<job>/<generation>``: the Job's failed rounds, one file each, created exclusively, so a round counts
-  once however many pods saw it fail. In-place restarts draw from max_restarts: when more rounds than that
-  failed, the launcher ends its pod with RESTARTS_EXHAUSTED, which fails the Job (a crash loop still fails it
-  within its limits). ``<job>`` is the Job's uid (Kubernetes: the controller-uid label; Slurm: the job id, which a
-  requeue keeps), so another Job on the same volume starts with its own budget.
+- ``progress``: "<generation> <checkpoint>", the newest checkpoint the program's rank 0 published and the round it
+  was published in (the runtime's checkpoint store writes it where PROGRESS_VARIABLE says).
+- ``failed/<job>/<generation>``: the Job's failed rounds, one file each, created exclusively, so a round is judged
+  once however many pods saw it fail: "node <n> exit <code>", counted, or with " after-progress <checkpoint>" when
+  the round had published a newer checkpoint than the one it resumed from (a fault, not a crash loop: not
+  counted). In-place restarts draw from max_restarts: when more rounds than that failed without progress, the
+  launcher ends its pod with RESTARTS_EXHAUSTED, which fails the Job (a deterministic crash, which fails before its
+  next checkpoint, still fails it after max_restarts + 1 such rounds). ``<job>`` is the Job's uid (Kubernetes: the
+  controller-uid label; Slurm: the job id, which a requeue keeps), so another Job on the same volume starts with its
+  own budget.
 
 Torch-free: the launcher reads it before importing torch's launcher, the tests without torch.
 """
@@ -27,16 +32,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.gang_ledger import ALIVE, DIRECTORY
+from trainer_contract.volume_notes import read_note
 
 ROUND = "round"
 JOINED = "joined"
 FAILED = "failed"
 ENDED = "ended"  # "<job> <generation> <code>": a pod ended the gang (its code fails the Job, or it completed)
+PROGRESS = "progress"
+AFTER_PROGRESS = "after-progress"  # the word in a failed round's file that says it was not counted
+# Where the workers' rank 0 notes each checkpoint it publishes (PROGRESS, in the gang's directory): set by a launcher
+# that restarts rounds in place; the Slurm script reads the same file (PROGRESS_PATH, under OUTPUT_DIR).
+PROGRESS_VARIABLE = "INDEXED_TRAINER_GANG_PROGRESS"
+PROGRESS_PATH = f"{DIRECTORY}/{PROGRESS}"
 # The Job's identity (the downward API's controller-uid label; Slurm's job id is read as it is).
 JOB_UID_VARIABLE = "INDEXED_TRAINER_JOB_UID"
 SLURM_JOB_VARIABLE = "SLURM_JOB_ID"
@@ -53,6 +66,45 @@ def job_identity(environ=os.environ) -> str | None:
     text = (environ.get(JOB_UID_VARIABLE) or environ.get(SLURM_JOB_VARIABLE) or "").strip()
     safe = "".join(ch for ch in text if ch.isalnum() or ch in "-_.")
     return safe if safe and safe.strip(".") else None
+
+
+class Progress(NamedTuple):
+    """The newest checkpoint published, and the round it was published in (0: outside any round)."""
+
+    generation: int
+    checkpoint: str
+
+
+def read_progress(path: Path) -> Progress | None:
+    """The progress noted at ``path`` (PROGRESS), or None: none yet, or not a note of ours."""
+    words = (read_note(path) or "").split()
+    if len(words) != 2 or not words[0].isdigit() or len(words[0]) > 12:
+        return None
+    return Progress(int(words[0]), words[1])
+
+
+def note_progress(checkpoint: str, environ: Mapping[str, str] = os.environ) -> None:
+    """The workers' rank 0 published ``checkpoint`` (its name): noted for the launchers, where one restarts rounds
+    in place (PROGRESS_VARIABLE), with the round it runs in. A volume that refuses the note costs the budget rule
+    its evidence (the round then counts), never the checkpoint."""
+    path = environ.get(PROGRESS_VARIABLE)
+    name = "".join(checkpoint.split())  # one word: a name with white space would not read back
+    if not path or not name:
+        return
+    generation = environ.get(GENERATION_VARIABLE, "0").strip()
+    try:
+        atomic_write(Path(path), f"{int(generation) if generation.isdigit() else 0} {name}\n".encode())
+    except OSError:
+        pass
+
+
+class Verdict(NamedTuple):
+    """How a failed round was judged, once for the gang: ``counted`` against max_restarts, or a fault after
+    ``progress`` (the checkpoint the round published); ``failures``: the Job's counted rounds so far."""
+
+    counted: bool
+    progress: str | None
+    failures: int
 
 
 def in_place_settings(environ=os.environ) -> tuple[bool, int]:
@@ -72,7 +124,7 @@ class GangRounds:
 
     def __init__(self, output_dir: Path, node: int, token: str, job: str | None):
         self.directory, self.node, self.token, self.job = Path(output_dir) / DIRECTORY, node, token, job
-        self._local_failures: set[int] = set()  # no Job identity: counted by this launcher alone
+        self._local_verdicts: dict[int, str] = {}  # no Job identity: judged by this launcher alone
 
     # -- the announcement ------------------------------------------------------------------------------------
     def announced(self) -> tuple[int, str] | None:
@@ -137,28 +189,62 @@ class GangRounds:
                 report += report_every
             time.sleep(POLL_SECONDS)
 
-    # -- the Job's failed rounds ----------------------------------------------------------------------------
-    def count_failure(self, generation: int, code: int) -> int:
-        """Round ``generation`` failed (with ``code`` here): counted once for the gang; the Job's failed rounds."""
+    # -- progress, and the Job's failed rounds ------------------------------------------------------------------
+    def progress(self) -> Progress | None:
+        """The newest checkpoint the workers published, and in which round."""
+        return read_progress(self.directory / PROGRESS)
+
+    def progressed(self, generation: int, resumed_from: Progress | None) -> Progress | None:
+        """The checkpoint round ``generation`` published after the one it resumed from (``resumed_from``: the
+        progress noted when this node entered the round), or None: the round made no progress."""
+        current = self.progress()
+        if current is None or current.generation != generation:
+            return None
+        if resumed_from is not None and resumed_from.generation < generation \
+                and resumed_from.checkpoint == current.checkpoint:
+            return None  # the same checkpoint again: no newer one
+        return current
+
+    def judge(self, generation: int, code: int, progress: Progress | None) -> Verdict:
+        """Round ``generation`` failed (with ``code`` here): judged once for the gang, by the first node to judge it
+        (counted, or not for a round that made ``progress``); the verdict that stands, and the Job's failures."""
+        line = f"node {self.node} exit {code}" + (f" {AFTER_PROGRESS} {progress.checkpoint}" if progress else "")
         if self.job is None:
-            self._local_failures.add(generation)
-            return len(self._local_failures)
+            self._local_verdicts.setdefault(generation, line)
+            return self._verdict(self._local_verdicts[generation])
         directory = self.directory / FAILED / self.job
         directory.mkdir(parents=True, exist_ok=True)
         try:
             descriptor = os.open(directory / str(generation), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            pass
+            return self._verdict(read_note(directory / str(generation)) or "")
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(line + "\n")
+        return self._verdict(line)
+
+    def _verdict(self, line: str) -> Verdict:
+        words = line.split()
+        after = AFTER_PROGRESS in words and words.index(AFTER_PROGRESS) + 1 < len(words)
+        return Verdict(not after, words[words.index(AFTER_PROGRESS) + 1] if after else None, self.failures())
+
+    def count_failure(self, generation: int, code: int) -> int:
+        """Round ``generation`` failed without progress: counted once for the gang; the Job's counted rounds."""
+        return self.judge(generation, code, None).failures
+
+    def verdicts(self) -> list[bool]:
+        """Whether each failed round of the Job was counted (False: a fault after progress), by round."""
+        if self.job is None:
+            lines = [line for _, line in sorted(self._local_verdicts.items())]
         else:
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(f"node {self.node} exit {code}\n")
-        return self.failures()
+            directory = self.directory / FAILED / self.job
+            names = sorted((item for item in directory.iterdir() if item.name.isdigit() and len(item.name) <= 12),
+                           key=lambda item: int(item.name)) if directory.is_dir() else []
+            lines = [read_note(item) or "" for item in names]
+        return [AFTER_PROGRESS not in line.split() for line in lines]
 
     def failures(self) -> int:
-        if self.job is None:
-            return len(self._local_failures)
-        directory = self.directory / FAILED / self.job
-        return sum(1 for item in directory.iterdir() if item.name.isdigit()) if directory.is_dir() else 0
+        """The Job's failed rounds that count against max_restarts."""
+        return sum(self.verdicts())
 
     # -- the gang's end ---------------------------------------------------------------------------------------
     def end(self, generation: int, code: int) -> None:

@@ -37,6 +37,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "last_checkpoint_step": ("The step of the newest checkpoint written", ()),
     "last_checkpoint_timestamp_seconds": ("When the newest checkpoint was written, Unix time", ()),
     "restarts": ("Starts of this run before this one (resumes and restarts)", ()),
+    "failed_rounds": ("The Job's rounds that failed and were restarted in place, by whether they counted against "
+                      "max_restarts (false: a fault after progress, a round that had published a newer checkpoint)",
+                      ("counted",)),
+    "max_restarts": ("The failed rounds without progress the Job may restart (values max_restarts)", ()),
     "peak_memory_bytes": ("This process's peak memory, by device (cpu: resident set; cuda: allocated)",
                           ("device",)),
 }
@@ -90,6 +94,13 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
     if "restarts" in samples:
         restarts = int(samples["restarts"])
         parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
+    counted = samples.get('failed_rounds{counted="true"}')
+    after_progress = samples.get('failed_rounds{counted="false"}')
+    if counted is not None or after_progress is not None:
+        limit = samples.get("max_restarts")
+        parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" of {limit:.0f} allowed" if limit is not None
+                                                                      else "")
+                     + f", {after_progress or 0:.0f} after progress not counted")
     parts += [f"peak memory {value / 2**30:.1f} GiB ({_label(name, 'device')})" for name, value in sorted(samples.items())
               if name.startswith("peak_memory_bytes{")]
     return ", ".join(parts) or None

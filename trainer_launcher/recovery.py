@@ -9,8 +9,10 @@ the Job:
 - ``free`` and ``stop`` (a victim of a peer's failure; a worker stopped by SIGTERM while the launcher was not):
   the next round, uncounted; index 0 tells from the gang's notes whether another pod explains the round (then
   that pod counted it), or every pod was a victim, or one vanished whole (then index 0 counts it);
-- anything else (a crash, a killed process, a stall): counted once for the gang, then the next round, while no
-  more rounds failed than max_restarts; beyond that the pod exits RESTARTS_EXHAUSTED and the Job fails.
+- anything else (a crash, a killed process, a stall): judged once for the gang, then the next round. A round that
+  made progress (published a newer checkpoint than the one it resumed from) is a fault, not a crash loop: not
+  counted. One that made none is counted, and once more rounds failed without progress than max_restarts, the pod
+  exits RESTARTS_EXHAUSTED and the Job fails: a deterministic crash still fails it after max_restarts + 1 rounds.
 
 A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
 to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them.
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 from trainer_contract import exit_codes
 from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, GangLedger
-from trainer_contract.gang_rounds import GENERATION_VARIABLE, GangRounds
+from trainer_contract.gang_rounds import GENERATION_VARIABLE, PROGRESS, PROGRESS_VARIABLE, GangRounds, Progress
 
 
 class InPlaceRecovery:
@@ -31,6 +33,7 @@ class InPlaceRecovery:
                  tell: Callable[[str], None]):
         self.rounds, self.ledger, self.limit, self.say, self.tell = rounds, ledger, limit, say, tell
         self.generation = 0  # the round this node is in (0: none yet)
+        self.resumed_from: Progress | None = None  # the progress noted when this node entered its round
 
     @property
     def leader(self) -> bool:
@@ -58,7 +61,9 @@ class InPlaceRecovery:
             self.generation = max(generation, announced[0] if announced else 0)
             self.rounds.mark_joined(self.generation)
         self.ledger.new_round()
+        self.resumed_from = self.rounds.progress()
         os.environ[GENERATION_VARIABLE] = str(self.generation)
+        os.environ[PROGRESS_VARIABLE] = str(self.rounds.directory / PROGRESS)  # where the workers' rank 0 notes it
         if not first:
             self.tell(f"round {self.generation} of the gang: new workers, resuming from the newest checkpoint")
         return None
@@ -93,13 +98,21 @@ class InPlaceRecovery:
         return self._count(code, f"this pod's worker failed with exit code {code}")
 
     def _count(self, code: int, why: str) -> int | None:
-        failed = self.rounds.count_failure(self.generation, code)
-        if failed > self.limit:
-            self.say(f"round {self.generation} failed: {why}; {failed} rounds of this Job have failed, more than "
-                     f"max_restarts ({self.limit}) allows: exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
+        """Judge the round (once for the gang): a fault after progress is not counted; a round without progress
+        is, and past max_restarts it ends the pod."""
+        verdict = self.rounds.judge(self.generation, code, self.rounds.progressed(self.generation, self.resumed_from))
+        if not verdict.counted:
+            self.tell(f"round {self.generation} failed: {why}; restarting in place, not counted: fault after progress "
+                      f"(checkpoint {verdict.progress} published in this round; {verdict.failures} of at most "
+                      f"{self.limit} restarts spent)")
+            return None
+        if verdict.failures > self.limit:
+            self.say(f"round {self.generation} failed: {why}; {verdict.failures} rounds of this Job have failed, more "
+                     f"than max_restarts ({self.limit}) allows (rounds that published a newer checkpoint are not "
+                     f"counted): exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
             return self.end(exit_codes.RESTARTS_EXHAUSTED)
-        self.tell(f"round {self.generation} failed: {why}; restarting in place ({failed} of at most {self.limit} "
-                  "restarts)")
+        self.tell(f"round {self.generation} failed: {why}; restarting in place ({verdict.failures} of at most "
+                  f"{self.limit} restarts; no newer checkpoint in this round)")
         return None
 
     def end(self, code: int) -> int:

@@ -27,6 +27,8 @@ from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import atomic_write
+from trainer_contract.gang_ledger import DIRECTORY as GANG_DIRECTORY
+from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
 from trainer_contract.metrics import METRICS, PATH, PORT_VARIABLE, PREFIX
 
 # Where each node counts the starts of the run in OUTPUT_DIR (node<N>: a count), which a new run's set-aside
@@ -110,6 +112,19 @@ class Live:
         self._set("step", step)
         if output_dir is not None and self.counts_starts:  # one count per node: its local rank 0's
             self._set("restarts", count_start(output_dir / STARTS_DIRECTORY / f"node{node}"))
+            self._failed_rounds(output_dir)
+
+    def _failed_rounds(self, output_dir: Path, environ: Mapping[str, str] = os.environ) -> None:
+        """Where the launcher restarts rounds in place: the Job's failed rounds so far, counted and not (faults
+        after progress), as the launchers judged them (trainer_contract/gang_rounds.py)."""
+        in_place, limit = in_place_settings(environ)
+        job = job_identity(environ)
+        if not in_place or job is None or not (output_dir / GANG_DIRECTORY).is_dir():
+            return
+        verdicts = GangRounds(output_dir, 0, "", job).verdicts()
+        self._set("failed_rounds", sum(verdicts), counted="true")
+        self._set("failed_rounds", len(verdicts) - sum(verdicts), counted="false")
+        self._set("max_restarts", limit)
 
     def progress(self, step: int, *, steps: int, epoch: int | None = None, epochs: int | None = None) -> None:
         """Optimizer step ``step`` of ``steps`` done (epochs from 1); the ETA at this start's pace."""

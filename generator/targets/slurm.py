@@ -20,7 +20,7 @@ from generator.spec import SECRET_STORAGE_KEYS, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import describe_value
-from trainer_contract import exit_codes, launcher, storage
+from trainer_contract import exit_codes, gang_rounds, launcher, storage
 
 LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
 # Whether the nodes' environment (what slurm.setup activates) can start each launcher, and what to do if not: a
@@ -130,6 +130,9 @@ class BatchScript:
     fail_codes: tuple[exit_codes.ExitCode, ...]
     stop_codes: tuple[exit_codes.ExitCode, ...]
     bad_config: int = exit_codes.BAD_CONFIG
+    # where the program's rank 0 notes each checkpoint it publishes, under OUTPUT_DIR: a step that published one
+    # failed after progress, and its requeue is not counted (trainer_contract/gang_rounds.py)
+    progress_path: str = gang_rounds.PROGRESS_PATH
 
 
 def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:

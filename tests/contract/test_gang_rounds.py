@@ -4,6 +4,7 @@ failed round (trainer_launcher.recovery), against real files and threads; the en
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -12,7 +13,15 @@ from hypothesis import strategies as st
 
 from trainer_contract import exit_codes
 from trainer_contract.gang_ledger import GangLedger
-from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
+from trainer_contract.gang_rounds import (
+    PROGRESS_VARIABLE,
+    GangRounds,
+    Progress,
+    Verdict,
+    in_place_settings,
+    job_identity,
+    note_progress,
+)
 from trainer_launcher.recovery import InPlaceRecovery
 
 
@@ -153,3 +162,98 @@ def test_index_0_leaves_the_count_to_the_pod_that_explains_the_round(tmp_path):
     assert decider.rounds.failures() == 0
     GangRounds(tmp_path, 1, "t", "job").end(1, exit_codes.BAD_CONFIG)  # pod 1 ended the gang instead
     assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
+
+
+# -- the restart budget: faults after progress are not counted -------------------------------------------------
+def publish(tmp_path, generation: int, checkpoint: str) -> None:
+    """What the workers' rank 0 does when it publishes a checkpoint in round ``generation``."""
+    note_progress(checkpoint, {PROGRESS_VARIABLE: str(tmp_path / ".gang" / "progress"),
+                               "INDEXED_TRAINER_GANG_ROUND": str(generation)})
+
+
+@pytest.mark.parametrize("published_in_round, expected", [
+    ([], None),  # nothing published: a crash before the first checkpoint
+    (["ckpt-e0001-s000000.pt"], "ckpt-e0001-s000000.pt"),
+    (["ckpt-e0001-s000000.pt", "ckpt-e0002-s000000.pt"], "ckpt-e0002-s000000.pt"),
+    (["ckpt-e0000-s000040.pt"], None),  # the checkpoint it resumed from, published again: no newer one
+])
+def test_a_round_made_progress_if_it_published_a_newer_checkpoint(tmp_path, published_in_round, expected):
+    rounds = GangRounds(tmp_path, 0, "t", "job")
+    publish(tmp_path, 1, "ckpt-e0000-s000040.pt")  # round 1's, which round 2 resumes from
+    resumed_from = rounds.progress()
+    for checkpoint in published_in_round:
+        publish(tmp_path, 2, checkpoint)
+    progressed = rounds.progressed(2, resumed_from)
+    assert (progressed.checkpoint if progressed else None) == expected
+
+
+def test_a_round_judged_after_progress_is_not_counted_and_its_verdict_stands_for_every_node(tmp_path):
+    nodes = [GangRounds(tmp_path, node, f"t{node}", "job") for node in range(2)]
+    publish(tmp_path, 1, "step-00000010.ckpt")
+    first = nodes[1].judge(1, 137, nodes[1].progressed(1, None))
+    assert first == Verdict(counted=False, progress="step-00000010.ckpt", failures=0)
+    assert nodes[0].judge(1, 75, None) == first  # judged once: the later judge reads the verdict
+    assert nodes[0].judge(2, 1, None) == Verdict(counted=True, progress=None, failures=1)
+    assert nodes[0].verdicts() == [False, True] and nodes[1].failures() == 1
+
+
+@pytest.mark.parametrize("content", ["", "garbage", "-3 x", "1", "1 a b", "99999999999999999999 x", "\0\0\0"])
+def test_a_progress_note_that_is_not_ours_reads_as_none(tmp_path, content):
+    (tmp_path / ".gang").mkdir()
+    (tmp_path / ".gang" / "progress").write_text(content)
+    assert GangRounds(tmp_path, 0, "t", "job").progress() is None
+
+
+def test_a_fifo_or_a_link_where_a_note_should_be_reads_as_none_at_once(tmp_path):
+    (tmp_path / ".gang").mkdir()
+    os.mkfifo(tmp_path / ".gang" / "progress")  # a blocking read would hang the launcher forever
+    assert GangRounds(tmp_path, 0, "t", "job").progress() is None
+    (tmp_path / ".gang" / "progress").unlink()
+    (tmp_path / ".gang" / "progress").symlink_to("/dev/zero")
+    assert GangRounds(tmp_path, 0, "t", "job").progress() is None
+
+
+@given(st.text(max_size=60), st.integers(min_value=0, max_value=10**6))
+def test_any_checkpoint_name_noted_reads_back_as_one_word(tmp_path_factory, name, generation):
+    directory = tmp_path_factory.mktemp("progress")
+    publish(directory, generation, name)
+    progress = GangRounds(directory, 0, "t", "job").progress()
+    word = "".join(name.split())
+    assert progress == (Progress(generation, word) if word else None)
+
+
+def test_a_crash_loop_fails_after_max_restarts_plus_one_rounds_and_faults_after_progress_never_do(tmp_path):
+    limit = 2
+    decider = recovery(tmp_path, 0, 1, limit)
+    os.environ.pop(PROGRESS_VARIABLE, None)
+    outcomes = []
+    for generation in range(1, 7):  # six faults, each after a new checkpoint: none counted
+        decider.generation, decider.resumed_from = generation, decider.rounds.progress()
+        publish(tmp_path, generation, f"ckpt-e{generation:04d}-s000000.pt")
+        outcomes.append(decider.after(137, False))
+    assert outcomes == [None] * 6 and decider.rounds.failures() == 0
+    outcomes = []
+    for generation in range(7, 7 + limit + 1):  # then a deterministic crash before the next checkpoint
+        decider.generation, decider.resumed_from = generation, decider.rounds.progress()
+        outcomes.append(decider.after(1, False))
+    assert outcomes == [None] * limit + [exit_codes.RESTARTS_EXHAUSTED]
+    assert decider.rounds.ended() == exit_codes.RESTARTS_EXHAUSTED
+
+
+def test_the_live_metrics_say_how_the_jobs_failed_rounds_were_judged(tmp_path):
+    from prometheus_client import generate_latest
+
+    from trainer_contract import metrics
+    from trainer_runtime.metrics import Live
+
+    rounds = GangRounds(tmp_path, 0, "t", "job")
+    publish(tmp_path, 1, "ckpt-e0001-s000000.pt")
+    rounds.judge(1, 137, rounds.progressed(1, None))
+    rounds.judge(2, 1, None)
+    rounds.judge(3, 1, None)
+    live = Live(None, print)
+    environ = {"INDEXED_TRAINER_RESTART_IN_PLACE": "true", "INDEXED_TRAINER_MAX_RESTARTS": "5",
+               "INDEXED_TRAINER_JOB_UID": "job"}
+    live._failed_rounds(tmp_path, environ)
+    line = metrics.summary(metrics.parse(generate_latest(live.registry).decode()))
+    assert line == "failed rounds: 2 counted of 5 allowed, 1 after progress not counted"

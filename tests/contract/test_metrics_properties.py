@@ -33,3 +33,9 @@ def test_what_is_served_reads_back(step, planned, loss):
                             f"indexed_trainer_loss {loss!r}\n")
     assert samples["step"] == step and samples["steps_planned"] == planned and math.isclose(samples["loss"], loss)
     assert metrics.summary(samples).startswith(f"step {step}/{planned}, loss ")
+
+
+def test_the_restart_budget_reads_as_one_part_of_the_line():
+    scrape = ('indexed_trainer_failed_rounds{counted="true"} 1.0\n'
+              'indexed_trainer_failed_rounds{counted="false"} 4.0\nindexed_trainer_max_restarts 3.0\n')
+    assert metrics.summary(metrics.parse(scrape)) == "failed rounds: 1 counted of 3 allowed, 4 after progress not counted"

@@ -97,6 +97,27 @@ def test_a_fault_on_every_start_ends_after_max_restarts_plus_one_rounds_in_place
     assert log.count("Rank 0: process group: gloo") == 3
 
 
+# each fault after a newer checkpoint than the round resumed from: a worker of index 1, then one of index 0, ...
+FAULTS_AFTER_PROGRESS = "; ".join(f"sigkill@batch={epoch}.3,rank={epoch % 2},attempt={epoch - 2}" for epoch in range(2, 6))
+
+
+def test_faults_after_progress_do_not_spend_max_restarts(tmp_path):
+    """Four faults, each after the round published a newer checkpoint, with max_restarts 1: a long job under
+    recurring faults, not a crash loop; the Job completes, every epoch recorded once."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=5", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=500, env=fault_env(FAULTS_AFTER_PROGRESS))
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert status["condition"]["type"] == "Complete" and status["restarts"] == {"0": 0, "1": 0}
+    for generation in range(1, 5):
+        checkpoint = f"ckpt-e{generation:04d}-s000000.pt"
+        assert (f"round {generation} failed: this pod's worker failed with exit code 137; restarting in place, not "
+                f"counted: fault after progress (checkpoint {checkpoint} published in this round; 0 of at most 1 "
+                "restarts spent)") in log
+    assert "round 5 of the gang: new workers" in log
+    assert recorded_epochs(claim / "runs" / "mnist-train") == [1, 2, 3, 4, 5]
+
+
 def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):
     claim = volume(tmp_path, SMALL)
     manifests = render("replicas=2", "max_restarts=2", "restart_in_place=false", "config_map.EPOCHS=2",

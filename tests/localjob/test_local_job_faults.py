@@ -45,8 +45,10 @@ def test_one_rank_sigkilled_inside_a_two_process_pod(tmp_path):
     assert "Rank 1: FAULT_INJECT: sigkill at batch=2.3 (attempt 0)" in log
     assert_recovered(result, log, status, claim, resumed_from="ckpt-e0001-s000000.pt", recreated={"0": 0, "1": 0})
     assert "Rank 3: training completed." in log  # 2 pods x 2 processes
-    # pod 0's launcher restarted its workers and counted the round; pod 1 waited in place for it
-    assert "round 1 failed: this pod's worker failed with exit code 137; restarting in place (1 of at most 3" in log
+    # pod 0's launcher restarted its workers, and did not count the round: it had published epoch 1's checkpoint
+    # (a fault after progress); pod 1 waited in place for it
+    assert ("round 1 failed: this pod's worker failed with exit code 137; restarting in place, not counted: fault "
+            "after progress (checkpoint ckpt-e0001-s000000.pt published in this round; 0 of at most 3") in log
     assert status["failed"] == 0 and len(status["pods"]) == 2
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
+from trainer_contract import exit_codes
 from tests.slurm_cluster import started_cluster
 from tests.worker.launch import fault_env, free_port, recorded_epochs
 
@@ -157,11 +158,47 @@ def test_a_killed_worker_restarts_in_place_on_the_same_nodes_without_a_requeue(c
     log = job_log(shared)
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "0", log[-4000:]
     assert "Rank 1: FAULT_INJECT: sigkill at batch=2.3 (attempt 0)" in log
-    assert "launcher: round 1 failed: this pod's worker failed with exit code 137; restarting in place" in log
+    assert ("launcher: round 1 failed: this pod's worker failed with exit code 137; restarting in place, not counted: "
+            "fault after progress (checkpoint ckpt-e0001-s000000.pt") in log
     assert "resuming from ckpt-e0001-s000000.pt" in log
     output = shared / "runs" / "mnist-train"
-    assert (output / ".gang" / "failed" / job_id / "1").is_file()  # the round, counted once under the job's id
+    # the round, judged once under the job's id: after progress
+    assert "after-progress" in (output / ".gang" / "failed" / job_id / "1").read_text()
     assert not list(output.glob(".slurm-failures-*")) and recorded_epochs(output) == [1, 2]
+
+
+def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster, tmp_path, digits, node_venv):
+    """max_restarts 1. A node's processes killed whole after epoch 1's checkpoint (the step fails: the script's
+    rule) and then workers killed in place after each newer checkpoint (the launchers' rule) cost nothing; a crash
+    before any newer checkpoint, on every start, is a crash loop: it fails the job after max_restarts + 1 rounds."""
+    shared = shared_dir(tmp_path, digits)
+    prepare(tmp_path, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='4'", "config_map.BATCH_SIZE='32'")
+    faults = ("sigkill-pod@batch=2.3,rank=1,attempt=0; sigkill@batch=3.3,rank=0,attempt=1; "
+              "sigkill@batch=4.3,rank=1,attempt=2")
+    job_id = submit(cluster, tmp_path, shared, fault_env(faults))
+    state = wait_for(cluster, job_id, timeout=900)
+    log = job_log(shared)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", log[-4000:]
+    assert re.search(r"mnist-train: failed with exit code \d+ after progress \(checkpoint ckpt-e0001-s000000\.pt "
+                     r"published\): not counted \(0 of at most 1 restarts spent\): requeued", log), log[-4000:]
+    for generation, checkpoint in ((1, "ckpt-e0002-s000000.pt"), (2, "ckpt-e0003-s000000.pt")):
+        assert (f"restarting in place, not counted: fault after progress (checkpoint {checkpoint} published in "
+                "this round; 0 of at most 1 restarts spent)") in log, log[-4000:]
+    output = shared / "runs" / "mnist-train"
+    assert not list(output.glob(".slurm-failures-*")) and recorded_epochs(output) == [1, 2, 3, 4]
+
+    crashing = tmp_path / "crash-loop"
+    crashing.mkdir()
+    shared = shared_dir(crashing, digits)
+    prepare(crashing, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'")
+    job_id = submit(cluster, crashing, shared, fault_env("exit=3@batch=1.2,rank=1"))
+    state = wait_for(cluster, job_id, timeout=600)
+    log = job_log(shared)
+    assert state["JobState"] == "FAILED" and state["Restarts"] == "0", log[-4000:]
+    assert state["ExitCode"].startswith(f"{exit_codes.RESTARTS_EXHAUSTED}:")
+    assert "round 1 failed: this pod's worker failed with exit code 3; restarting in place (1 of at most 1" in log
+    assert "round 2 failed: this pod's worker failed with exit code 3; 2 rounds of this Job have failed" in log
+    assert f"mnist-train: more failed rounds than max_restarts (exit {exit_codes.RESTARTS_EXHAUSTED}): not requeued" in log
 
 
 def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits, node_venv):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from trainer_contract import checkpoint_layout as layout
+from trainer_contract.gang_rounds import note_progress
 from trainer_runtime.checkpoints.safe_load import UnsafeCheckpoint
 from trainer_runtime.metrics import live
 
@@ -50,10 +51,12 @@ class CheckpointStore:
         return newest(self.directory, self.naming, read, self.log)
 
     def published(self, path: Path) -> None:
-        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, show it in
-        the live metrics (its step and time) and offer it to the mirror, which uploads it beside the training and removes from the bucket what the volume no
-        longer keeps."""
+        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, note it
+        for the launchers (a round that published one made progress: trainer_contract.gang_rounds), show it in the
+        live metrics (its step and time) and offer it to the mirror, which uploads it beside the training and
+        removes from the bucket what the volume no longer keeps."""
         layout.prune(self.directory, self.keep, self.naming)
+        note_progress(path.name)
         live().checkpoint_written(path)
         if self.mirror is not None:
             self.mirror.offer(path)

@@ -1,0 +1,30 @@
+"""Reading the small notes the gang's pods leave each other on the shared volume, as data: whoever can write the
+volume (another Job on a shared claim, a compromised pod) may have left a FIFO, a link to /dev/zero or a huge file
+where a note should be. A note is read only if it is a regular file (links not followed), at most ``limit`` bytes
+of it, without blocking; anything else reads as absent. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+NOTE_LIMIT = 4096  # a note is a line or two; more is not ours
+
+
+def read_note(path: Path, limit: int = NOTE_LIMIT) -> str | None:
+    """The text of the note at ``path`` (its first ``limit`` bytes, as UTF-8 with bad bytes replaced), or None
+    when there is none, or what is there is no regular file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return os.read(descriptor, limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
