@@ -75,7 +75,7 @@ def _disk_directory() -> Path:
 
 # -- memory ---------------------------------------------------------------------------------------------
 MEMORY_OPTIONS = {
-    "off": dict(TENSORBOARD="false", CHECKPOINT_EVERY=0, CHECKPOINT_ASYNC="false"),
+    "off": dict(TENSORBOARD="false", CHECKPOINT_EVERY=0, CHECKPOINT_EVERY_SECONDS=0, CHECKPOINT_ASYNC="false"),
     "on": dict(TENSORBOARD="true", CHECKPOINT_EVERY=1, CHECKPOINT_ASYNC="true"),
 }
 

@@ -40,7 +40,8 @@ def torchrun(module: str, args: list[str], env: dict) -> None:
 def worker_run(model: Path, data: Path, epochs: int, scratch: Path) -> dict:
     output = Path(tempfile.mkdtemp(dir=scratch))
     torchrun("worker.sft", [], clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
-                                         LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, TENSORBOARD="false"))
+                                         LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, CHECKPOINT_EVERY_SECONDS=0,
+                                         TENSORBOARD="false"))
     peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
              for log in sorted((output / "logs").glob("usage-rank*.log"))]
     return {"seconds": json.loads((output / "summary.json").read_text())["train_seconds"], "peak_mib": max(peaks),

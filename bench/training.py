@@ -37,7 +37,8 @@ def strategy_run(data_dir: Path, world: int, target: float, quick: bool, strateg
     images/s of all processes together in the last epoch reported by then (the second, where there is one)."""
     out = Path(tempfile.mkdtemp(prefix="bench-strategy-"))
     env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", OMP_NUM_THREADS=2,
-                    STRATEGY=strategy, PRECISION=precision, CHECKPOINT_EVERY=0, TENSORBOARD="false")
+                    STRATEGY=strategy, PRECISION=precision, CHECKPOINT_EVERY=0, CHECKPOINT_EVERY_SECONDS=0,
+                    TENSORBOARD="false")
     if quick:
         env.update(EPOCHS="1", TRAIN_SAMPLES="256")
     rates: list[float] = []
@@ -74,7 +75,7 @@ def worker_throughput(data_dir: Path, world: int, quick: bool) -> float:
     """Training images/s per process in the worker's second epoch (steady state)."""
     out = Path(tempfile.mkdtemp(prefix="bench-worker-"))
     env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=out, LOG_INTERVAL=100000, DOWNLOAD="false", OMP_NUM_THREADS=2,
-                    EPOCHS=2, CHECKPOINT_EVERY=0)
+                    EPOCHS=2, CHECKPOINT_EVERY=0, CHECKPOINT_EVERY_SECONDS=0)
     if quick:
         env["TRAIN_SAMPLES"] = "256"
     return _second_epoch_rate(_launcher(world, "worker"), env, _WORKER_ACCURACY) / world
@@ -105,7 +106,7 @@ def _second_epoch_rate(command: list[str], env: dict, pattern: re.Pattern) -> fl
 def peak_memory_per_rank(data_dir: Path, world: int, quick: bool) -> float:
     """Largest peak resident memory (MiB) of one rank of the worker, each rank started by hand."""
     env = clean_env(DATA_DIR=data_dir, OUTPUT_DIR=tempfile.mkdtemp(prefix="bench-memory-"), LOG_INTERVAL=100000,
-                    DOWNLOAD="false", EPOCHS=1, OMP_NUM_THREADS=1, CHECKPOINT_EVERY=0,
+                    DOWNLOAD="false", EPOCHS=1, OMP_NUM_THREADS=1, CHECKPOINT_EVERY=0, CHECKPOINT_EVERY_SECONDS=0,
                     **({"TRAIN_SAMPLES": 256} if quick else {}))
     return peak_rss_per_rank([sys.executable, "-m", "worker"], env, world)
 

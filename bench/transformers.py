@@ -64,7 +64,7 @@ def first_at(evaluations: list[dict], target: float) -> float:
 def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path) -> dict:
     output = Path(tempfile.mkdtemp(dir=scratch))
     env = clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
-                    LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0)
+                    LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, CHECKPOINT_EVERY_SECONDS=0)
     torchrun("worker.finetune", [], env)
     summary = json.loads((output / "summary.json").read_text())
     evaluations = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]

@@ -111,6 +111,14 @@ def _setting(env: str, parse: Callable[[str], object], default: object, help: st
     return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag})
 
 
+# Checkpoints by time, every program alike; each program's default says why it suits its checkpoint's cost.
+def _checkpoint_every_seconds(default: float, why: str):
+    return _setting("CHECKPOINT_EVERY_SECONDS", _non_negative_float, default,
+                    "Checkpoint, mid-epoch too, once this many seconds of training have passed since the last "
+                    "checkpoint, so that a fault costs at most about that much training whatever an epoch lasts "
+                    "(rank 0's clock, agreed by every rank in the step's own collective); 0: off. " + why)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything the training reads from its environment. The README's table is generated from this."""
@@ -153,7 +161,11 @@ class TrainConfig:
         "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.")
     log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
-    checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1, "Checkpoint every N epochs; 0: never.")
+    checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1,
+                                     "Checkpoint every N epochs and after the last; 0: after the last only.")
+    checkpoint_every_seconds: float = _checkpoint_every_seconds(
+        30.0, "30 s: an asynchronous checkpoint of this model stalls the training for milliseconds, and a recovery "
+        "itself takes seconds: what a fault costs stays of the recovery's order.")
     keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 3, "Checkpoints kept on the volume.")
     checkpoint_async: bool = _setting(
         "CHECKPOINT_ASYNC", _boolean, True,
@@ -208,6 +220,18 @@ def _usage_log_seconds():
                     "memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
 
 
+def _checkpoint_every_steps(default: int):
+    return _setting("CHECKPOINT_EVERY_STEPS", _non_negative_int, default,
+                    "Checkpoint every N optimizer steps as well as at each epoch's end; 0: none by steps.")
+
+
+def _workload_checkpoint_every_seconds():
+    return _checkpoint_every_seconds(
+        300.0, "300 s: the training waits while its checkpoint is written, and a checkpoint can be large (LoRA's "
+        "adapters are MiB, a whole model's weights with their optimizer state three times the weights); every "
+        "five minutes, a write of 6 s costs 2% of the training. Raise it where a write takes longer.")
+
+
 def _collective_timeout():
     return _setting("COLLECTIVE_TIMEOUT", _positive_float, 300.0,
                     "Seconds a collective may wait for a peer before the process gives up.")
@@ -252,9 +276,8 @@ class QaConfig:
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.")
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N questions; 0: all.")
     log_interval: int = _log_interval()
-    checkpoint_every_steps: int = _setting(
-        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 0,
-        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    checkpoint_every_steps: int = _checkpoint_every_steps(0)
+    checkpoint_every_seconds: float = _workload_checkpoint_every_seconds()
     keep_checkpoints: int = _keep_checkpoints()
     resume: bool = _resume()
     tensorboard: bool = _tensorboard()
@@ -308,9 +331,8 @@ class FinetuneConfig:
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.")
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N texts; 0: all.")
     log_interval: int = _log_interval()
-    checkpoint_every_steps: int = _setting(
-        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 500,
-        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    checkpoint_every_steps: int = _checkpoint_every_steps(500)
+    checkpoint_every_seconds: float = _workload_checkpoint_every_seconds()
     keep_checkpoints: int = _keep_checkpoints()
     resume: bool = _resume()
     tensorboard: bool = _tensorboard()
@@ -384,9 +406,8 @@ class SftConfig:
     train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.")
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N examples; 0: all.")
     log_interval: int = _log_interval()
-    checkpoint_every_steps: int = _setting(
-        "CHECKPOINT_EVERY_STEPS", _non_negative_int, 200,
-        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: at epoch ends only.")
+    checkpoint_every_steps: int = _checkpoint_every_steps(200)
+    checkpoint_every_seconds: float = _workload_checkpoint_every_seconds()
     keep_checkpoints: int = _keep_checkpoints()
     resume: bool = _resume()
     tensorboard: bool = _tensorboard()

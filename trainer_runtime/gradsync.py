@@ -1,17 +1,28 @@
 """Gradient averaging with one all-reduce per step over a single flat buffer.
 
 Every parameter's ``.grad`` is a view into one contiguous buffer, so backward writes the gradients straight
-into it and no copy is needed before or after the collective. Two control slots ride along at the end:
-the number of samples this process used in the step, and whether it was asked to stop (SIGTERM). After the
-all-reduce the gradients are divided by the global sample count, which makes the update exactly that of
-one process on the combined batch, also when the ranks' batches differ in size (the last step of an epoch),
-and every rank learns in the same step whether any rank must stop.
+into it and no copy is needed before or after the collective. Three control slots ride along at the end:
+the number of samples this process used in the step, whether it was asked to stop (SIGTERM), and whether its
+clock says a checkpoint is due (rank 0's alone votes: trainer_runtime.checkpoints.clock). After the all-reduce the
+gradients are divided by the global sample count, which makes the update exactly that of one process on the
+combined batch, also when the ranks' batches differ in size (the last step of an epoch), and every rank learns in
+the same step whether any rank must stop and whether to checkpoint.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.distributed as dist
+
+
+class StepAgreement(NamedTuple):
+    """What the gang agreed in a step's collective, besides the gradients (every rank the same)."""
+
+    samples: int  # the step's samples over every rank
+    stop: bool  # some rank was asked to stop
+    checkpoint: bool  # a checkpoint is due by time (rank 0's clock)
 
 
 class FlatGradients:
@@ -20,9 +31,9 @@ class FlatGradients:
         self.world_size = world_size
         total = sum(p.numel() for p in self.parameters)
         first = self.parameters[0]
-        self.buffer = torch.zeros(total + 2, dtype=first.dtype, device=first.device)
+        self.buffer = torch.zeros(total + 3, dtype=first.dtype, device=first.device)
         self.gradients = self.buffer[:total]
-        self._samples, self._stop = self.buffer[total:total + 1], self.buffer[total + 1:]
+        self._control = self.buffer[total:]  # samples, stop, checkpoint
         offset = 0
         for parameter in self.parameters:
             count = parameter.numel()
@@ -38,13 +49,13 @@ class FlatGradients:
         start, end = self.buffer.data_ptr(), self.buffer.data_ptr() + self.buffer.numel() * self.buffer.element_size()
         return all(p.grad is not None and start <= p.grad.data_ptr() < end for p in self.parameters)
 
-    def synchronize(self, samples: int, stop_requested: bool) -> tuple[int, bool]:
-        """Sum gradients and control slots over all ranks, average by samples; return (samples, stop)."""
-        self._samples.fill_(samples)
-        self._stop.fill_(1.0 if stop_requested else 0.0)
+    def synchronize(self, samples: int, stop_requested: bool, checkpoint_due: bool = False) -> StepAgreement:
+        """Sum gradients and control slots over all ranks, average by samples; return what the gang agreed."""
+        for slot, value in zip(self._control, (samples, stop_requested, checkpoint_due), strict=True):
+            slot.fill_(float(value))  # no host-to-device copy: on CUDA it would wait for the stream
         if self.world_size > 1:
             dist.all_reduce(self.buffer)
-        total_samples, stops = self.buffer[-2:].tolist()
+        total_samples, stops, checkpoints = self._control.tolist()
         if total_samples > 0:
             self.gradients.div_(total_samples)
-        return int(total_samples), stops > 0
+        return StepAgreement(int(total_samples), stops > 0, checkpoints > 0)

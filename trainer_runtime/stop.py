@@ -47,14 +47,14 @@ class StopRequest:
         self.immediate = False
 
 
-def agreed(flag: bool, device: Any) -> bool:
-    """Whether any process of the gang has ``flag`` set: every process calls it at the same step (one all-reduce of
-    a number), so that all stop together or none does."""
+def agreed(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:
+    """For each of ``flags``, whether any process of the gang has it set: every process calls it at the same step
+    (one all-reduce of a few numbers), so that all act together or none does."""
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return flags
+    values = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return tuple(value > 0 for value in values.tolist())

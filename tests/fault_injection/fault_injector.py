@@ -11,6 +11,7 @@ hook of trainer_contract.hooks: the worker itself knows nothing of it.
 Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
 
     points   batch=E.B    before batch B of epoch E (both counted from 1)
+             batch        before every batch (a sleep there slows every step: a run that lasts, on any machine)
              download     on the rank that prepares the data, before it tells the others the outcome
              checkpoint   inside every checkpoint write: its file written, not yet renamed into place
              checkpoint=N inside the N-th checkpoint write of this start only
@@ -45,7 +46,7 @@ from trainer_contract.variables import ConfigError
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
-                    r"@(?P<point>batch=\d+\.\d+|download|checkpoint(=\d+)?|written=\d+|completed)"
+                    r"@(?P<point>batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed)"
                     r"(?P<filters>(,(rank|attempt)=\d+)*)$")
 
 
@@ -106,6 +107,7 @@ class FaultInjector:
     def on(self, name: str, **context) -> None:
         """The worker passed point ``name`` (trainer_contract/hooks.py)."""
         if name == "batch":
+            self.at("batch")
             self.at(f"batch={context['epoch']}.{context['batch']}")
         elif name == "checkpoint":
             self.checkpoints += 1

@@ -15,15 +15,18 @@ import pytest
 
 from testbed.qa_data import make_model
 from testbed.text_data import make_texts
+from tests.checkpoint_cadence import gaps_by_time, slow_steps, written_by_step
 from tests.conftest import OUTSIDE
+from tests.exports import same_weights
 from tests.worker.launch import fault_env
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")
 
-# 512 texts, 2 processes x 16: 16 steps per epoch, 48 in all
+# 512 texts, 2 processes x 16: 16 steps per epoch, 48 in all; checkpoints by steps alone, unless a test says
 SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.005", "PRECISION": "bf16", "LOG_INTERVAL": "1",
-            "CHECKPOINT_EVERY_STEPS": "5", "USAGE_LOG_SECONDS": "0.5", "OMP_NUM_THREADS": "1"}
+            "CHECKPOINT_EVERY_STEPS": "5", "CHECKPOINT_EVERY_SECONDS": "0", "USAGE_LOG_SECONDS": "0.5",
+            "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +95,19 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tmp_path):
+@pytest.fixture(scope="module")
+def whole(world, tmp_path_factory):
+    """The uninterrupted run: what an interrupted one must end as."""
+    output = tmp_path_factory.mktemp("whole")
+    result = run_finetune(*world, output)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return output
+
+
+def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, whole, tmp_path):
     from safetensors.torch import load_file
 
     model, data = world
-    whole = run_finetune(model, data, tmp_path / "whole")
-    assert whole.returncode == 0, whole.stdout[-3000:]
     fault = fault_env("sigkill@batch=2.8,rank=1,attempt=0")  # before step 24: mid-epoch, after the checkpoint of 20
     killed = run_finetune(model, data, tmp_path / "killed", fault)
     assert killed.returncode != 0
@@ -106,7 +116,7 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tm
     assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
     assert "Rank 0: training from step 20 of 48" in resumed.stdout
 
-    whole_weights = load_file(tmp_path / "whole" / "bert_classifier_trained" / "model.safetensors")
+    whole_weights = load_file(whole / "bert_classifier_trained" / "model.safetensors")
     resumed_weights = load_file(tmp_path / "killed" / "bert_classifier_trained" / "model.safetensors")
     assert whole_weights.keys() == resumed_weights.keys()
     assert all(torch_equal(whole_weights[key], resumed_weights[key]) for key in whole_weights)
@@ -117,6 +127,31 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, tm
     again = run_finetune(model, data, tmp_path / "killed")  # the finished run: nothing to train
     assert again.returncode == 0 and "Rank 0: resuming from step-00000048.ckpt" in again.stdout
     assert "loss 0." not in again.stdout.replace("loss 0.0", "")  # no training line, only the evaluation's
+
+
+def test_checkpoints_by_time_come_mid_epoch_and_a_run_killed_after_one_resumes_from_it_bit_identical(
+        world, whole, tmp_path):
+    """CHECKPOINT_EVERY_SECONDS: rank 0's clock, agreed beside the gradients, checkpoints every rank together."""
+    model, data = world
+    every = 0.3  # seconds: every third step or so (a step lasts 0.1 s or more)
+    by_time = {"CHECKPOINT_EVERY_STEPS": "0", "CHECKPOINT_EVERY_SECONDS": str(every), "KEEP_CHECKPOINTS": "100"}
+    fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch=2.8,rank=1,attempt=0")  # dies before step 24
+    killed = run_finetune(model, data, tmp_path / "out", {**by_time, **fault})
+    assert killed.returncode != 0
+    written = written_by_step(tmp_path / "out" / "checkpoints")
+    mid_epoch = [step for step, _ in written if step % 16]
+    assert len(mid_epoch) >= 2 and 16 in dict(written), written
+    assert min(gaps_by_time(written, 16)) >= every, written
+    newest = written[-1][0]
+    assert 16 < newest < 24, written  # after epoch 1's end, before the kill
+
+    resumed = run_finetune(model, data, tmp_path / "out", {**by_time, **fault})
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from step-{newest:08d}.ckpt" in resumed.stdout
+    assert f"Rank 0: training from step {newest} of 48" in resumed.stdout
+    assert same_weights(whole / "bert_classifier_trained", tmp_path / "out" / "bert_classifier_trained")
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in records if "accuracy" not in line] == list(range(1, 49))  # none twice or lost
 
 
 def torch_equal(a, b) -> bool:

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from testbed.qa_data import make_model, make_squad
+from tests.checkpoint_cadence import gaps_by_time, slow_steps, written_by_step
 from tests.conftest import OUTSIDE
 from tests.exports import same_weights
 from tests.worker.launch import fault_env
@@ -202,6 +203,32 @@ def test_sigterm_checkpoints_the_step_reached_and_the_resumed_run_ends_bit_ident
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"Rank 0: resuming from step-{step:08d}.ckpt" in resumed.stdout
     assert same_weights(whole(strategy) / EXPORT, tmp_path / "out" / EXPORT)
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))
+
+
+def test_checkpoints_by_time_come_mid_epoch_and_a_run_killed_after_one_resumes_from_it_bit_identical(
+        world, whole, tmp_path):
+    """CHECKPOINT_EVERY_SECONDS under Lightning and FSDP (every checkpoint a collective of every rank's shards):
+    rank 0's clock is agreed on with the stop, in the callback's one all-reduce a step."""
+    model, data = world
+    every = 0.3  # seconds: every third step or so (a step lasts 0.1 s or more)
+    by_time = {"STRATEGY": "fsdp", "CHECKPOINT_EVERY_STEPS": "0", "CHECKPOINT_EVERY_SECONDS": str(every),
+               "KEEP_CHECKPOINTS": "100"}
+    fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch=2.7,rank=1,attempt=0")  # dies before step 15
+    killed = run_qa(model, data, tmp_path / "out", {**by_time, **fault})
+    assert killed.returncode != 0
+    written = written_by_step(tmp_path / "out" / "checkpoints")
+    mid_epoch = [step for step, _ in written if step % 8]
+    assert len(mid_epoch) >= 2 and 8 in dict(written), written
+    assert min(gaps_by_time(written, 8)) >= every, written
+    newest = written[-1][0]
+    assert 8 < newest < 15, written  # after epoch 1's end, before the kill
+
+    resumed = run_qa(model, data, tmp_path / "out", {**by_time, **fault})
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from step-{newest:08d}.ckpt" in resumed.stdout
+    assert same_weights(whole("fsdp") / EXPORT, tmp_path / "out" / EXPORT)
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == list(range(1, 25))
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import hooks
 from trainer_runtime.checkpoints import sharded, single_file, store
+from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 from trainer_runtime.checkpoints.state import TrainingState
@@ -77,8 +78,9 @@ class BackgroundWrite:
 class CheckpointManager:
     def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
                  log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0,
-                 mirror: CheckpointMirror | None = None):
+                 mirror: CheckpointMirror | None = None, every_seconds: float = 0.0):
         self.directory, self.every, self.epochs, self.rank = directory, every, epochs, rank
+        self.clock = CheckpointClock(every_seconds, votes=rank == 0)  # restarted by every save
         self.store = store.CheckpointStore(directory, layout.EPOCH_STEP, keep=keep, log=log, mirror=mirror)
         self.format = sharded if sharded_format else single_file
         self.log = log
@@ -87,9 +89,11 @@ class CheckpointManager:
         self.group = None  # the process group of sharded writes beside the training, made on first use
         self.staging = StagingBuffers()
 
-    def due(self, epochs_done: int, stopping: bool) -> bool:
-        """At the end of an epoch: save when stopping, after the last epoch, and every CHECKPOINT_EVERY epochs."""
-        return stopping or epochs_done == self.epochs or bool(self.every and epochs_done % self.every == 0)
+    def due(self, epochs_done: int, stopping: bool, time_agreed: bool = False) -> bool:
+        """At the end of an epoch: save when stopping, after the last epoch, every CHECKPOINT_EVERY epochs, and
+        when the gang agreed that CHECKPOINT_EVERY_SECONDS have passed (``time_agreed``: ``clock.due()``'s votes)."""
+        return (stopping or time_agreed or epochs_done == self.epochs
+                or bool(self.every and epochs_done % self.every == 0))
 
     def save(self, state: TrainingState, strategy: Strategy, *, wait: bool = False) -> None:
         """Every rank calls this; the ranks the format needs write (rank 0 publishes and prunes). Returns once the
@@ -117,6 +121,7 @@ class CheckpointManager:
             self.pending = BackgroundWrite(write)
         else:
             write()
+        self.clock.restart()  # the training goes on from here
 
     def wait(self) -> None:
         """The write in flight is complete (or raises what it raised)."""

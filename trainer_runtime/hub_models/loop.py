@@ -20,8 +20,10 @@ import torch.distributed as dist
 from trainer_contract import hooks
 from trainer_runtime import strategies
 from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.run_log import RunLog
@@ -53,8 +55,8 @@ def schedule_for(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> t
 
 class Loop:
     """One process's share of the training: ``run_epoch`` from where the run stands, ``checkpoint()`` at the
-    points it is due (every CHECKPOINT_EVERY_STEPS steps, a stop agreed by the gang); ``state_dict`` is what it
-    writes (a collective: every rank calls it)."""
+    points it is due (every CHECKPOINT_EVERY_STEPS steps, when the gang agrees that CHECKPOINT_EVERY_SECONDS have
+    passed, a stop agreed by the gang); ``state_dict`` is what it writes (a collective: every rank calls it)."""
 
     def __init__(self, model: torch.nn.Module, examples: list[Any], batches: RankBatches, collate: Collate,
                  config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp"):
@@ -68,6 +70,7 @@ class Loop:
         self.total = len(batches) * config.epochs
         self.schedule = schedule_for(self.optimizer, config.warmup_steps, self.total)
         self.step = 0
+        self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds (whole on rank 0; a collective: every rank calls it)."""
@@ -88,16 +91,16 @@ class Loop:
         self.step = state["step"]
         self.batches.resume_at = divmod(self.step, len(self.batches))
 
-    def train_step(self, indices: list[int], stop_requested: bool) -> tuple[float, int, bool]:
-        """One optimizer step on the examples ``indices``: its loss, the tokens it saw, and whether the gang
-        agreed to stop (told beside the gradients)."""
+    def train_step(self, indices: list[int], stop_requested: bool) -> tuple[float, int, StepAgreement]:
+        """One optimizer step on the examples ``indices``: its loss, the tokens it saw, and what the gang agreed
+        beside the gradients (a stop, a checkpoint by time)."""
         batch = {key: value.to(self.device) for key, value in
                  self.collate([self.examples[index] for index in indices]).items()}
         torch.manual_seed(hash((self.config.seed, self.step, self.rank)) % (1 << 62))
         self.strategy.model.train()
         with self.precision.autocast():
             loss = self.strategy.model(**batch).loss
-        _, stop = self.strategy.backward(loss, 1, self.strategy.world_size, stop_requested)
+        agreed = self.strategy.backward(loss, 1, self.strategy.world_size, stop_requested, self.clock.due())
         if self.config.max_grad_norm:
             self.precision.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
@@ -106,7 +109,7 @@ class Loop:
         self.schedule.step()
         self.strategy.zero_grad()
         self.step += 1
-        return float(loss.detach()), int(batch["attention_mask"].sum()), stop
+        return float(loss.detach()), int(batch["attention_mask"].sum()), agreed
 
     def epochs(self, run_log: RunLog, stop: StopRequest, store: CheckpointStore, record: dict[str, Any],
                evaluate: Callable[[], tuple[dict[str, float], str]]) -> dict[str, float]:
@@ -120,6 +123,7 @@ class Loop:
         run_log.start(self.step, self.total)
         result: dict[str, float] = {}
         began, evaluating = time.monotonic(), 0.0
+        self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         for epoch in range(self.step // per_epoch, self.config.epochs):
             self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
             evaluation_began = time.monotonic()
@@ -140,16 +144,19 @@ class Loop:
             single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: record})
             store.published(path)
         dist.barrier()
+        self.clock.restart()  # the write is not training: the next interval starts once it is done
 
     def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[[], None],
                   stop_requested: Callable[[], bool]) -> None:
-        """Epoch ``epoch`` (from 0) from where the run stands; ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps,
-        and then ``Stopped`` raised when a rank's ``stop_requested()`` was true in a step."""
+        """Epoch ``epoch`` (from 0) from where the run stands; ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps and
+        when the gang agrees that CHECKPOINT_EVERY_SECONDS have passed (but at the epoch's last step: ``epochs``
+        checkpoints after the evaluation), and then ``Stopped`` raised when a rank's ``stop_requested()`` was true
+        in a step."""
         self.batches.set_epoch(epoch)
         per_epoch, every, losses = len(self.batches), self.config.checkpoint_every_steps, []
         for indices in self.batches:
             hooks.point("batch", epoch=epoch + 1, batch=self.step - epoch * per_epoch + 1)
-            loss, tokens, stop = self.train_step(indices, stop_requested())
+            loss, tokens, agreed = self.train_step(indices, stop_requested())
             losses.append(loss)
             run_log.tokens += tokens
             last = self.step == (epoch + 1) * per_epoch
@@ -157,10 +164,10 @@ class Loop:
                 run_log.trained(epoch=epoch + 1, epochs=self.config.epochs, step=self.step, total=self.total,
                                 loss=sum(losses) / len(losses), learning_rate=float(self.schedule.get_last_lr()[0]))
                 losses = []
-            if stop:
+            if agreed.stop:
                 checkpoint()
                 raise Stopped
-            if every and self.step % every == 0 and not last:
+            if (agreed.checkpoint or (every and self.step % every == 0)) and not last:
                 checkpoint()
 
 

@@ -25,11 +25,11 @@ class AllReduceStrategy(Strategy):
     def zero_grad(self) -> None:
         self.grads.zero()  # never optimizer.zero_grad(): the .grad views into the buffer must stay
 
-    def backward(self, loss, samples, global_samples, stop_requested):
+    def backward(self, loss, samples, global_samples, stop_requested, checkpoint_due=False):
         if loss is not None:
             self.precision.backward(loss)
         started = time.perf_counter()
-        synchronized = self.grads.synchronize(samples, stop_requested)
+        synchronized = self.grads.synchronize(samples, stop_requested, checkpoint_due)
         self.sync_seconds = time.perf_counter() - started
         return synchronized
 

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.precision import Precision
 
 
@@ -49,10 +50,13 @@ class Strategy:
         self.optimizer.zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor | None, samples: int, global_samples: int,
-                 stop_requested: bool) -> tuple[int, bool]:
+                 stop_requested: bool, checkpoint_due: bool = False) -> StepAgreement:
         """Backpropagate ``loss`` (the sum over this rank's ``samples``) so that every rank ends with the gradient
-        of the global batch's summed loss divided by its ``global_samples``; return (global samples, stop)."""
-        control = torch.tensor([float(samples), float(stop_requested)], dtype=torch.float64, device=self.device)
+        of the global batch's summed loss divided by its ``global_samples``; return what the gang agreed: the
+        step's samples, a stop (``stop_requested`` somewhere), a checkpoint (``checkpoint_due`` somewhere: rank 0's
+        clock)."""
+        control = torch.tensor([float(samples), float(stop_requested), float(checkpoint_due)], dtype=torch.float64,
+                               device=self.device)
         # the control values travel beside the gradients, overlapped with backward
         work = dist.all_reduce(control, async_op=True) if self.world_size > 1 else None
         # the collectives in backward average over ranks: scale the sum so that the average is sum / global
@@ -61,9 +65,9 @@ class Strategy:
         started = time.perf_counter()
         if work is not None:
             work.wait()
-        total, stops = control.tolist()
+        total, stops, checkpoints = control.tolist()
         self.sync_seconds = time.perf_counter() - started
-        return int(total), stops > 0
+        return StepAgreement(int(total), stops > 0, checkpoints > 0)
 
     def step(self) -> None:
         self.precision.step(self.optimizer)

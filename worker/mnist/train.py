@@ -23,6 +23,7 @@ from trainer_runtime import precision, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.stop import StopRequest, Terminated
 from trainer_runtime.threads import threads_per_process
@@ -70,7 +71,8 @@ class Trainer:
             cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
             rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
             asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout,
-            mirror=mirror_from(os.environ, cfg, self.log) if self.env.is_rank0 else None)
+            mirror=mirror_from(os.environ, cfg, self.log) if self.env.is_rank0 else None,
+            every_seconds=cfg.checkpoint_every_seconds)
         self.start = self.decide_start()
         self.record_gang()
         self._load_data(store)
@@ -207,6 +209,7 @@ class Trainer:
         self.progress.begin(start.position.epoch, start.position.step, self.steps)
         self.progress.keep_records_up_to(start.position.epoch)
         self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
+        self.checkpoints.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         self.model.train()
         carried_loss, carried_samples, result = start.carried_loss, start.carried_samples, start.result
         for epoch in range(start.position.epoch, self.config.epochs):
@@ -218,30 +221,41 @@ class Trainer:
 
     def train_epoch(self, epoch: int, first: int, scheduler, carried_loss: float,
                     carried_samples: float) -> EpochTally:
-        """Steps ``first``.. of ``epoch``; on a stop agreed by the gang, checkpoint where it stands and raise
-        Stopped."""
+        """Steps ``first``.. of ``epoch``; checkpoint where it stands when the gang agrees that
+        CHECKPOINT_EVERY_SECONDS have passed (but the epoch's last step: its end checkpoints), and on a stop agreed
+        by the gang, then raise Stopped."""
         indices = data.shard_indices(len(self.images), self.env.world_size, self.env.rank, self.config.seed,
                                      epoch).to(self.device)
         tally = EpochTally(first, torch.zeros((), dtype=torch.float64, device=self.device))
         for step in range(first, self.steps):
             hooks.point("batch", epoch=epoch + 1, batch=step + 1)
             chosen = indices[step * self.config.batch_size:(step + 1) * self.config.batch_size]
-            loss, stop = self.train_step(step, chosen, tally)
+            loss, agreed = self.train_step(step, chosen, tally)
             scheduler.step()
             if self.progress.batch_due(step + 1, self.steps):  # float(loss) waits for the device: only here
                 self.progress.batch(epoch, step + 1, self.steps, len(chosen), None if loss is None else float(loss),
                                     scheduler.get_last_lr()[0], self.images_seen(Position(epoch, step + 1)))
-            if stop:
-                total_loss, total_samples = self.all_sum([float(tally.loss_sum), tally.local_samples])
+            if agreed.stop:
                 self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
-                self.checkpoints.save(self.training_state(Position(epoch, step + 1), total_loss + carried_loss,
-                                                          total_samples + carried_samples), self.parallel, wait=True)
+                self.save_mid_epoch(Position(epoch, step + 1), tally, carried_loss, carried_samples, wait=True)
                 raise Stopped(self.stop.requested)
+            if agreed.checkpoint and step + 1 < self.steps:
+                self.save_mid_epoch(Position(epoch, step + 1), tally, carried_loss, carried_samples, wait=False)
         return tally
 
-    def train_step(self, step: int, chosen: torch.Tensor, tally: EpochTally) -> tuple[torch.Tensor | None, bool]:
+    def save_mid_epoch(self, position: Position, tally: EpochTally, carried_loss: float, carried_samples: float,
+                       wait: bool) -> None:
+        """Checkpoint ``position`` inside its epoch with the gang's running loss and samples (so that the resumed
+        epoch reports the uninterrupted one's average); every rank calls it in the same step."""
+        total_loss, total_samples = self.all_sum([float(tally.loss_sum), tally.local_samples])
+        self.checkpoints.save(self.training_state(position, total_loss + carried_loss,
+                                                  total_samples + carried_samples), self.parallel, wait=wait)
+
+    def train_step(self, step: int, chosen: torch.Tensor,
+                   tally: EpochTally) -> tuple[torch.Tensor | None, StepAgreement]:
         """Forward, backward (gradients combined by the strategy), optimizer step on this rank's ``chosen``
-        images; returns this rank's summed loss (None where it forwarded nothing) and the gang's stop vote."""
+        images; returns this rank's summed loss (None where it forwarded nothing) and what the gang agreed (a stop,
+        a checkpoint by time)."""
         parallel, count = self.parallel, len(self.images)
         expected = (data.images_before_step(count, self.env.world_size, self.config.batch_size, step + 1)
                     - data.images_before_step(count, self.env.world_size, self.config.batch_size, step))
@@ -253,13 +267,13 @@ class Trainer:
             loss = F.cross_entropy(logits.float(), self.labels[chosen], reduction="sum")
             tally.loss_sum += loss.detach()
         backward_started = time.perf_counter()
-        step_samples, stop = parallel.backward(loss, len(chosen), expected, self.stop.requested)
+        agreed = parallel.backward(loss, len(chosen), expected, self.stop.requested, self.checkpoints.clock.due())
         tally.backward_seconds += time.perf_counter() - backward_started
         tally.sync_seconds += parallel.sync_seconds
         parallel.step()
         tally.local_samples += len(chosen)
-        tally.global_samples += step_samples
-        return (None if loss is None else loss.detach()), stop
+        tally.global_samples += agreed.samples
+        return (None if loss is None else loss.detach()), agreed
 
     def evaluate(self) -> tuple[int, int]:
         self.model.eval()
@@ -275,13 +289,14 @@ class Trainer:
 
     def end_epoch(self, epoch: int, tally: EpochTally, scheduler, carried_loss: float,
                   carried_samples: float) -> dict:
-        """Evaluate, agree on the totals (and on a stop), report, checkpoint when due; Stopped if the gang
-        stops before the last epoch."""
+        """Evaluate, agree on the totals (and on a stop and a checkpoint by time), report, checkpoint when due;
+        Stopped if the gang stops before the last epoch."""
         cfg = self.config
         train_seconds = time.perf_counter() - tally.started
         local_correct, local_tested = self.evaluate()
-        total_loss, total_samples, correct, tested, stop_votes = self.all_sum(
-            [float(tally.loss_sum), tally.local_samples, local_correct, local_tested, float(self.stop.requested)])
+        total_loss, total_samples, correct, tested, stop_votes, time_votes = self.all_sum(
+            [float(tally.loss_sum), tally.local_samples, local_correct, local_tested, float(self.stop.requested),
+             float(self.checkpoints.clock.due())])
         stop = stop_votes > 0
         average = (total_loss + carried_loss) / max(total_samples + carried_samples, 1)
         accuracy = correct / max(tested, 1)
@@ -291,7 +306,7 @@ class Trainer:
         last = epoch + 1 == cfg.epochs
         if stop:
             self.log0(f"stop requested: checkpointing at the end of epoch {epoch + 1}")
-        if self.checkpoints.due(epoch + 1, stop):
+        if self.checkpoints.due(epoch + 1, stop, time_agreed=time_votes > 0):
             self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel,
                                   wait=stop)  # a stop's checkpoint is on disk before the process exits
         self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))

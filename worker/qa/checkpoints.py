@@ -17,6 +17,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 from trainer_contract import hooks
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
+from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.stop import StopRequest, agreed
@@ -89,33 +90,36 @@ class Stopped(Exception):
 
 
 class Checkpointing(L.Callback):
-    """A checkpoint every ``every_steps`` optimizer steps (0: never mid-epoch) and at each epoch's end, after its
-    evaluation, and of the step reached when the gang agrees to stop (``stop``: SIGTERM somewhere in it), which
-    then raises Stopped. Every rank calls Lightning's save: under DDP rank 0 writes the one file (AtomicCheckpointIO),
-    under FSDP every rank its shards (ShardedModelParallelStrategy); rank 0 then publishes it in ``store``."""
+    """A checkpoint every ``every_steps`` optimizer steps (0: none by steps), when ``clock`` (CHECKPOINT_EVERY_SECONDS)
+    is due, and at each epoch's end, after its evaluation, and of the step reached when the gang agrees to stop
+    (``stop``: SIGTERM somewhere in it), which then raises Stopped. Every rank calls Lightning's save: under DDP rank
+    0 writes the one file (AtomicCheckpointIO), under FSDP every rank its shards (ShardedModelParallelStrategy); rank 0
+    then publishes it in ``store``. Lightning runs the backward, so the clock's vote cannot ride with the gradients:
+    it rides with the stop's, in the one small all-reduce this callback runs after each step."""
 
-    def __init__(self, store: CheckpointStore, every_steps: int, stop: StopRequest):
-        self.store, self.every_steps, self.stop = store, every_steps, stop
+    def __init__(self, store: CheckpointStore, every_steps: int, stop: StopRequest, clock: CheckpointClock):
+        self.store, self.every_steps, self.stop, self.clock = store, every_steps, stop, clock
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         # Lightning installed its own SIGTERM handler for the fit: it broadcasts from inside the signal handler and
         # ends the fit without a checkpoint. The run's StopRequest takes the signals back (they are remembered,
         # then agreed on at a step's end, below).
         self.stop.listen()
+        self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any,
                            batch_index: int) -> None:
         if batch_index + 1 == trainer.num_training_batches:
             return  # the epoch's end saves it, loops and all, after the evaluation
-        stopping = agreed(self.stop.requested, module.device)
-        if stopping or (self.every_steps and trainer.global_step % self.every_steps == 0):
+        stopping, time_due = agreed((self.stop.requested, self.clock.due()), module.device)
+        if stopping or time_due or (self.every_steps and trainer.global_step % self.every_steps == 0):
             self.save(trainer)
         if stopping:
             raise Stopped(trainer.global_step)
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self.save(trainer)
-        if agreed(self.stop.requested, module.device):
+        if agreed((self.stop.requested,), module.device)[0]:
             raise Stopped(trainer.global_step)
 
     def save(self, trainer: L.Trainer) -> None:
@@ -124,3 +128,4 @@ class Checkpointing(L.Callback):
         trainer.save_checkpoint(path)  # whole or absent: each format writes beside, then renames into place
         if trainer.is_global_zero:
             self.store.published(path)
+        self.clock.restart()  # the write is not training: the next interval starts once it is done

@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
+from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
@@ -95,7 +96,8 @@ def _load(config: QaConfig):
 def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines, stop: StopRequest,
              store: CheckpointStore) -> L.Trainer:
     strategy, precision = _strategy(config, env, cuda)
-    saving = checkpoints.Checkpointing(store, config.checkpoint_every_steps, stop=stop)
+    saving = checkpoints.Checkpointing(store, config.checkpoint_every_steps, stop=stop,
+                                       clock=CheckpointClock(config.checkpoint_every_seconds, votes=env.is_rank0))
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
                      callbacks=[progress, saving], logger=False, enable_checkpointing=False,
