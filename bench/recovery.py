@@ -76,12 +76,13 @@ def recovery(data_dir: Path, world: int, fault: str, backoff: float = BACKOFF_SE
             "total_without_backoff_s": at["first_step"] - backoff_s}
 
 
-def kill_index(index: int, whole_pod: bool) -> None:
+def kill_index(index: int, whole_pod: bool) -> int:
     """SIGKILL the running pod of completion ``index`` (found by local-job's pod marker): every process of it, or
-    only its workers (not the launcher, ``python -m worker.launch``)."""
+    only its workers (not the launcher, ``python -m worker.launch``); how many processes it killed."""
     from localjob.podspec import POD_MARKER
 
     needle = f"{POD_MARKER}=mnist-train-{index}-".encode()
+    killed = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -93,8 +94,10 @@ def kill_index(index: int, whole_pod: bool) -> None:
                 launcher = b"worker.launch" in handle.read()
             if whole_pod or not launcher:
                 os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
         except (OSError, ProcessLookupError):
             continue
+    return killed
 
 
 def measure(data_dir: Path, quick: bool, repeats: int, worlds: tuple[int, ...] = (2, 4)) -> dict:

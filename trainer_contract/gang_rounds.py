@@ -30,6 +30,7 @@ Torch-free: the launcher reads it before importing torch's launcher, the tests w
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -53,12 +54,19 @@ PROGRESS_PATH = f"{DIRECTORY}/{PROGRESS}"
 # The Job's identity (the downward API's controller-uid label; Slurm's job id is read as it is).
 JOB_UID_VARIABLE = "INDEXED_TRAINER_JOB_UID"
 SLURM_JOB_VARIABLE = "SLURM_JOB_ID"
+SLURM_RESTART_VARIABLE = "SLURM_RESTART_COUNT"  # a requeued job's start: its own step of the same job
 # values restart_in_place and max_restarts, for the launcher
 RESTART_IN_PLACE_VARIABLE = "INDEXED_TRAINER_RESTART_IN_PLACE"
 MAX_RESTARTS_VARIABLE = "INDEXED_TRAINER_MAX_RESTARTS"
 # The generation of the round the workers run in (their logs say it).
 GENERATION_VARIABLE = "INDEXED_TRAINER_GANG_ROUND"
 POLL_SECONDS = 0.05
+
+
+def lost_nodes_replaced(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a node lost whole gets a successor: a Kubernetes Job recreates its pod; Slurm starts no task in
+    the middle of a step (the batch script requeues the whole job instead)."""
+    return bool(environ.get(JOB_UID_VARIABLE, "").strip()) or not environ.get(SLURM_JOB_VARIABLE, "").strip()
 
 
 def job_identity(environ=os.environ) -> str | None:
@@ -69,33 +77,56 @@ def job_identity(environ=os.environ) -> str | None:
 
 
 class Progress(NamedTuple):
-    """The newest checkpoint published, and the round it was published in (0: outside any round)."""
+    """The newest checkpoint published, the round it was published in (0: outside any round), and when (unix
+    time; None in a note that does not say)."""
 
     generation: int
     checkpoint: str
+    time: float | None = None
 
 
 def read_progress(path: Path) -> Progress | None:
     """The progress noted at ``path`` (PROGRESS), or None: none yet, or not a note of ours."""
     words = (read_note(path) or "").split()
-    if len(words) != 2 or not words[0].isdigit() or len(words[0]) > 12:
+    if len(words) not in (2, 3) or not words[0].isdigit() or len(words[0]) > 12:
         return None
-    return Progress(int(words[0]), words[1])
+    when = None
+    if len(words) == 3:
+        try:
+            when = float(words[2])
+        except ValueError:
+            return None
+        if not math.isfinite(when):
+            return None
+    return Progress(int(words[0]), words[1], when)
 
 
-def note_progress(checkpoint: str, environ: Mapping[str, str] = os.environ) -> None:
+def note_progress(checkpoint: str, environ: Mapping[str, str] = os.environ, when: float | None = None) -> None:
     """The workers' rank 0 published ``checkpoint`` (its name): noted for the launchers, where one restarts rounds
-    in place (PROGRESS_VARIABLE), with the round it runs in. A volume that refuses the note costs the budget rule
-    its evidence (the round then counts), never the checkpoint."""
+    in place (PROGRESS_VARIABLE), with the round it runs in and the time. A volume that refuses the note costs the
+    budget rule its evidence (the round then counts), never the checkpoint."""
     path = environ.get(PROGRESS_VARIABLE)
     name = "".join(checkpoint.split())  # one word: a name with white space would not read back
     if not path or not name:
         return
     generation = environ.get(GENERATION_VARIABLE, "0").strip()
+    stamp = time.time() if when is None else when
     try:
-        atomic_write(Path(path), f"{int(generation) if generation.isdigit() else 0} {name}\n".encode())
+        atomic_write(Path(path), f"{int(generation) if generation.isdigit() else 0} {name} {stamp:.6f}\n".encode())
     except OSError:
         pass
+
+
+def gang_directory(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The gang's directory, for its workers: where the launcher that restarts rounds in place keeps them."""
+    path = environ.get(PROGRESS_VARIABLE)
+    return Path(path).parent if path else None
+
+
+def generation_of(environ: Mapping[str, str] = os.environ) -> int:
+    """The round the workers run in (0: outside any round)."""
+    text = environ.get(GENERATION_VARIABLE, "").strip()
+    return int(text) if text.isdigit() and len(text) <= 12 else 0
 
 
 class Verdict(NamedTuple):
@@ -122,8 +153,10 @@ def in_place_settings(environ=os.environ) -> tuple[bool, int]:
 class GangRounds:
     """One node's view of the gang's rounds, in ``output_dir``/.gang/."""
 
-    def __init__(self, output_dir: Path, node: int, token: str, job: str | None):
+    def __init__(self, output_dir: Path, node: int, token: str, job: str | None, step: str = ""):
         self.directory, self.node, self.token, self.job = Path(output_dir) / DIRECTORY, node, token, job
+        # the gang's end is this step's: a requeued Slurm job (the same job id, its restart count) goes on
+        self._ended_key = f"{job}.{step}" if job is not None and step else job
         self._local_verdicts: dict[int, str] = {}  # no Job identity: judged by this launcher alone
 
     # -- the announcement ------------------------------------------------------------------------------------
@@ -171,11 +204,14 @@ class GangRounds:
             return None
         return current[0] if current[0] > self.joined() else None
 
-    def wait_for_round(self, timeout: float, say: Callable[[str], None], report_every: float = 15.0) -> int | None:
+    def wait_for_round(self, timeout: float, say: Callable[[str], None], report_every: float = 15.0,
+                       leader_stale: float | None = None) -> int | None:
         """A node other than 0 waits until node 0 opens a round it may join; its generation, or None after
-        ``timeout`` seconds or once the gang has ended (``ended``)."""
+        ``timeout`` seconds, once the gang has ended (``ended``), or (``leader_stale``: where no successor would
+        come) once node 0's heartbeat has stood still that long."""
         began = time.monotonic()
         report = began + report_every
+        beat, beat_since = self._leader_beat(), began
         while True:
             generation = self.open_round()
             if generation is not None:
@@ -183,11 +219,19 @@ class GangRounds:
             now = time.monotonic()
             if now - began >= timeout or self.ended() is not None:
                 return None
+            current = self._leader_beat()
+            if current != beat:
+                beat, beat_since = current, now
+            elif leader_stale is not None and current is not None and now - beat_since >= leader_stale:
+                return None
             if now >= report:
                 say(f"waiting in place for index 0 to open the gang's next round: {now - began:.0f} s of "
                     f"{timeout:g} s")
                 report += report_every
             time.sleep(POLL_SECONDS)
+
+    def _leader_beat(self) -> str | None:
+        return read_note(self.directory / f"0.{ALIVE}")
 
     # -- progress, and the Job's failed rounds ------------------------------------------------------------------
     def progress(self) -> Progress | None:
@@ -250,8 +294,8 @@ class GangRounds:
     def end(self, generation: int, code: int) -> None:
         """This pod ends the gang in round ``generation`` (completed, or a code that fails the Job): the others
         stop waiting for a next round (on Slurm nobody else would end them)."""
-        if self.job is not None:
-            self._write(ENDED, f"{self.job} {generation} {code}\n")
+        if self._ended_key is not None:
+            self._write(ENDED, f"{self._ended_key} {generation} {code}\n")
 
     def ended(self) -> int | None:
         """The code with which a pod of this Job ended the gang in a round this node joined or waits after."""
@@ -259,6 +303,6 @@ class GangRounds:
             job, generation, code = (self.directory / ENDED).read_text().split()
         except (OSError, ValueError):
             return None
-        if job != self.job or not generation.isdigit() or int(generation) < self.joined():
+        if job != self._ended_key or not generation.isdigit() or int(generation) < self.joined():
             return None
         return int(code) if code.lstrip("-").isdigit() else None

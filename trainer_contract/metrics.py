@@ -41,6 +41,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
                       "max_restarts (false: a fault after progress, a round that had published a newer checkpoint)",
                       ("counted",)),
     "max_restarts": ("The failed rounds without progress the Job may restart (values max_restarts)", ()),
+    "goodput_ratio": ("The share of the wall time since the Job's first step not lost to faults", ()),
+    "faults": ("The Job's faults recovered from in place, by kind", ("kind",)),
+    "fault_seconds": ("Seconds the Job's faults cost, by phase (detect, restart, restore, recompute)", ("phase",)),
     "peak_memory_bytes": ("This process's peak memory, by device (cpu: resident set; cuda: allocated)",
                           ("device",)),
 }
@@ -101,6 +104,11 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
         parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" of {limit:.0f} allowed" if limit is not None
                                                                       else "")
                      + f", {after_progress or 0:.0f} after progress not counted")
+    faults = sum(value for name, value in samples.items() if name.startswith("faults{"))
+    lost = sum(value for name, value in samples.items() if name.startswith("fault_seconds{"))
+    if "goodput_ratio" in samples:
+        parts.append(f"goodput {samples['goodput_ratio']:.0%}"
+                     + (f" ({faults:.0f} fault{'s' if faults != 1 else ''}, {lost:.1f} s lost)" if faults else ""))
     parts += [f"peak memory {value / 2**30:.1f} GiB ({_label(name, 'device')})" for name, value in sorted(samples.items())
               if name.startswith("peak_memory_bytes{")]
     return ", ".join(parts) or None

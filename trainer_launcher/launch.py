@@ -47,7 +47,13 @@ from torch.distributed.run import run as torchrun
 from trainer_contract import exit_codes, launcher, storage, variables
 from trainer_contract.exit_codes import signal_exit_code
 from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
-from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
+from trainer_contract.gang_rounds import (
+    SLURM_RESTART_VARIABLE,
+    GangRounds,
+    in_place_settings,
+    job_identity,
+    lost_nodes_replaced,
+)
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.variables import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
@@ -257,8 +263,9 @@ def in_place_recovery(args, ledger: GangLedger | None, environ=os.environ) -> In
     job = job_identity(environ)
     if job is None and ledger.nodes > 1:
         return None
-    rounds = GangRounds(ledger.directory.parent, ledger.node, ledger.token, job)
-    return InPlaceRecovery(rounds, ledger, limit, say, tell)
+    rounds = GangRounds(ledger.directory.parent, ledger.node, ledger.token, job,
+                        step=environ.get(SLURM_RESTART_VARIABLE, "").strip())
+    return InPlaceRecovery(rounds, ledger, limit, say, tell, replaced=lost_nodes_replaced(environ))
 
 
 def run_rounds(args, recovery: InPlaceRecovery) -> int:

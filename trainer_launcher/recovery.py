@@ -24,16 +24,19 @@ import os
 from collections.abc import Callable
 
 from trainer_contract import exit_codes
-from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, GangLedger
+from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, STALE_SECONDS, VANISHED, GangLedger
 from trainer_contract.gang_rounds import GENERATION_VARIABLE, PROGRESS, PROGRESS_VARIABLE, GangRounds, Progress
+from trainer_contract.gang_timeline import Timeline
 
 
 class InPlaceRecovery:
     def __init__(self, rounds: GangRounds, ledger: GangLedger, limit: int, say: Callable[[str], None],
-                 tell: Callable[[str], None]):
+                 tell: Callable[[str], None], replaced: bool = True):
         self.rounds, self.ledger, self.limit, self.say, self.tell = rounds, ledger, limit, say, tell
+        self.replaced = replaced  # a node lost whole gets a successor (Kubernetes), or none (Slurm: the job requeues)
         self.generation = 0  # the round this node is in (0: none yet)
         self.resumed_from: Progress | None = None  # the progress noted when this node entered its round
+        self.timeline = Timeline(rounds.directory, rounds.job)  # what each fault costs (goodput)
 
     @property
     def leader(self) -> bool:
@@ -49,7 +52,8 @@ class InPlaceRecovery:
             if not first or self.rounds.open_round() is None:
                 self.tell("waiting in place for index 0 to open the gang's next round" if not first
                           else "waiting for index 0 to open the gang's round")
-            generation = self.rounds.wait_for_round(join_timeout, self.tell)
+            generation = self.rounds.wait_for_round(join_timeout, self.tell,
+                                                    leader_stale=None if self.replaced else STALE_SECONDS)
             if generation is None:
                 return self._no_round(join_timeout)
             code = wait_for_leader()
@@ -75,12 +79,18 @@ class InPlaceRecovery:
             self.say(f"the gang ended while this pod waited for its next round (a pod exited {ended}); exiting "
                      f"{code}")
             return code
+        if not self.replaced:
+            self.say(f"index 0 vanished whole (its heartbeat stopped) and nothing starts a successor in this step "
+                     f"(Slurm): exiting {exit_codes.PEER_LOST}, so that the batch script requeues the job")
+            return exit_codes.PEER_LOST
         self.say(f"index 0 opened no round within the join timeout ({join_timeout:g} s); exiting "
                  f"{exit_codes.STALLED}")
         return exit_codes.STALLED
 
     def after(self, code: int, signalled: bool) -> int | None:
         """The round failed with ``code`` here: None to start the next round in place; else the pod's exit code."""
+        if self.generation:
+            self.timeline.round_failed(self.generation, self.ledger.node, code)
         action = exit_codes.action(code)
         if signalled or action in ("done", "fail"):
             return self.end(code)
@@ -92,6 +102,14 @@ class InPlaceRecovery:
             if ending == EXPLAINED:  # the pod with the root cause counted it, or ended the gang
                 ended = self.rounds.ended()
                 return None if ended is None else self.end(exit_codes.PEER_LOST)
+            if ending == VANISHED and not self.replaced:
+                # no successor will come: the step ends, and the batch script judges it (requeued, counted unless
+                # it made progress); the other nodes stop waiting for a round
+                self.say(f"round {self.generation} failed: a node of the gang vanished without a note (lost whole) "
+                         f"and nothing starts a successor in this step (Slurm): exiting {exit_codes.PEER_LOST}, so "
+                         "that the batch script requeues the job")
+                self.rounds.end(self.generation, exit_codes.PEER_LOST)
+                return exit_codes.PEER_LOST
             why = ("every pod of the gang ended as a victim and none failed first" if ending == ENDED_AS_VICTIMS
                    else "a pod of the gang vanished without a note (lost whole)")
             return self._count(code, why)

@@ -29,7 +29,9 @@ from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import atomic_write
 from trainer_contract.gang_ledger import DIRECTORY as GANG_DIRECTORY
 from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
+from trainer_contract.gang_timeline import totals
 from trainer_contract.metrics import METRICS, PATH, PORT_VARIABLE, PREFIX
+from trainer_runtime.goodput import goodput_account
 
 # Where each node counts the starts of the run in OUTPUT_DIR (node<N>: a count), which a new run's set-aside
 # (RESUME=false) moves with the rest of the old run.
@@ -113,6 +115,18 @@ class Live:
         if output_dir is not None and self.counts_starts:  # one count per node: its local rank 0's
             self._set("restarts", count_start(output_dir / STARTS_DIRECTORY / f"node{node}"))
             self._failed_rounds(output_dir)
+        account = goodput_account()
+        account.resumed(self.log)  # rank 0 of a round restarted in place: the fault it recovers from
+        for kind in {fault.kind for fault in account.faults}:
+            self._set("faults", sum(fault.kind == kind for fault in account.faults), kind=kind)
+        for phase, seconds in (totals(account.faults).items() if account.faults else ()):
+            self._set("fault_seconds", seconds, phase=phase)
+        self._goodput()
+
+    def _goodput(self) -> None:
+        goodput = goodput_account().goodput()
+        if goodput is not None:
+            self._set("goodput_ratio", goodput)
 
     def _failed_rounds(self, output_dir: Path, environ: Mapping[str, str] = os.environ) -> None:
         """Where the launcher restarts rounds in place: the Job's failed rounds so far, counted and not (faults
@@ -140,6 +154,7 @@ class Live:
         elif done > 0:
             self._set("eta_seconds", elapsed / done * (steps - step))
         self._memory()
+        self._goodput()
 
     def loss(self, value: float) -> None:
         self._set("loss", value)

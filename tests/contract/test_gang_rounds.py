@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from hypothesis import given
@@ -16,7 +17,6 @@ from trainer_contract.gang_ledger import GangLedger
 from trainer_contract.gang_rounds import (
     PROGRESS_VARIABLE,
     GangRounds,
-    Progress,
     Verdict,
     in_place_settings,
     job_identity,
@@ -190,7 +190,7 @@ def test_a_round_made_progress_if_it_published_a_newer_checkpoint(tmp_path, publ
 def test_a_round_judged_after_progress_is_not_counted_and_its_verdict_stands_for_every_node(tmp_path):
     nodes = [GangRounds(tmp_path, node, f"t{node}", "job") for node in range(2)]
     publish(tmp_path, 1, "step-00000010.ckpt")
-    first = nodes[1].judge(1, 137, nodes[1].progressed(1, None))
+    first = nodes[1].judge(1, 137, nodes[1].progressed(1, None))  # node 1 judges first
     assert first == Verdict(counted=False, progress="step-00000010.ckpt", failures=0)
     assert nodes[0].judge(1, 75, None) == first  # judged once: the later judge reads the verdict
     assert nodes[0].judge(2, 1, None) == Verdict(counted=True, progress=None, failures=1)
@@ -219,7 +219,8 @@ def test_any_checkpoint_name_noted_reads_back_as_one_word(tmp_path_factory, name
     publish(directory, generation, name)
     progress = GangRounds(directory, 0, "t", "job").progress()
     word = "".join(name.split())
-    assert progress == (Progress(generation, word) if word else None)
+    assert (progress[:2] if progress else None) == ((generation, word) if word else None)
+    assert progress is None or progress.time is not None
 
 
 def test_a_crash_loop_fails_after_max_restarts_plus_one_rounds_and_faults_after_progress_never_do(tmp_path):
@@ -257,3 +258,33 @@ def test_the_live_metrics_say_how_the_jobs_failed_rounds_were_judged(tmp_path):
     live._failed_rounds(tmp_path, environ)
     line = metrics.summary(metrics.parse(generate_latest(live.registry).decode()))
     assert line == "failed rounds: 2 counted of 5 allowed, 1 after progress not counted"
+
+
+# -- a node lost whole where nothing starts a successor (Slurm: the batch script requeues the job) ---------------
+def test_on_slurm_index_0_ends_the_step_when_a_node_vanished_and_the_requeued_step_goes_on(tmp_path):
+    from trainer_contract.gang_ledger import record_attempt
+
+    ledger = GangLedger(tmp_path, 0, 2)
+    rounds = GangRounds(tmp_path, 0, ledger.token, "812", step="0")
+    decider = InPlaceRecovery(rounds, ledger, 3, print, print, replaced=False)
+    decider.generation = 1
+    record_attempt(tmp_path, {0: ledger.token, 1: "node-1-before"})
+    (tmp_path / ".gang" / "1.alive").write_text("node-1-other 1\n")  # not the attempt's pod: it vanished
+    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
+    assert rounds.failures() == 0  # not judged here: the batch script judges the step (progress, then its count)
+    follower = GangRounds(tmp_path, 1, "t1", "812", step="0")
+    follower.mark_joined(1)
+    assert follower.ended() == exit_codes.PEER_LOST  # the survivors stop waiting for a round
+    requeued = GangRounds(tmp_path, 1, "t1b", "812", step="1")
+    assert requeued.ended() is None  # the requeued job's step (SLURM_RESTART_COUNT 1) goes on
+
+
+def test_on_slurm_a_node_waiting_for_a_vanished_index_0_gives_up_when_its_heartbeat_stops(tmp_path):
+    alive(tmp_path, "zero")  # index 0's heartbeat, standing still
+    follower = GangRounds(tmp_path, 1, "one", "812", step="0")
+    follower.mark_joined(1)
+    began = time.monotonic()
+    assert follower.wait_for_round(timeout=60, say=print, leader_stale=0.5) is None
+    assert time.monotonic() - began < 10
+    decider = InPlaceRecovery(follower, GangLedger(tmp_path, 1, 2), 3, print, print, replaced=False)
+    assert decider._no_round(60) == exit_codes.PEER_LOST

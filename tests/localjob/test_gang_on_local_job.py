@@ -115,7 +115,15 @@ def test_faults_after_progress_do_not_spend_max_restarts(tmp_path):
                 f"counted: fault after progress (checkpoint {checkpoint} published in this round; 0 of at most 1 "
                 "restarts spent)") in log
     assert "round 5 of the gang: new workers" in log
-    assert recorded_epochs(claim / "runs" / "mnist-train") == [1, 2, 3, 4, 5]
+    output = claim / "runs" / "mnist-train"
+    assert recorded_epochs(output) == [1, 2, 3, 4, 5]
+    # what each fault cost, said by rank 0 as it resumes, and the run's goodput in its summary
+    for number in range(1, 5):
+        assert re.search(rf"Rank 0: fault {number}: worker failed \(exit 137\) in round {number}; [\d.]+ s lost: "
+                         r"[\d.]+ detect, [\d.]+ restart, [\d.]+ restore, [\d.]+ recompute; goodput \d+%", log), log[-3000:]
+    summary = json.loads((output / "model.json").read_text())
+    assert summary["faults"] == 4 and 0 < summary["goodput"] < 1
+    assert set(summary["fault_seconds"]) == {"detect", "restart", "restore", "recompute"}
 
 
 def test_a_crash_on_every_start_ends_after_max_restarts_plus_one_gang_attempts(tmp_path):

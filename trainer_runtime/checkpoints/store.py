@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.gang_rounds import note_progress
 from trainer_runtime.checkpoints.safe_load import UnsafeCheckpoint
+from trainer_runtime.goodput import goodput_account
 from trainer_runtime.metrics import live
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def newest(directory: Path, naming: layout.Naming, read: Callable[[Path], Found]
     """The newest checkpoint of ``naming`` in ``directory`` that ``read`` verifies, with what it read; each one
     passed over is logged with its reason. A refused one (safe_load's UnsafeCheckpoint: someone planted it) is
     never passed over for an older one: the refusal ends the start."""
+    goodput_account().restore_began()  # a round restarted in place: its restore phase begins (rank 0)
     for _, path in layout.list_checkpoints(directory, naming):
         try:
             return path, read(path)

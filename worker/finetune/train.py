@@ -19,6 +19,7 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.goodput import goodput_account
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches, collate
 from trainer_runtime.hub_models.export import export_dir, save_pretrained
@@ -119,6 +120,6 @@ def _evaluation(config: FinetuneConfig, env: DistEnv, loop: Loop, evaluation: li
 def _export(config: FinetuneConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
     destination = export_dir(config, model.config.model_type, "classifier")
     save_pretrained(model, tokenizer, destination)
-    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps({**summary, "export": str(destination)},
-                                                              indent=2).encode())
+    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(
+        {**summary, **goodput_account().summary(), "export": str(destination)}, indent=2).encode())
     log(f"exported to {destination} (accuracy {summary['accuracy']:.2f}%, macro F1 {summary['f1']:.2f})")

@@ -23,6 +23,7 @@ from trainer_runtime import precision, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.stop import StopRequest, Terminated
@@ -347,6 +348,7 @@ class Trainer:
                 "started_at": _iso(self.started_at),
                 "finished_at": _iso(finished),
                 "duration_seconds": round(finished - self.started_at, 3),
+                **goodput_account().summary(),  # restarted in place: goodput, faults and their seconds by phase
             }
             atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
             self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "

@@ -23,6 +23,7 @@ from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.goodput import goodput_account
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir
@@ -113,7 +114,7 @@ def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluat
     export_model(model, state, tokenizer, destination)
     atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
     summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"], **summary,
-               "export": str(destination)}
+               **goodput_account().summary(), "export": str(destination)}
     atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
     log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
 

@@ -21,6 +21,7 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.goodput import goodput_account
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.export import export_dir
@@ -156,6 +157,6 @@ def _export(config: SftConfig, model, tokenizer, summary: dict[str, Any], log) -
     destination = export_dir(config, base.config.model_type, "sft")
     written = sft_model.export(model, tokenizer, destination, config.export_merged)
     atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(
-        {**summary, "export": [str(path) for path in written]}, indent=2).encode())
+        {**summary, **goodput_account().summary(), "export": [str(path) for path in written]}, indent=2).encode())
     log(f"exported to {', '.join(str(path) for path in written)} (evaluation loss {summary['loss']:.4f}, "
         f"perplexity {summary['perplexity']:.2f})")

@@ -1,0 +1,91 @@
+"""What each fault cost, from the notes the launchers and rank 0 leave on the volume (trainer_contract/gang_timeline.py),
+against real files: table-driven for the phases and the kinds; the end-to-end runs are under local-job
+(tests/localjob/test_gang_on_local_job.py) and in bench/goodput.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer_contract.gang_timeline import Fault, Timeline
+
+T = 1_700_000_000.0  # a wall-clock origin
+
+
+def timeline_with(tmp_path, failed: dict[int, tuple[float, int]], restore: float | None = 12.0) -> Timeline:
+    """Round 1 resumed at T, failed on the nodes of ``failed`` (node: (T + seconds, code)); round 2's rank 0 began
+    to restore at T + ``restore``."""
+    timeline = Timeline(tmp_path, "job")
+    timeline.resumed(1, T)
+    for node, (seconds, code) in failed.items():
+        timeline.round_failed(1, node, code, T + seconds)
+    if restore is not None:
+        timeline.restore_began(2, T + restore)
+    return timeline
+
+
+@pytest.mark.parametrize("failed, progress, kind, code, phases", [
+    # a worker of node 1 killed 10 s in, 4 s after the round's checkpoint; node 0's worker a victim 0.1 s later
+    ({1: (10.0, 137), 0: (10.1, 75)}, (1, T + 6.0), "worker failed", 137,
+     {"recompute": 4.0, "detect": 0.1, "restart": 1.9, "restore": 1.0}),
+    # no checkpoint in the failed round: all its training is done again
+    ({1: (10.0, 1), 0: (10.5, 75)}, (0, T - 30.0), "worker failed", 1,
+     {"recompute": 10.0, "detect": 0.5, "restart": 1.5, "restore": 1.0}),
+    # node 1 left no note: lost whole (its node died); node 0's worker noticed
+    ({0: (10.0, 75)}, (1, T + 8.0), "pod lost", None, {"recompute": 2.0, "detect": 0.0, "restart": 2.0, "restore": 1.0}),
+    # node 1 stopped (SIGTERM: preemption) after the gang's checkpoint of the stop
+    ({1: (10.0, 143), 0: (10.2, 75)}, (1, T + 9.9), "pod stopped", 143,
+     {"recompute": 0.1, "detect": 0.2, "restart": 1.8, "restore": 1.0}),
+    ({1: (10.0, 75), 0: (10.0, 75)}, None, "every worker a victim", 75,
+     {"recompute": 10.0, "detect": 0.0, "restart": 2.0, "restore": 1.0}),
+])
+def test_a_fault_is_accounted_for_in_phases_that_add_up_to_what_it_lost(tmp_path, failed, progress, kind, code,
+                                                                         phases):
+    timeline = timeline_with(tmp_path, failed)
+    fault = timeline.account(2, nodes=2, progress=progress, now=T + 13.0)
+    assert fault is not None and (fault.kind, fault.code, fault.round, fault.number) == (kind, code, 1, 1)
+    assert {phase: round(getattr(fault, phase), 3) for phase in phases} == phases
+    # the lost interval: from the last moment whose work was kept to the resume
+    kept = max(T, progress[1]) if progress and progress[0] == 1 else T
+    assert fault.lost == pytest.approx(T + 13.0 - kept)
+    assert timeline.faults() == [fault]
+
+
+def test_each_fault_once_and_goodput_over_the_jobs_wall_time(tmp_path):
+    timeline = timeline_with(tmp_path, {1: (10.0, 137), 0: (10.1, 75)})
+    first = timeline.account(2, 2, (1, T + 6.0), now=T + 13.0)
+    assert timeline.account(2, 2, (1, T + 6.0), now=T + 14.0) is None  # round 2's rank 0 started twice
+    timeline.round_failed(2, 0, 137, T + 40.0)
+    timeline.round_failed(2, 1, 75, T + 40.0)
+    timeline.restore_began(3, T + 41.0)
+    second = timeline.account(3, 2, (2, T + 39.0), now=T + 42.0)
+    assert second is not None and second.number == 2 and second.lost == pytest.approx(3.0)
+    assert timeline.first_step() == T
+    assert timeline.goodput(now=T + 100.0) == pytest.approx(1 - (first.lost + second.lost) / 100.0)
+    assert "; goodput 90%" in second.line(timeline.goodput(now=T + 100.0))
+
+
+def test_the_first_round_and_a_round_after_no_failure_account_for_nothing(tmp_path):
+    timeline = Timeline(tmp_path, "job")
+    assert timeline.account(1, 2, None, now=T) is None
+    assert timeline.account(2, 2, None, now=T + 5) is None  # round 1 ended without a failure note (a stop of all)
+    assert timeline.goodput(now=T + 10) == 1.0
+
+
+def test_notes_that_are_not_ours_are_passed_over(tmp_path):
+    timeline = timeline_with(tmp_path, {1: (10.0, 137)})
+    directory = tmp_path / "timeline" / "job"
+    (directory / "1.failed.0").write_text("yesterday 75\n")  # not a time: no note from node 0
+    (directory / "1.failed.x").write_text("1 2\n")
+    (directory / "faults.jsonl").write_text('{"not": "a fault"}\nnot json\n')
+    fault = timeline.account(2, 2, None, now=T + 13.0)
+    assert fault is not None and fault.kind == "pod lost" and fault.number == 1
+    assert [json.loads(line)["round"] for line in (directory / "faults.jsonl").read_text().splitlines()[2:]] == [1]
+
+
+def test_the_line_says_what_failed_and_what_it_cost():
+    fault = Fault(number=3, round=3, kind="worker failed", code=137, detect=0.2, restart=1.5, restore=1.2,
+                  recompute=1.2, at=T)
+    assert fault.line(0.93) == ("fault 3: worker failed (exit 137) in round 3; 4.1 s lost: 0.2 detect, 1.5 restart, "
+                                "1.2 restore, 1.2 recompute; goodput 93%")
