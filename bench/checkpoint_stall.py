@@ -8,7 +8,8 @@ every rank writes its shard: the stall is the longest any rank is blocked in Che
 the time until the checkpoint is on disk. Each mode's manager lives for the whole run, as a training run's does;
 its first save (which allocates the asynchronous copy's buffers) is not among the repeats. Written to
 --directory (default: a new directory under the current one's filesystem, not a tmpfs). Rank 0 prints medians
-as ``sync_blocked_s=A async_blocked_s=B sync_write_s=C async_write_s=D async_first_blocked_s=E``.
+as ``sync_blocked_s=A async_blocked_s=B sync_write_s=C async_write_s=D async_first_blocked_s=E``. ``--device
+cuda``: each rank's model on its own GPU, the process group NCCL (bench/gpu.sh's); the CPU and gloo by default.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from trainer_runtime.distenv import read_dist_env
 from worker.mnist.model import MnistCNN
 
 
-def build_cnn(strategy: str, env) -> strategies.Strategy:
+def build_cnn(strategy: str, env, device: torch.device) -> strategies.Strategy:
     torch.manual_seed(0)
-    parallel = strategies.build(strategy, MnistCNN(), env, torch.device("cpu"), "fp32")
+    parallel = strategies.build(strategy, MnistCNN().to(device), env, device, "fp32")
     parallel.attach(torch.optim.Adam(parallel.module.parameters(), lr=1e-3))
     parallel.zero_grad()
-    loss = F.cross_entropy(parallel.model(torch.randn(8, 1, 28, 28)), torch.arange(8), reduction="sum")
+    loss = F.cross_entropy(parallel.model(torch.randn(8, 1, 28, 28, device=device)), torch.arange(8, device=device),
+                           reduction="sum")
     parallel.backward(loss, 8, 8 * env.world_size, False)
     parallel.step()  # the optimizer's state exists, as in any checkpoint after the first epoch
     return parallel
@@ -50,17 +52,23 @@ def main() -> None:
     parser.add_argument("--model", choices=("cnn", "mlp"), required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--directory", type=Path, default=Path.cwd())
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    process_group.init_process_group("gloo")
     env = read_dist_env()
-    if args.model == "mlp":
-        parallel, _ = build_mlp(args.strategy, env)
-        train_steps(parallel, env, 1)
+    device = torch.device("cuda", env.local_rank) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        process_group.init_process_group("nccl", device_id=device)
     else:
-        parallel = build_cnn(args.strategy, env)
+        process_group.init_process_group("gloo")
+    if args.model == "mlp":
+        parallel, _ = build_mlp(args.strategy, env, device)
+        train_steps(parallel, env, 1, device)
+    else:
+        parallel = build_cnn(args.strategy, env, device)
     box = [tempfile.mkdtemp(prefix="bench-checkpoints-", dir=args.directory) if env.rank == 0 else None]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
     root = Path(box[0])
     samples: dict[str, list[float]] = {"sync_blocked_s": [], "async_blocked_s": [], "sync_write_s": [],
                                        "async_write_s": [], "async_first_blocked_s": []}
@@ -81,7 +89,7 @@ def main() -> None:
         managers[mode].wait()
         written = time.perf_counter() - started
         dist.barrier()
-        worst = torch.tensor([blocked, written], dtype=torch.float64)
+        worst = torch.tensor([blocked, written], dtype=torch.float64, device=device)  # NCCL reduces on the GPU
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         return worst[0].item(), worst[1].item()
 

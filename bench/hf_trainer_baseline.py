@@ -1,12 +1,14 @@
 """The baseline of python -m bench.transformers: Hugging Face's Trainer fine-tuning the same model on the same
 texts with the same recipe as python -m worker.finetune (batch per process, epochs, AdamW's learning rate and
-weight decay, linear decay, clipping, bf16 autocast, DDP over gloo, an evaluation per epoch), under torchrun:
+weight decay, linear decay, clipping, bf16 autocast, DDP over gloo, or NCCL with a GPU per process where CUDA is
+there, an evaluation per epoch), under torchrun:
 
     torchrun --standalone --nproc-per-node 2 -m bench.hf_trainer_baseline MODEL_DIR DATASET_DIR RESULT.json
 
 The data are read and tokenized by worker.finetune's own readers (not timed), so both contenders train on the very
 same token ids. Rank 0 writes the training time (evaluations left out) and each evaluation's macro F1 with the
-seconds since the training began."""
+seconds since the training began; on CUDA every rank its peak CUDA memory allocated, in cuda-peak-rank<R>.txt beside
+RESULT.json."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from transformers import (
 )
 
 from trainer_contract.variables import FinetuneConfig
+from trainer_runtime.usage_log import cuda_peak_mib
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import scores
 
@@ -74,19 +77,24 @@ def main(model_dir: str, dataset_dir: str, result_path: str) -> int:
     train = Examples(text_data.tokenized(tokenizer, data.train, config.max_seq_length))
     evaluation = Examples(text_data.tokenized(tokenizer, data.evaluation, config.max_seq_length))
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    cuda = torch.cuda.is_available()  # as worker.finetune chooses (trainer_runtime.hub_models.gang)
     arguments = TrainingArguments(
         output_dir=str(Path(result_path).parent / "trainer-output"), per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size, num_train_epochs=config.epochs,
         learning_rate=config.learning_rate, weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        lr_scheduler_type="linear", warmup_steps=0, bf16=os.environ.get("PRECISION") == "bf16", use_cpu=True,
-        ddp_backend="gloo", eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to="none",
-        disable_tqdm=True, seed=config.seed, dataloader_num_workers=0)
+        lr_scheduler_type="linear", warmup_steps=0, bf16=os.environ.get("PRECISION") == "bf16", use_cpu=not cuda,
+        ddp_backend="nccl" if cuda else "gloo", eval_strategy="epoch", save_strategy="no", logging_strategy="no",
+        report_to="none", disable_tqdm=True, seed=config.seed, dataloader_num_workers=0)
     timeline = Timeline()
     trainer = Trainer(model=model, args=arguments, train_dataset=train, eval_dataset=evaluation,
                       data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=macro_f1,
                       callbacks=[timeline])
     runtime = trainer.train().metrics["train_runtime"]
-    if int(os.environ.get("RANK", "0")) == 0:
+    rank = int(os.environ.get("RANK", "0"))
+    peak = cuda_peak_mib(int(os.environ.get("LOCAL_RANK", "0")) if cuda else None)
+    if peak is not None:
+        (Path(result_path).parent / f"cuda-peak-rank{rank}.txt").write_text(f"{peak:.1f}\n")
+    if rank == 0:
         training = runtime - sum(item["runtime"] for item in timeline.evaluations)
         Path(result_path).write_text(json.dumps({"train_seconds": training,
                                                  "evaluations": timeline.evaluations}) + "\n")

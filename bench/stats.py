@@ -83,6 +83,28 @@ def peak_rss_per_rank(command: list[str], env: dict, world: int) -> float:
     return max(peaks)
 
 
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median; None where a run lacks the figure (a CUDA peak of a run on the CPU)."""
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known and len(known) == len(values) else None
+
+
+def usage_log_cuda_peak(output_dir: Path) -> float | None:
+    """The largest peak CUDA memory (MiB) of any rank: the last line of each OUTPUT_DIR/logs/usage-rank<R>.log
+    (trainer_runtime.usage_log); None for a run on the CPU."""
+    from trainer_runtime.usage_log import cuda_peak_of
+
+    peaks = [cuda_peak_of(log.read_text().splitlines()[-1]) for log in (output_dir / "logs").glob("usage-rank*.log")]
+    known = [peak for peak in peaks if peak is not None]
+    return max(known) if known and len(known) == len(peaks) else None
+
+
+def written_cuda_peak(directory: Path) -> float | None:
+    """The largest of the baselines' cuda-peak-rank<R>.txt (written on CUDA only); None for a run on the CPU."""
+    peaks = [float(path.read_text()) for path in directory.glob("cuda-peak-rank*.txt")]
+    return max(peaks) if peaks else None
+
+
 def verdict(ratio: float, limit: float, at_most: bool) -> str:
     ok = ratio <= limit if at_most else ratio >= limit
     return f"{'≤' if at_most else '≥'} {limit:g} {'met' if ok else 'MISSED'}"

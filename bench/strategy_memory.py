@@ -34,15 +34,16 @@ def resident_mib() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def build_mlp(strategy: str, env) -> tuple[strategies.Strategy, float]:
-    """The MLP under ``strategy`` with its Adam optimizer, each rank allocating only what it holds; and the MiB of
-    fp32 state of the whole model (weights, gradients, two moments)."""
+def build_mlp(strategy: str, env, device: torch.device | None = None) -> tuple[strategies.Strategy, float]:
+    """The MLP under ``strategy`` with its Adam optimizer, each rank allocating only what it holds (on ``device``,
+    the CPU by default); and the MiB of fp32 state of the whole model (weights, gradients, two moments)."""
+    device = device or torch.device("cpu")
     torch.manual_seed(0)
     with torch.device("meta"):
         model = nn.Sequential(*[layer for _ in range(LAYERS) for layer in (nn.Linear(WIDTH, WIDTH), nn.ReLU())])
     state_mib = 4 * sum(p.numel() for p in model.parameters()) * 4 / 2**20
-    parallel = strategies.build(strategy, model, env, torch.device("cpu"), "fp32")
-    model.to_empty(device="cpu")
+    parallel = strategies.build(strategy, model, env, device, "fp32")
+    model.to_empty(device=device)
     for layer in model.modules():
         if isinstance(layer, nn.Linear):
             layer.reset_parameters()  # under fsdp: initialises this rank's shards only
@@ -50,8 +51,8 @@ def build_mlp(strategy: str, env) -> tuple[strategies.Strategy, float]:
     return parallel, state_mib
 
 
-def train_steps(parallel, env, steps: int) -> None:
-    inputs = torch.randn(BATCH, WIDTH)
+def train_steps(parallel, env, steps: int, device: torch.device | None = None) -> None:
+    inputs = torch.randn(BATCH, WIDTH, device=device)
     for _ in range(steps):
         parallel.zero_grad()
         loss = parallel.model(inputs).square().sum()

@@ -1,8 +1,9 @@
-"""python -m bench.transformers: the seeds' transformer workloads, world size 2 on this machine, side by side in one
-run (alternating, medians):
+"""python -m bench.transformers: the seeds' transformer workloads, world size 2 on this machine (--world), side by side
+in one run (alternating, medians):
 
     python -m bench.transformers                     # the figures of docs/performance.md
     python -m bench.transformers --quick             # a tiny model and a few steps (the test suite runs this)
+    python -m bench.transformers --size gpu --world 1   # bench/gpu.sh's: larger models, one process per GPU
 
 - tokens/s per process: python -m worker.finetune (DDP, bf16 autocast) against Hugging Face's Trainer
   (bench/hf_trainer_baseline.py) on the same random BERT, the same texts and the same recipe; training time only,
@@ -16,7 +17,9 @@ run (alternating, medians):
   (goal >= 1), peak memory per rank (goal <= 1), evaluation loss after the same tokens (goal: within 2%).
 
 The models and data are made here (testbed/qa_data.py, testbed/text_data.py, testbed/sft_data.py: random BERTs
-and Llamas, learnable texts, questions and chats): nothing is downloaded.
+and Llamas, learnable texts, questions and chats): nothing is downloaded. Every process trains on its own GPU where
+CUDA is there (NCCL), on the CPU (gloo) otherwise; each run's largest peak CUDA memory per rank is recorded
+(``cuda_peak_mib``, None on the CPU).
 """
 
 from __future__ import annotations
@@ -26,30 +29,33 @@ import datetime
 import json
 import math
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from bench import sft
-from bench.stats import clean_env, render_rows, verdict
+from bench.stats import clean_env, median_or_none, render_rows, usage_log_cuda_peak, verdict, written_cuda_peak
 
-WORLD = 2
+WORLD = 2  # processes per run: this 2-core machine's figures; bench/gpu.sh passes its GPU count
+SIZES = ("quick", "full", "gpu")
 RECIPE = {"BATCH_SIZE": "16", "LEARNING_RATE": "0.001", "PRECISION": "bf16", "MAX_SEQ_LENGTH": "64",
           "OMP_NUM_THREADS": "1"}
 
 
-def sizes(quick: bool) -> dict:
-    if quick:
+def sizes(size: str) -> dict:
+    if size == "quick":
         return {"hidden": 32, "layers": 2, "train": 256, "validation": 64, "epochs": 1, "memory_hidden": 64,
                 "memory_layers": 2}
+    if size == "gpu":  # a GPU runs the CPU's model in a blink: wider, within bench/gpu.sh's minutes
+        return {"hidden": 512, "layers": 4, "train": 4096, "validation": 512, "epochs": 3, "memory_hidden": 1024,
+                "memory_layers": 8}
     return {"hidden": 128, "layers": 4, "train": 4096, "validation": 512, "epochs": 3, "memory_hidden": 1024,
             "memory_layers": 8}
 
 
-def torchrun(module: str, args: list[str], env: dict, timeout: float = 3600) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={WORLD}", "-m", module, *args]
+def torchrun(module: str, args: list[str], env: dict, world: int, timeout: float = 3600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={world}", "-m", module, *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"{module} failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
@@ -61,61 +67,65 @@ def first_at(evaluations: list[dict], target: float) -> float:
     return next((item["seconds"] for item in evaluations if item["f1"] >= target), float("inf"))
 
 
-def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path) -> dict:
+def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path, world: int) -> dict:
     output = Path(tempfile.mkdtemp(dir=scratch))
     env = clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
                     LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, CHECKPOINT_EVERY_SECONDS=0)
-    torchrun("worker.finetune", [], env)
+    torchrun("worker.finetune", [], env, world)
     summary = json.loads((output / "summary.json").read_text())
     evaluations = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     evaluations = [line for line in evaluations if "accuracy" in line]
-    return {"tokens_per_second": tokens / WORLD / summary["train_seconds"],
-            "seconds_to_f1": first_at(evaluations, target), "f1": summary["f1"]}
+    return {"tokens_per_second": tokens / world / summary["train_seconds"],
+            "seconds_to_f1": first_at(evaluations, target), "f1": summary["f1"],
+            "cuda_peak_mib": usage_log_cuda_peak(output)}
 
 
-def trainer_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path) -> dict:
+def trainer_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path, world: int) -> dict:
     result = Path(tempfile.mkdtemp(dir=scratch)) / "result.json"
-    torchrun("bench.hf_trainer_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs))
+    torchrun("bench.hf_trainer_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs),
+             world)
     measured = json.loads(result.read_text())
-    return {"tokens_per_second": tokens / WORLD / measured["train_seconds"],
-            "seconds_to_f1": first_at(measured["evaluations"], target), "f1": measured["evaluations"][-1]["f1"]}
+    return {"tokens_per_second": tokens / world / measured["train_seconds"],
+            "seconds_to_f1": first_at(measured["evaluations"], target), "f1": measured["evaluations"][-1]["f1"],
+            "cuda_peak_mib": written_cuda_peak(result.parent)}
 
 
-def qa_peak_mib(model: Path, data: Path, strategy: str, scratch: Path) -> float:
+def qa_peak_mib(model: Path, data: Path, strategy: str, scratch: Path, world: int) -> float:
     """The largest peak resident memory of any rank (the usage log's last line per rank)."""
     output = Path(tempfile.mkdtemp(dir=scratch))
     env = clean_env(MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output, STRATEGY=strategy, PRECISION="fp32",
                     EPOCHS=1, BATCH_SIZE=8, MAX_SEQ_LENGTH=64, DOC_STRIDE=16, OMP_NUM_THREADS=1, TENSORBOARD="false")
-    torchrun("worker.qa", [], env)
+    torchrun("worker.qa", [], env, world)
     peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
              for log in sorted((output / "logs").glob("usage-rank*.log"))]
-    assert len(peaks) == WORLD, peaks
+    assert len(peaks) == world, peaks
     return max(peaks)
 
 
 def median_of(samples: list[dict]) -> dict:
-    return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
+    return {key: median_or_none([sample[key] for sample in samples]) for key in samples[0]}
 
 
-def measure(quick: bool, repeats: int, target: float, log, only: str | None = None) -> dict:
+def measure(size_name: str, repeats: int, target: float, log, only: str | None = None, world: int = WORLD) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # save_pretrained's bar for each model made here says nothing
-    size = sizes(quick)
+    size = sizes(size_name)
     scratch = Path(tempfile.mkdtemp(prefix="bench-transformers-"))
-    results: dict = {"quick": quick, "repeats": repeats, "target_f1": target, "sizes": size}
+    results: dict = {"quick": size_name == "quick", "size": size_name, "world": world, "repeats": repeats,
+                     "target_f1": target, "sizes": size}
     if only in (None, "finetune"):
-        results.update(fine_tuning(size, repeats, target, scratch, log))
+        results.update(fine_tuning(size, repeats, target, scratch, log, world))
     if only in (None, "memory"):
         log("peak memory per rank, worker.qa fsdp vs ddp...")
-        results.update(memory(size, scratch))
+        results.update(memory(size, scratch, world))
     if only in (None, "sft"):
-        results.update(sft.measure(quick, repeats, scratch, log))
+        results.update(sft.measure(size_name, repeats, scratch, log, world))
     return results
 
 
-def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log) -> dict:
+def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log, world: int) -> dict:
     """tokens/s and time to F1, worker.finetune against Trainer, alternating ``repeats`` times (medians)."""
     from testbed.qa_data import make_model
     from testbed.text_data import make_texts
@@ -131,13 +141,13 @@ def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log) -> 
     samples: dict[str, list[dict]] = {"worker": [], "trainer": []}
     for round_ in range(repeats):
         log(f"fine-tuning, round {round_ + 1} of {repeats}: worker.finetune, then Trainer...")
-        samples["worker"].append(finetune_run(model, data, size["epochs"], tokens, target, scratch))
-        samples["trainer"].append(trainer_run(model, data, size["epochs"], tokens, target, scratch))
+        samples["worker"].append(finetune_run(model, data, size["epochs"], tokens, target, scratch, world))
+        samples["trainer"].append(trainer_run(model, data, size["epochs"], tokens, target, scratch, world))
     return {"parameters": parameter_count(model),
             "finetune": {name: median_of(runs) for name, runs in samples.items()}}
 
 
-def memory(size: dict, scratch: Path) -> dict:
+def memory(size: dict, scratch: Path, world: int) -> dict:
     """Peak memory growth per rank, worker.qa fsdp against ddp; once: a peak of resident memory does not depend on
     the machine's load as a time does."""
     from testbed.qa_data import make_model, make_squad
@@ -145,7 +155,7 @@ def memory(size: dict, scratch: Path) -> dict:
     big = make_model(scratch / "big", hidden=size["memory_hidden"], layers=size["memory_layers"])
     small = make_model(scratch / "small")
     squad = make_squad(scratch / "squad", train=64, validation=16)
-    return {"memory_mib": {f"{strategy}{suffix}": qa_peak_mib(model_dir, squad, strategy, scratch)
+    return {"memory_mib": {f"{strategy}{suffix}": qa_peak_mib(model_dir, squad, strategy, scratch, world)
                            for strategy in ("fsdp", "ddp") for suffix, model_dir in (("", big), ("_floor", small))},
             "memory_parameters": parameter_count(big)}
 
@@ -158,18 +168,18 @@ def parameter_count(model: Path) -> int:
 
 
 def table(r: dict) -> str:
-    size = r["sizes"]
+    size, world = r["sizes"], r.get("world", WORLD)
     rows = [("measure", "worker", "baseline", "ratio", "target")]
     if "finetune" in r:
         ours, theirs = r["finetune"]["worker"], r["finetune"]["trainer"]
         model = f"BERT {size['layers']}x{size['hidden']} ({r['parameters'] / 1e6:.1f} M params)"
         speed = ours["tokens_per_second"] / theirs["tokens_per_second"]
         time = ours["seconds_to_f1"] / theirs["seconds_to_f1"]
-        rows += [(f"tokens/s per process, ws 2, {model}, bf16",
+        rows += [(f"tokens/s per process, ws {world}, {model}, bf16",
                   f"{ours['tokens_per_second']:.0f} (worker.finetune, DDP)",
                   f"{theirs['tokens_per_second']:.0f} (Hugging Face Trainer)", f"{speed:.2f}",
                   verdict(speed, 1, False)),
-                 (f"time to macro F1 {r['target_f1']:g}, ws 2 (s)",
+                 (f"time to macro F1 {r['target_f1']:g}, ws {world} (s)",
                   f"{ours['seconds_to_f1']:.1f} (F1 {ours['f1']:.1f})",
                   f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True))]
     if "memory_mib" in r:
@@ -177,7 +187,7 @@ def table(r: dict) -> str:
         fsdp, ddp = peaks["fsdp"] - peaks["fsdp_floor"], peaks["ddp"] - peaks["ddp_floor"]
         state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
         rows += [(f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
-                  f"({r['memory_parameters'] / 1e6:.1f} M params), ws 2 (MiB)", f"{fsdp:.0f} (fsdp)",
+                  f"({r['memory_parameters'] / 1e6:.1f} M params), ws {world} (MiB)", f"{fsdp:.0f} (fsdp)",
                   f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a",
                   verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
     if "sft" in r:
@@ -189,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transformers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check it runs")
+    parser.add_argument("--size", choices=SIZES, default="full",
+                        help="the models' and data's size: full (this page's figures), gpu (bench/gpu.sh's), quick")
+    parser.add_argument("--world", type=int, default=WORLD, help="processes per run (one per GPU on CUDA)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
     parser.add_argument("--only", choices=("finetune", "memory", "sft"),
@@ -196,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
-    results = measure(args.quick, repeats, args.target, log=lambda m: print(f"bench: {m}", file=sys.stderr),
-                      only=args.only)
+    results = measure("quick" if args.quick else args.size, repeats, args.target,
+                      log=lambda m: print(f"bench: {m}", file=sys.stderr), only=args.only, world=args.world)
     import torch
     import transformers
 

@@ -249,8 +249,8 @@ def test_clean_local_refuses_a_directory_that_is_not_a_volume_root(tmp_path):
     assert (precious / "thesis.tex").read_text() == "years of work"
 
 
-SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("tests/**/*.sh"),
-                        *ROOT.glob(".ci/*")])
+SHELL_SCRIPTS = sorted([*ROOT.glob("*.sh"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("bench/*.sh"),
+                        *ROOT.glob("tests/**/*.sh"), *ROOT.glob(".ci/*")])
 
 
 def test_shellcheck_reports_nothing():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
+import types
 
 from trainer_runtime import usage_log
 
@@ -46,3 +48,41 @@ def test_gpus_are_read_from_nvidia_smis_csv_and_a_failing_nvidia_smi_means_none(
     assert usage_log.gpu_parts(answer("", code=9)) is None  # no driver: the CPU line instead
     monkeypatch.setattr(usage_log.shutil, "which", lambda name: None)
     assert usage_log.gpu_parts(answer("0, 1, 2, 3\n")) is None
+
+
+class FakeCuda:
+    """torch.cuda as a process on two GPUs sees it, having allocated at most 300 MiB on device 1."""
+    initialized = True
+
+    @classmethod
+    def is_initialized(cls) -> bool:
+        return cls.initialized
+
+    @staticmethod
+    def device_count() -> int:
+        return 2
+
+    @staticmethod
+    def max_memory_allocated(device: int) -> int:
+        return {0: 0, 1: 300 << 20}[device]
+
+
+def test_a_process_on_cuda_logs_its_peak_cuda_memory_and_a_process_on_the_cpu_does_not(monkeypatch, tmp_path):
+    import torch  # the real one first: on this machine CUDA is never initialised, so there is no peak to give
+
+    assert not torch.cuda.is_initialized() and usage_log.cuda_peak_mib(0) is None
+    cpu_line = usage_log.UsageLog(tmp_path / "cpu.log", "rank 0", gpus=lambda: None, cuda_device=0).line()
+    assert CPU_LINE.match(cpu_line) and usage_log.cuda_peak_of(cpu_line) is None  # the line as it always was
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=FakeCuda))
+    with_gpus = usage_log.UsageLog(tmp_path / "gpu.log", "rank 1", gpus=lambda: ["gpu 1 util 87% mem 10234/81559 MiB"],
+                                   cuda_device=1).line()
+    assert re.search(r" rank 1 gpu 1 util 87% mem 10234/81559 MiB; rss \d+ MiB peak \d+ MiB; cuda peak 300 MiB$",
+                     with_gpus), with_gpus
+    assert usage_log.cuda_peak_of(with_gpus) == 300
+    without_smi = usage_log.UsageLog(tmp_path / "gpu.log", "rank 1", gpus=lambda: None, cuda_device=1).line()
+    assert re.search(r" rank 1 cpu \d+% rss \d+ MiB peak \d+ MiB; cuda peak 300 MiB$", without_smi), without_smi
+    assert usage_log.cuda_peak_mib(None) is None  # no device given: the log's default
+    assert usage_log.cuda_peak_mib(2) is None  # a local rank past the devices trains on the CPU
+    monkeypatch.setattr(FakeCuda, "initialized", False)
+    assert usage_log.cuda_peak_mib(1) is None

@@ -40,7 +40,7 @@ def run_logged(config: Any, env: DistEnv, train: Train) -> int:
         say(env.rank, message)
 
     usage = UsageLog(config.output_dir / "logs" / f"usage-rank{env.rank}.log", f"rank {env.rank}",
-                     every=config.usage_log_seconds).start()
+                     every=config.usage_log_seconds, cuda_device=env.local_rank).start()  # gang.join's device
     mirror = None
     try:
         mirror = _mirror(config, env, log)

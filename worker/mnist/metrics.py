@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from trainer_runtime.usage_log import cuda_peak_mib
+
 
 @dataclass
 class EpochTally:
@@ -24,8 +26,10 @@ class EpochTally:
 def epoch_record(epoch: int, average_loss: float, accuracy: float, learning_rate: float, tally: EpochTally,
                  train_seconds: float, steps_per_epoch: int, world_size: int, strategy: str,
                  precision: str) -> dict[str, Any]:
+    """The epoch's figures; on CUDA also this process's peak CUDA memory allocated so far (``cuda_peak_mib``: rank
+    0's in metrics.jsonl, which only rank 0 writes; every rank of ddp and fsdp holds about as much)."""
     steps_run = max(steps_per_epoch - tally.first_step, 1)
-    return {
+    record = {
         "epoch": epoch,
         "loss": round(average_loss, 6),
         "accuracy": round(accuracy, 6),
@@ -38,3 +42,7 @@ def epoch_record(epoch: int, average_loss: float, accuracy: float, learning_rate
         "strategy": strategy,
         "precision": precision,
     }
+    cuda_peak = cuda_peak_mib(torch.cuda.current_device() if torch.cuda.is_initialized() else None)
+    if cuda_peak is not None:  # absent on the CPU
+        record["cuda_peak_mib"] = round(cuda_peak, 1)
+    return record
