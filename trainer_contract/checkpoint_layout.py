@@ -98,9 +98,15 @@ def remove(path: Path) -> None:
 
 
 def prune(directory: Path, keep: int, naming: Naming = EPOCH_STEP) -> None:
-    """Keep the newest ``keep`` checkpoints of ``naming``, of either format."""
-    for _, old in list_checkpoints(directory, naming)[keep:]:
-        remove(old)
+    """Keep the newest ``keep`` checkpoints of ``naming``, of either format; with MNIST's naming also the newest at
+    an epoch's start, the only kind another world size resumes from (time-based checkpoints fall mid-epoch)."""
+    found = list_checkpoints(directory, naming)
+    kept = {path for _, path in found[:keep]}
+    if naming is EPOCH_STEP:
+        kept |= set([path for order, path in found if order[1] == 0][:1])
+    for _, old in found:
+        if old not in kept:
+            remove(old)
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:

@@ -18,7 +18,8 @@ add up to it:
 - ``detect``: from the first node's notice to the last one's (the gang's);
 - ``restart``: from there to the restore (the next round opened, a lost pod's replacement, new workers' imports and
   process group);
-- ``restore``: reading the checkpoint, to the first step.
+- ``restore``: from the first read of the checkpoint to the first step (the data and the model the program sets
+  up around it included).
 
 ``goodput`` = 1 - the faults' lost seconds / the wall time since the Job's first step. Each fault is one line of
 ``faults.jsonl``. The pods' clocks are assumed to agree (NTP) to well under the phases; a phase is never negative.

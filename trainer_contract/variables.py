@@ -166,7 +166,9 @@ class TrainConfig:
     checkpoint_every_seconds: float = _checkpoint_every_seconds(
         30.0, "30 s: an asynchronous checkpoint of this model stalls the training for milliseconds, and a recovery "
         "itself takes seconds: what a fault costs stays of the recovery's order.")
-    keep_checkpoints: int = _setting("KEEP_CHECKPOINTS", _positive_int, 3, "Checkpoints kept on the volume.")
+    keep_checkpoints: int = _setting(
+        "KEEP_CHECKPOINTS", _positive_int, 3, "Checkpoints kept on the volume, and the newest at an epoch's start "
+        "beside them (another world size resumes only from one).")
     checkpoint_async: bool = _setting(
         "CHECKPOINT_ASYNC", _boolean, True,
         "Write checkpoints beside the training: it waits only while the state is copied (a stop's checkpoint is "

@@ -6,6 +6,7 @@ one line; a user's program publishes the same through trainer_runtime.metrics.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -114,3 +115,47 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_after_a_fault_the_live_metrics_and_the_status_view_say_what_it_cost(tmp_path):
+    """A worker of pod 1 killed after epoch 1's checkpoint: the round restarts in place, rank 0 accounts for the
+    fault, and index 0's scrape and `local-job status` carry the goodput, the fault by kind and its seconds by
+    phase (docs/metrics.md shows this run's scrape)."""
+    claim = volume(tmp_path, SMALL)
+    manifests = gen_manifests("replicas=2", "config_map={EPOCHS: '4', LOG_INTERVAL: '2', BATCH_SIZE: '16'}")
+    faults = "sigkill@batch=2.3,rank=1,attempt=0; sleep=8@batch=3.1"  # then a pause to scrape in
+    process = subprocess.Popen(local_job_args(tmp_path, claim, env=fault_env(faults)), stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=OUTSIDE)
+    process.stdin.write(manifests)
+    process.stdin.close()
+    scrape, status_view = None, ""
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline and scrape is None:
+        time.sleep(0.3)
+        try:
+            status = json.loads((tmp_path / "root" / "status.json").read_text())
+        except (OSError, ValueError):
+            continue
+        for record in status.get("pods") or []:
+            text = _scrape(record["ports"]["metrics"]) if record["index"] == 0 and record["phase"] == "Running" \
+                else None
+            if text and "indexed_trainer_goodput_ratio" in text and "indexed_trainer_faults" in text:
+                scrape = text
+                status_view = subprocess.run([str(BIN / "local-job"), "status", "--volume-root",
+                                              str(tmp_path / "root")], capture_output=True, text=True,
+                                             timeout=30).stdout
+    log = process.stdout.read().decode()
+    assert process.wait(timeout=300) == 0, log[-4000:]
+    assert scrape is not None, log[-3000:]
+    print(scrape)  # docs/metrics.md's
+    samples = metrics.parse(scrape)
+    assert samples['faults{kind="worker failed"}'] == 1
+    assert 0 < samples["goodput_ratio"] < 1
+    phases = {name: value for name, value in samples.items() if name.startswith("fault_seconds{")}
+    assert set(phases) == {f'fault_seconds{{phase="{phase}"}}' for phase in ("detect", "restart", "restore",
+                                                                           "recompute")}
+    assert samples['failed_rounds{counted="false"}'] == 1 and samples['failed_rounds{counted="true"}'] == 0
+    line = next(line for line in status_view.splitlines() if line.startswith("index 0's live metrics:"))
+    assert "failed rounds: 0 counted of 3 allowed, 1 after progress not counted" in line
+    assert re.search(r"goodput \d+% \(1 fault, [\d.]+ s lost\)", line), line
+    assert re.search(r"Rank 0: fault 1: worker failed \(exit 137\) in round 1; [\d.]+ s lost", log)

@@ -83,3 +83,15 @@ def test_the_same_position_written_again_replaces_the_directory(tmp_path):
     path = write(tmp_path, 1, record=again)
     assert sharded.verify(path) == again
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e0001-s000000.dcp"]
+
+
+def test_pruning_keeps_the_newest_checkpoint_at_an_epochs_start_for_another_world_size(tmp_path):
+    names = ["ckpt-e0001-s000000.pt", "ckpt-e0001-s000040.pt", "ckpt-e0001-s000080.pt", "ckpt-e0001-s000120.pt"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    layout.prune(tmp_path, keep=2)
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == [
+        "ckpt-e0001-s000120.pt", "ckpt-e0001-s000080.pt", "ckpt-e0001-s000000.pt"]
+    (tmp_path / "ckpt-e0002-s000000.pt").write_bytes(b"x")
+    layout.prune(tmp_path, keep=2)  # the newer epoch start replaces the older one
+    assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0002-s000000.pt", "ckpt-e0001-s000120.pt"]
