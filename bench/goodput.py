@@ -36,10 +36,12 @@ from pathlib import Path
 from bench.local_job_timeline import claim, follow, local_job, manifests
 from bench.recovery import kill_index
 from bench.stats import BIN, clean_env, render_rows, verdict
+from trainer_contract.gang_timeline import PHASES
 
 KINDS = ("worker", "preempt", "lost")
 TARGETS = {60.0: 0.95, 20.0: 0.90}  # goodput at one fault per N seconds
 BACKOFF_SECONDS = 10.0  # the Job controller's (DefaultJobPodFailureBackOff)
+RECOVERED = re.compile(r"Rank 0: fault \d+: ")  # rank 0 accounted for a fault: it trains again
 TRAINING = re.compile(r"Rank 0: epoch: \d+/\d+, batch: \d+/")  # the first batch logged: training has begun
 ACCURACY_BAND = 0.01
 MAX_RESTARTS = 100
@@ -47,9 +49,10 @@ MAX_RESTARTS = 100
 
 def sizes(quick: bool) -> dict:
     if quick:
-        return {"epochs": 3, "intervals": (4.0,), "repeats": 1, "kinds": ("worker", "preempt", "lost"),
-                "backoff": 1.0}
-    return {"epochs": 24, "intervals": (60.0, 20.0), "repeats": 3, "kinds": KINDS, "backoff": BACKOFF_SECONDS}
+        # one fault of each kind, spaced wider than a recovery takes here: the wiring, not the figures
+        return {"epochs": 30, "intervals": (3.0,), "repeats": 1, "kinds": KINDS, "backoff": 1.0, "faults": 3}
+    return {"epochs": 24, "intervals": (60.0, 20.0), "repeats": 3, "kinds": KINDS, "backoff": BACKOFF_SECONDS,
+            "faults": None}
 
 
 def evict(root: Path, index: int) -> bool:
@@ -59,21 +62,28 @@ def evict(root: Path, index: int) -> bool:
 
 
 class Schedule(threading.Thread):
-    """From the first step on, one fault every ``interval`` seconds, the kinds in turn, index 1 then 0."""
+    """From the first step on, one fault every ``interval`` seconds, the kinds in turn, index 1 then 0; at most
+    ``most``; with ``paced``, each next one only ``interval`` seconds after the gang recovered from the last (the
+    quick mode: every kind tried once, on any machine's pace)."""
 
-    def __init__(self, interval: float, kinds: tuple[str, ...], root: Path):
+    def __init__(self, interval: float, kinds: tuple[str, ...], root: Path, most: int | None = None,
+                 paced: bool = False):
         super().__init__(name="fault-schedule", daemon=True)
-        self.interval, self.kinds, self.root = interval, kinds, root
+        self.interval, self.kinds, self.root, self.most, self.paced = interval, kinds, root, most, paced
         self.began = threading.Event()
+        self.recovered = threading.Semaphore(0)  # released at each "fault N:" line: rank 0 trains again
         self.done = threading.Event()
         self.delivered: list[tuple[float, str, int]] = []  # (seconds after the first step, kind, index)
         self.missed = 0  # the pod was not there (waiting out its back-off): nothing to hit
 
     def run(self) -> None:
         self.began.wait()
-        start = time.monotonic()
+        start = clock = time.monotonic()
         number = 0
-        while not self.done.wait(start + (number + 1) * self.interval - time.monotonic()):
+        while self.most is None or number < self.most:
+            if self.done.wait(clock + self.interval - time.monotonic() if self.paced
+                              else start + (number + 1) * self.interval - time.monotonic()):
+                return
             kind, index = self.kinds[number % len(self.kinds)], 1 - number % 2
             number += 1
             hit = evict(self.root, index) if kind == "preempt" else kill_index(index, whole_pod=kind == "lost") > 0
@@ -81,9 +91,15 @@ class Schedule(threading.Thread):
                 self.delivered.append((time.monotonic() - start, kind, index))
             else:
                 self.missed += 1
+            if self.paced:
+                while not self.recovered.acquire(timeout=1.0):
+                    if self.done.is_set():
+                        return
+                clock = time.monotonic()
 
 
-def run(data_dir: Path, epochs: int, interval: float | None, kinds: tuple[str, ...], backoff: float) -> dict:
+def run(data_dir: Path, epochs: int, interval: float | None, kinds: tuple[str, ...], backoff: float,
+        most: int | None = None) -> dict:
     """One run of the default job (2 pods) under local-job, with a fault every ``interval`` seconds (None: clean)."""
     directory = Path(tempfile.mkdtemp(prefix="bench-goodput-"))
     volume = claim(data_dir, directory)
@@ -91,7 +107,7 @@ def run(data_dir: Path, epochs: int, interval: float | None, kinds: tuple[str, .
     # (docs/reliability.md); the schedule's lost pods would spend the default 3 within a minute
     command = local_job(manifests(2, directory, f"config_map.EPOCHS={epochs}", "config_map.LOG_INTERVAL=10",
                                   f"max_restarts={MAX_RESTARTS}"), volume, directory, backoff)
-    schedule = Schedule(interval, kinds, directory / "root") if interval else None
+    schedule = Schedule(interval, kinds, directory / "root", most, paced=most is not None) if interval else None
     if schedule:
         schedule.start()
     first = end = None
@@ -103,6 +119,8 @@ def run(data_dir: Path, epochs: int, interval: float | None, kinds: tuple[str, .
             first = elapsed
             if schedule:
                 schedule.began.set()
+        if schedule and RECOVERED.search(line):
+            schedule.recovered.release()
         if "Rank 0: training completed." in line:
             completed = True
         end = elapsed
@@ -145,7 +163,8 @@ def measure(data_dir: Path, quick: bool, repeats: int | None = None, intervals: 
     for _ in range(repeats or size["repeats"]):  # alternating: the machine's drift hits every contender alike
         runs["clean"].append(run(data_dir, size["epochs"], None, size["kinds"], backoff))
         for interval in intervals:
-            runs[f"{interval:g}"].append(run(data_dir, size["epochs"], interval, size["kinds"], backoff))
+            runs[f"{interval:g}"].append(run(data_dir, size["epochs"], interval, size["kinds"], backoff,
+                                             size["faults"]))
     return {"epochs": size["epochs"], "backoff": backoff, "runs": runs}
 
 
@@ -162,7 +181,7 @@ def summarize(results: dict) -> dict:
         for kind in sorted({fault["kind"] for fault in faults}):
             chosen = [fault for fault in faults if fault["kind"] == kind]
             by_kind[kind] = {phase: statistics.median(fault[phase] for fault in chosen)
-                             for phase in ("detect", "restart", "restore", "recompute")}
+                             for phase in PHASES}
             by_kind[kind]["count"] = len(chosen)
         out["schedules"][key] = {
             "train_s": statistics.median(run["train_s"] for run in runs),
@@ -194,8 +213,8 @@ def rows(summary: dict, backoff: float) -> list[tuple[str, str, str, str, str]]:
         table.append(("  nothing lost (every epoch once, accuracy within 0.01 of clean)",
                       "yes" if schedule["nothing_lost"] else "NO", f"{summary['clean_accuracy']:.4f} (clean)", "", ""))
         for kind, cost in schedule["by_kind"].items():
-            table.append((f"  {kind}: detect / restart / restore / recompute (s), median of {cost['count']}",
-                          " / ".join(f"{cost[phase]:.2f}" for phase in ("detect", "restart", "restore", "recompute")),
+            table.append((f"  {kind}: {' / '.join(PHASES)} (s), median of {cost['count']}",
+                          " / ".join(f"{cost[phase]:.2f}" for phase in PHASES),
                           f"back-off {backoff:g} s doubling per failure of the index" if kind != "worker failed"
                           else "", "", ""))
     return table
@@ -207,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.goodput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")
-    parser.add_argument("--quick", action="store_true", help="a short run, a fault every 4 s, once")
+    parser.add_argument("--quick", action="store_true", help="a short run, three faults, each 3 s after the last recovery, once")
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--intervals", type=float, nargs="+", help="seconds between faults (default: 60 20)")
     parser.add_argument("--backoff-seconds", type=float,

@@ -73,17 +73,20 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
 
 @pytest.mark.slow
 def test_quick_goodput_bench_runs_a_fault_schedule_and_accounts_for_every_fault(tmp_path):
-    """python -m bench.goodput --quick: the default job clean and under a fault every 4 s (a worker killed, a pod
-    evicted, a pod lost whole): nothing lost, and the runtime accounted for the faults it recovered from."""
+    """python -m bench.goodput --quick: the default job clean and under three faults, each 3 s after the gang
+    recovered from the last (a worker killed, a pod evicted, a pod lost whole): nothing lost, and the runtime
+    accounted for each fault by its kind."""
     write_raw(tmp_path / "data", raw_files(synthetic_digits(1024, seed=1), synthetic_digits(256, seed=2)))
     out = tmp_path / "goodput.json"
     result = subprocess.run([sys.executable, "-m", "bench.goodput", "--quick", "--data-dir", str(tmp_path / "data"),
                              "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "goodput, a fault every 4 s, MNIST 2 pods" in result.stdout
+    assert "goodput, a fault every 3 s, MNIST 2 pods" in result.stdout
     summary = json.loads(out.read_text())
-    schedule = summary["summary"]["schedules"]["4"]
-    run = summary["results"]["runs"]["4"][0]
+    schedule = summary["summary"]["schedules"]["3"]
+    run = summary["results"]["runs"]["3"][0]
     assert schedule["nothing_lost"], run
-    assert run["delivered"] and len(run["faults"]) >= 1  # each fault recovered from is one line of faults.jsonl
+    assert run["delivered"] == ["worker", "preempt", "lost"]
+    assert len(run["faults"]) == 3  # each fault recovered from is one line of faults.jsonl, by its kind
+    assert [fault["kind"] for fault in run["faults"]] == ["worker failed", "pod stopped", "pod lost"]
     assert 0 < schedule["goodput_runtime"] <= 1 and schedule["goodput_external"] > 0
