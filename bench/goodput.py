@@ -86,7 +86,7 @@ class Schedule(threading.Thread):
                 return
             kind, index = self.kinds[number % len(self.kinds)], 1 - number % 2
             number += 1
-            hit = evict(self.root, index) if kind == "preempt" else kill_index(index, whole_pod=kind == "lost") > 0
+            hit = evict(self.root, index) if kind == "preempt" else kill_index(index, whole_pod=kind == "lost", root=self.root) > 0
             if hit:
                 self.delivered.append((time.monotonic() - start, kind, index))
             else:

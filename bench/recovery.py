@@ -76,19 +76,23 @@ def recovery(data_dir: Path, world: int, fault: str, backoff: float = BACKOFF_SE
             "total_without_backoff_s": at["first_step"] - backoff_s}
 
 
-def kill_index(index: int, whole_pod: bool) -> int:
-    """SIGKILL the running pod of completion ``index`` (found by local-job's pod marker): every process of it, or
-    only its workers (not the launcher, ``python -m worker.launch``); how many processes it killed."""
+def kill_index(index: int, whole_pod: bool, root: Path | None = None) -> int:
+    """SIGKILL the running pod of completion ``index`` (found by local-job's pod marker; with ``root``, only a pod of
+    the local-job whose volume root that is, by the pod's /tmp under it): every process of it, or only its workers
+    (not the launcher, ``python -m worker.launch``); how many processes it killed."""
     from localjob.podspec import POD_MARKER
 
     needle = f"{POD_MARKER}=mnist-train-{index}-".encode()
+    inside = f"TMPDIR={root.resolve()}/".encode() if root is not None else b""
     killed = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if not any(item.startswith(needle) for item in handle.read().split(b"\0")):
+                environ = handle.read().split(b"\0")
+                if not any(item.startswith(needle) for item in environ) or \
+                        (inside and not any(item.startswith(inside) for item in environ)):
                     continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
                 launcher = b"worker.launch" in handle.read()
