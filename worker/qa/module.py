@@ -17,6 +17,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from trainer_contract import hooks
 from trainer_runtime.hub_models.batches import RankBatches
 from trainer_runtime.hub_models.checkpoint_record import RECORD_KEY
+from trainer_runtime.strategies.fsdp import unmap_large_buffers_when_freed
 from worker.qa import features as qa_features
 from worker.qa.metrics import score
 from worker.qa.squad import Question
@@ -52,6 +53,7 @@ class QuestionAnswering(L.LightningModule):
         mesh = self.device_mesh["data_parallel"]
         policy = MixedPrecisionPolicy(param_dtype=self.shard_dtype, reduce_dtype=torch.float32) \
             if self.shard_dtype is not None else MixedPrecisionPolicy()
+        unmap_large_buffers_when_freed()  # the blocks' gathered parameters and gradients, freed at every step
         for block in transformer_blocks(self.model):
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(self.model, mesh=mesh, mp_policy=policy)
@@ -83,6 +85,12 @@ class QuestionAnswering(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[RECORD_KEY] = self.record
+
+    def optimizer_step(self, epoch: int, batch_index: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        super().optimizer_step(epoch, batch_index, optimizer, optimizer_closure)
+        # the gradients are spent: freed now, not at the next backward (Lightning's zero_grad), so that the next
+        # forward's activations do not come on top of them (docs/performance.md, FSDP's memory)
+        optimizer.zero_grad(set_to_none=True)
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.learning_rate, weight_decay=0.01)
