@@ -42,6 +42,7 @@ class FSDPStrategy(Strategy):
 
     def __init__(self, module, env, device, precision):
         super().__init__(module, env, device, precision)
+        unmap_large_buffers_when_freed()  # the units' gathered parameters and gradients, freed at every step
         mesh = init_device_mesh(device.type, (env.world_size,))
         policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
         units, outer = shard_units(module)
