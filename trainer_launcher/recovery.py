@@ -15,7 +15,9 @@ the Job:
   exits RESTARTS_EXHAUSTED and the Job fails: a deterministic crash still fails it after max_restarts + 1 rounds.
 
 A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
-to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them.
+to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them. On Slurm
+nothing starts a successor in the middle of a step: the step ends (75) and the batch script requeues the job.
+Each node notes when its round failed (trainer_contract/gang_timeline.py: what each fault cost, goodput).
 """
 
 from __future__ import annotations
