@@ -61,6 +61,7 @@ class Fault:
     restore: float
     recompute: float
     at: float  # unix time of the first node's notice
+    through: int = 0  # the last failed round it covers (a fault during its recovery failed that one too)
 
     @property
     def lost(self) -> float:
@@ -108,18 +109,23 @@ class Timeline:
 
     def failures(self, generation: int) -> dict[int, tuple[float, int]]:
         """The nodes' notes of round ``generation``'s failure: node -> (time, code)."""
-        notes: dict[int, tuple[float, int]] = {}
-        prefix = f"{generation}.failed."
+        return self.failed_rounds().get(generation, {})
+
+    def failed_rounds(self) -> dict[int, dict[int, tuple[float, int]]]:
+        """Every round's failure notes: round -> node -> (time, code); what is not a note of ours is passed over."""
+        rounds: dict[int, dict[int, tuple[float, int]]] = {}
         if not self.directory.is_dir():
-            return notes
+            return rounds
         for path in self.directory.iterdir():
-            node = path.name[len(prefix):] if path.name.startswith(prefix) else ""
-            words = (read_note(path) or "").split() if node.isdigit() else []
+            generation, kind, node = (path.name.split(".") + ["", ""])[:3]
+            if kind != "failed" or not generation.isdigit() or not node.isdigit() or len(generation) > 12:
+                continue
+            words = (read_note(path) or "").split()
             try:
-                notes[int(node)] = (float(words[0]), int(words[1]))
+                rounds.setdefault(int(generation), {})[int(node)] = (float(words[0]), int(words[1]))
             except (IndexError, ValueError):
                 continue
-        return notes
+        return rounds
 
     # -- the accounting -------------------------------------------------------------------------------------
     def first_step(self) -> float | None:
@@ -158,12 +164,14 @@ class Timeline:
         of the newest checkpoint published (gang_rounds' note); ``nodes``: the gang's nodes."""
         now = time.time() if now is None else now
         self.resumed(generation, now)
-        failed_round = next((earlier for earlier in range(generation - 1, 0, -1) if self.failures(earlier)), None)
-        if failed_round is None:
-            return None
         known = self.faults()
-        if any(fault.round == failed_round for fault in known):
-            return None  # accounted for already (this round's rank 0 started twice)
+        accounted = max((max(fault.round, fault.through) for fault in known), default=0)
+        # the rounds that failed since the last fault accounted for: one fault, from the first of them (another
+        # fault during the recovery, a round that never trained, only lengthens its restart)
+        failed = sorted(earlier for earlier in self.failed_rounds() if accounted < earlier < generation)
+        if not failed:
+            return None  # the first round, none failed since, or accounted for already (rank 0 started twice)
+        failed_round = failed[0]
         notes = self.failures(failed_round)
         first = min(when for when, _ in notes.values())
         last = max(when for when, _ in notes.values())
@@ -175,7 +183,7 @@ class Timeline:
         fault = Fault(number=len(known) + 1, round=failed_round, kind=kind, code=code,
                       detect=round(max(0.0, last - first), 3), restart=round(max(0.0, restore - last), 3),
                       restore=round(max(0.0, now - max(restore, last)), 3),
-                      recompute=round(max(0.0, first - kept), 3), at=round(first, 3))
+                      recompute=round(max(0.0, first - kept), 3), at=round(first, 3), through=failed[-1])
         try:
             with open(self.directory / FAULTS, "a") as handle:
                 handle.write(json.dumps(asdict(fault)) + "\n")

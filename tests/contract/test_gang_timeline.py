@@ -89,3 +89,15 @@ def test_the_line_says_what_failed_and_what_it_cost():
                   recompute=1.2, at=T)
     assert fault.line(0.93) == ("fault 3: worker failed (exit 137) in round 3; 4.1 s lost: 0.2 detect, 1.5 restart, "
                                 "1.2 restore, 1.2 recompute; goodput 93%")
+
+
+def test_a_fault_during_the_recovery_from_another_lengthens_its_restart(tmp_path):
+    timeline = timeline_with(tmp_path, {1: (10.0, 137), 0: (10.1, 75)})  # round 1 failed, round 2 restoring...
+    timeline.round_failed(2, 0, 137, T + 15.0)  # ...failed before it trained (no resume of round 2)
+    timeline.round_failed(2, 1, 75, T + 15.1)
+    timeline.restore_began(3, T + 20.0)
+    fault = timeline.account(3, 2, (1, T + 6.0), now=T + 21.0)
+    assert fault is not None and (fault.number, fault.round, fault.kind) == (1, 1, "worker failed")
+    assert fault.lost == pytest.approx(21.0 - 6.0)  # from round 1's checkpoint to round 3's first step
+    assert fault.restart == pytest.approx(20.0 - 10.1)
+    assert timeline.account(3, 2, (1, T + 6.0), now=T + 22.0) is None
