@@ -150,12 +150,7 @@ class Timeline:
 
     def goodput(self, now: float | None = None, faults: list[Fault] | None = None) -> float | None:
         """The share of the wall time since the Job's first step that was not lost to faults; None before it."""
-        first = self.first_step()
-        now = time.time() if now is None else now
-        if first is None or now <= first:
-            return None
-        lost = sum(fault.lost for fault in (self.faults() if faults is None else faults))
-        return max(0.0, min(1.0, 1.0 - lost / (now - first)))
+        return goodput_of(self.first_step(), self.faults() if faults is None else faults, now)
 
     def account(self, generation: int, nodes: int, progress: tuple[int, float | None] | None,
                 now: float | None = None) -> Fault | None:
@@ -203,6 +198,14 @@ def _kind(notes: dict[int, tuple[float, int]], nodes: int) -> tuple[str, int | N
     if causes:
         return "worker failed", causes[0]
     return "every worker a victim", codes[0] if codes else None
+
+
+def goodput_of(first_step: float | None, faults: list[Fault], now: float | None = None) -> float | None:
+    """1 - the faults' lost seconds over the wall time since ``first_step`` (unix time); None before it."""
+    now = time.time() if now is None else now
+    if first_step is None or now <= first_step:
+        return None
+    return max(0.0, min(1.0, 1.0 - sum(fault.lost for fault in faults) / (now - first_step)))
 
 
 def totals(faults: list[Fault]) -> dict[str, float]:

@@ -10,11 +10,10 @@ place, a program run by hand) it does nothing.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping
 
 from trainer_contract.gang_rounds import PROGRESS, gang_directory, generation_of, job_identity, read_progress
-from trainer_contract.gang_timeline import Fault, Timeline, gang_nodes, totals
+from trainer_contract.gang_timeline import Fault, Timeline, gang_nodes, goodput_of, totals
 
 
 class Goodput:
@@ -49,13 +48,7 @@ class Goodput:
         return fault
 
     def goodput(self, now: float | None = None) -> float | None:
-        if self.timeline is None or self.first_step is None:
-            return None
-        now = time.time() if now is None else now
-        if now <= self.first_step:
-            return None
-        lost = sum(fault.lost for fault in self.faults)
-        return max(0.0, min(1.0, 1.0 - lost / (now - self.first_step)))
+        return goodput_of(self.first_step, self.faults, now)
 
     def summary(self) -> dict:
         """The run's goodput fields (its summary's), or nothing outside a round."""

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from trainer_contract.gang_timeline import Fault, Timeline
+from trainer_contract.gang_timeline import PHASES, Fault, Timeline
 
 T = 1_700_000_000.0  # a wall-clock origin
 
@@ -101,3 +101,26 @@ def test_a_fault_during_the_recovery_from_another_lengthens_its_restart(tmp_path
     assert fault.lost == pytest.approx(21.0 - 6.0)  # from round 1's checkpoint to round 3's first step
     assert fault.restart == pytest.approx(20.0 - 10.1)
     assert timeline.account(3, 2, (1, T + 6.0), now=T + 22.0) is None
+
+
+def test_the_workers_rank_0_accounts_for_the_fault_once_and_the_other_ranks_never(tmp_path):
+    from trainer_runtime.goodput import Goodput
+
+    gang = tmp_path / ".gang"
+    timeline = Timeline(gang, "job")
+    timeline.resumed(1, T)
+    timeline.round_failed(1, 0, 137, T + 10.0)
+    timeline.round_failed(1, 1, 75, T + 10.1)
+    environ = {"INDEXED_TRAINER_GANG_PROGRESS": str(gang / "progress"), "INDEXED_TRAINER_GANG_ROUND": "2",
+               "INDEXED_TRAINER_JOB_UID": "job", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    said: list[str] = []
+    follower = Goodput({**environ, "RANK": "1"})
+    follower.restore_began()
+    assert follower.resumed(said.append) is None and follower.summary() == {} and not said
+    leader = Goodput({**environ, "RANK": "0"})
+    leader.restore_began()
+    fault = leader.resumed(said.append)
+    assert fault is not None and fault.kind == "worker failed" and said == [fault.line(leader.goodput())]
+    summary = leader.summary()
+    assert summary["faults"] == 1 and 0 <= summary["goodput"] < 1 and set(summary["fault_seconds"]) == set(PHASES)
+    assert Goodput({**environ, "RANK": "0"}).resumed(said.append) is None  # its second start: accounted already
