@@ -102,4 +102,9 @@ def main(model_dir: str, dataset_dir: str, result_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    code = main(*sys.argv[1:])
+    # the Trainer leaves its process group up; one torn down by the interpreter's exit can abort the process
+    # (std::terminate, exit 134: seen once in CI's quick bench)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.exit(code)

@@ -68,4 +68,11 @@ def main(model_dir: str, dataset_dir: str, result_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    code = main(*sys.argv[1:])
+    # the Trainer leaves its process group up; one torn down by the interpreter's exit can abort the process
+    # (std::terminate, exit 134: seen once in CI's quick bench)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(code)

@@ -65,7 +65,9 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
     for contender in ("worker", "trainer"):
         assert results["finetune"][contender]["tokens_per_second"] > 0
         assert 0 <= results["finetune"][contender]["f1"] <= 100
-    assert all(value > 0 for value in results["memory_mib"].values())
+    # growth over a 2-layer, 32-wide BERT: at the quick mode's 64-wide model a few MiB either way (fsdp's freed
+    # buffers now go back to the system), so measured, not signed
+    assert results["memory_mib"] and all(math.isfinite(value) for value in results["memory_mib"].values())
     for contender in ("worker", "trl"):
         sft = results["sft"][contender]
         assert sft["tokens_per_second"] > 0 and sft["peak_mib"] > 0 and 0 < sft["evaluation_loss"] < 20
