@@ -52,6 +52,7 @@ from trainer_contract.variables import (
 # Volumes and mount paths of the Job itself (templates/kubernetes/job.yaml.j2): extra_volumes may not take them.
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: no value of ours is more than one line
 
 
 @lru_cache(maxsize=1)
@@ -241,18 +242,30 @@ _BOUND_WORDS = {
 
 
 def _bad_strings(value: Any, path: list) -> Iterable[str]:
-    """Strings that cannot be written as UTF-8 at all (lone surrogates from JSON escapes like \\ud800)."""
+    """Strings no value may hold, in keys as in values, found before the schema runs: lone surrogates (from JSON
+    escapes like \\ud800: not writable as UTF-8), and control characters. The schema's patterns match with
+    re.search, where "$" also matches before a final newline: "trainjob\\n" would pass as a name, and a newline in
+    slurm.shared_dir would split an #SBATCH line."""
     if isinstance(value, str):
-        if _SURROGATE.search(value):
-            yield f"{format_path(path)}: holds an unpaired UTF-16 surrogate (e.g. a JSON \\ud800 escape); it is not valid Unicode"
+        yield from (f"{format_path(path)}: {problem}" for problem in _string_problems(value))
     elif isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and _SURROGATE.search(key):
-                yield f"{format_path(path)}: a key holds an unpaired UTF-16 surrogate; it is not valid Unicode"
+            if isinstance(key, str):
+                yield from (f"{format_path(path) or 'values'}: the key {ascii(key)} {problem}"
+                            for problem in _string_problems(key))
             yield from _bad_strings(item, path + [key])
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _bad_strings(item, path + [index])
+
+
+def _string_problems(text: str) -> Iterable[str]:
+    if _SURROGATE.search(text):
+        yield "holds an unpaired UTF-16 surrogate (e.g. a JSON \\ud800 escape); it is not valid Unicode"
+    control = _CONTROL.search(text)
+    if control:
+        yield (f"holds a control character ({ascii(control.group())[1:-1]} at position {control.start()}); "
+               "write it on one line, without tabs, newlines or other control characters")
 
 
 def name_length_problem(name: str, replicas: int | None) -> str | None:

@@ -235,6 +235,21 @@ HYPERPARAMETERS_KEY = "hyperparameters_file"
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def hyperparameters_path(named: str, source: Path) -> Path:
+    """The file ``named`` in the values file ``source``, which must lie under that file's directory: a values file
+    passed around (a shared repository, a ticket) must not read whatever YAML the rendering machine holds (an
+    absolute path, '..', a link out) into the ConfigMap."""
+    base = source.parent.resolve()
+    if Path(named).is_absolute():
+        raise ValuesError(f"{source}: {HYPERPARAMETERS_KEY}: {named!r} is an absolute path: name the file relative "
+                          "to the values file, in its directory or below")
+    path = (base / named).resolve()  # '..' and every link followed: where the read would really go
+    if not path.is_relative_to(base):
+        raise ValuesError(f"{source}: {HYPERPARAMETERS_KEY}: {named!r} leads out of {base} (through '..' or a "
+                          "symbolic link): keep the file in the values file's directory or below")
+    return path
+
+
 def with_hyperparameters(values: dict, source: Path) -> dict:
     """``values`` (read from ``source``) with the file its hyperparameters_file names merged into config_map."""
     if HYPERPARAMETERS_KEY not in values:
@@ -244,7 +259,7 @@ def with_hyperparameters(values: dict, source: Path) -> dict:
     if not isinstance(named, str) or not named.strip():
         raise ValuesError(f"{source}: {HYPERPARAMETERS_KEY} must name a YAML file (config.yaml), not "
                           f"{describe_value(named)}")
-    path = source.parent / named
+    path = hyperparameters_path(named, source)
     hyperparameters = load_values_file(path)
     own = values.get("config_map") or {}
     merged = dict(own)

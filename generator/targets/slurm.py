@@ -35,6 +35,10 @@ LAUNCHER_CHECKS = {
                  "torchrun is not on PATH: install PyTorch in the environment slurm.setup activates "
                  "(source .../bin/activate)"),
 }
+# Where a placed path names the script's shared directory: a NUL, which no value can hold (values refuse control
+# characters), so no path of the user's is ever taken for it.
+_SHARED = "\0shared_dir\0"
+_INERT = re.compile(r"[A-Za-z0-9._/%+,:@=-]*")
 # Each task's rank and the rendezvous address, in the shell of the script and of each task.
 NODE_RANK = '"$SLURM_NODEID"'
 MASTER_ADDR = '"${head_addr:-$head_node}"'
@@ -127,6 +131,9 @@ class BatchScript:
     # the exit codes the script acts on (trainer_contract/exit_codes.py): "fail" ends the job unrequeued; a
     # "stop" (SIGTERM after the checkpoint) requeues without counting; any other failure counts
     stage_command: str | None  # the stager's, when the spec stages a model or dataset or restores a checkpoint
+    # the training step's srun: without the variables only the stage step is given (a URI from a Secret on
+    # Kubernetes, from the submitter's environment here), as the worker container is given none of them
+    training_srun: str
     fail_codes: tuple[exit_codes.ExitCode, ...]
     stop_codes: tuple[exit_codes.ExitCode, ...]
     bad_config: int = exit_codes.BAD_CONFIG
@@ -139,7 +146,7 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
     shared = options.shared_dir
     # DATA_DIR and OUTPUT_DIR default to the shared directory (expanded by the script's shell), as on
     # Kubernetes to the shared volume
-    placement = {key: f'"{path}"' for key, path in spec.placement("$shared_dir").items()}
+    placement = {key: _shell_path(path) for key, path in spec.placement(_SHARED).items()}
     quoted = {key: shlex.quote(str(value)) for key, value in spec.environment.items()}
     environment = sorted({**placement, **quoted}.items())
     environment += [(variable.name, shlex.quote(variable.value or "")) for variable in spec.env]
@@ -169,9 +176,22 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         program=shlex.join(spec.program),
         working_dir=shlex.quote(spec.working_dir) if spec.working_dir is not None else None,
         stage_command=shlex.join(launcher.stage_command(spec.restores_for)) if spec.runs_stager else None,
+        training_srun=shlex.join(["env", *(f"--unset={variable}" for variable in spec.secret_uris), "srun"])
+        if spec.secret_uris else "srun",
         fail_codes=exit_codes.taking("fail"),
         stop_codes=exit_codes.taking("stop"),
     )
+
+
+def _shell_path(path: str) -> str:
+    """A placed path as one shell word: the shared directory expanded from the script's variable, every other
+    character (a path storage URI's included) quoted as data."""
+    if not path.startswith(_SHARED):
+        return shlex.quote(path)
+    rest = path[len(_SHARED):]
+    if _INERT.fullmatch(rest):  # nothing in it that double quotes leave to the shell
+        return f'"$shared_dir{rest}"'
+    return '"$shared_dir"' + shlex.quote(rest)
 
 
 def _from_submitter(spec: JobSpec) -> tuple[tuple[str, str], ...]:

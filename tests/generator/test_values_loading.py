@@ -141,3 +141,40 @@ def test_a_hyperparameters_file_given_by_set_is_refused_naming_the_key():
     result = run_main("--set", "hyperparameters_file=config.yaml")
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert "hyperparameters_file: name it in a values file (--values), relative to that file" in result.stderr
+
+
+@pytest.mark.parametrize("named", ["{outside}/config.yaml", "../outside/config.yaml", "link/config.yaml",
+                                   "linked.yaml"])
+def test_a_hyperparameters_file_out_of_the_values_files_directory_is_refused(tmp_path, named):
+    """A values file passed around must not read any YAML of the rendering machine into the ConfigMap: an absolute
+    path, '..' and a link out of the values file's directory are refused before anything is read."""
+    from tests.generator.helpers import run_main
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.yaml").write_text("aws_secret_access_key: planted\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "link").symlink_to(outside)
+    (project / "linked.yaml").symlink_to(outside / "config.yaml")
+    values = project / "values.yaml"
+    values.write_text("entrypoint: {module: worker.finetune}\n"
+                      f"hyperparameters_file: {named.format(outside=outside)}\n")
+    result = run_main("--values", str(values))
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "hyperparameters_file" in result.stderr and "planted" not in result.stderr
+    assert ("is an absolute path" if named.startswith("{") else "leads out of") in result.stderr
+
+
+def test_a_hyperparameters_file_below_the_values_file_is_read_and_its_credentials_refused(tmp_path):
+    """A file in a folder under the values file is fine; a credential in it is refused like one in config_map."""
+    from tests.generator.helpers import run_main
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "config.yaml").write_text("batch_size: 8\nhf_token: hf_planted\n")
+    values = tmp_path / "values.yaml"
+    values.write_text("entrypoint: {module: worker.finetune}\nhyperparameters_file: configs/../configs/config.yaml\n")
+    result = run_main("--values", str(values))
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "config_map.HF_TOKEN: credentials come from a Secret only" in result.stderr
+    assert "hf_planted" not in result.stderr
