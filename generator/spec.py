@@ -18,6 +18,7 @@ from trainer_contract.storage import (
     PATH_VARIABLES,
     STAGED_ROLES,
     UNPACK_LIMIT_VARIABLES,
+    URI_SOURCE_VARIABLES,
     URI_VARIABLES,
     Role,
     StorageUri,
@@ -247,6 +248,8 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
     uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
+    # a URI from a Secret is named by the Secret and key in every line, never by its text
+    uris |= {URI_SOURCE_VARIABLES[role]: uri.describe for role, uri in sources.items() if uri.scheme == "secret"}
     uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED_ROLES}  # null: not rendered
     # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import quote, unquote, urlparse
@@ -39,6 +40,9 @@ PATH_VARIABLES = {"model": "MODEL_DIR", "dataset": "DATASET_DIR"}
 # What the stager reads: the URIs as the values give them (rendered into the ConfigMap with the rest).
 URI_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_URI", "dataset": "INDEXED_TRAINER_DATASET_URI",
                  "export": "INDEXED_TRAINER_EXPORT_URI", "checkpoint": "INDEXED_TRAINER_CHECKPOINT_URI"}
+# Beside a URI that comes from a Secret's key (storage_uri_secret), how lines name it: "from Secret NAME key KEY".
+# Its text is never shown, not even redacted: a malformed presigned URL cannot be trusted to redact.
+URI_SOURCE_VARIABLES = {role: f"{variable}_SOURCE" for role, variable in URI_VARIABLES.items()}
 # Where a program leaves what export.storage_uri uploads when training ends (the built-in worker: its model,
 # summary, metrics and a model card), and the object written last under the export's prefix, listing every
 # file: a reader takes the export as complete only when it is there.
@@ -96,6 +100,19 @@ def credential_parameters(url: str) -> list[str]:
                                                                         unquote(name))}]
 
 
+def shown(text: str) -> str:
+    """``text`` as a line may show it even when it is not a URL at all: redacted, and past that every query part
+    without a value and any fragment hidden (either can carry a token), and in a non-Hub URI whatever precedes an
+    '@' in a part of its path (a malformed URL, https:/user:pw@host, escapes redacted()'s user pattern)."""
+    base, has_fragment, _ = redacted(text).partition("#")
+    base, has_query, query = base.partition("?")
+    if has_query:  # the values are *** already
+        query = "&".join(part if "=" in part else "***" for part in query.split("&"))
+    if not base.lower().startswith("hf://"):  # a Hub revision follows an '@'
+        base = re.sub(r"[^/@]*@", "***@", base)
+    return base + has_query + query + ("#***" if has_fragment else "")
+
+
 def redacted(text: str) -> str:
     """``text`` as a line may show it: a URL's user and password, and every query parameter's value (a presigned
     URL's signature, a token), replaced by ``***``. Lines name a source by this, never by the URI itself."""
@@ -118,17 +135,20 @@ class StorageUri:
     url: str = ""  # https
     secret: str = ""  # secret: the Secret's name and key that hold the URI (known in the pod only)
     secret_key: str = ""
+    known_as: str = ""  # how lines name a source whose text must not be shown (a URI from a Secret's key)
 
     @property
     def describe(self) -> str:
-        """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL with
-        its query's values redacted."""
+        """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL as
+        ``shown`` (no query, fragment or user), or the Secret and key it came from."""
+        if self.known_as:
+            return self.known_as
         if self.scheme == "hf":
             kind = "dataset " if self.repo_type == "dataset" else ""
             return f"{kind}{self.repo}@{self.revision}"
         if self.scheme == "secret":
             return f"from Secret {self.secret} key {self.secret_key}"
-        return redacted(self.text)
+        return shown(self.text)
 
     def named(self, role: Role) -> str:
         """The source as a line names it in its role: "model org/name@rev", "dataset s3://bucket/prefix"."""
@@ -186,73 +206,99 @@ def _repo_component(repo: str) -> str:
     return "--".join(part.replace("-", "%2D") if "--" in part else part for part in repo.split("/"))
 
 
-def parse(text: str, role: Role) -> StorageUri:
-    """The URI ``text`` for ``role``; StorageUriError saying what is wrong and what to write (the URI shown
-    redacted), whatever ``text`` is."""
+def parse(text: str, role: Role, *, known_as: str | None = None) -> StorageUri:
+    """The URI ``text`` for ``role``; StorageUriError saying what is wrong and what to write, whatever ``text`` is.
+    Errors show the URI as ``shown`` does, or only as ``known_as`` (a URI from a Secret: "from Secret NAME key KEY",
+    its text never), which the parsed source's lines then name it by too."""
+    # a URI known by its Secret shows nothing of its text, not even a part of it
+    source = _parse(text, role, Naming(known_as, _hidden) if known_as else Naming(repr(shown(text)), shown))
+    return dataclasses.replace(source, known_as=known_as) if known_as else source
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How a parse error names the URI and a part of it (a scheme, a host, a bucket)."""
+
+    whole: str
+    part: Callable[[str], str]
+
+
+def _hidden(part: str) -> str:
+    return "..."
+
+
+def _parse(text: str, role: Role, naming: Naming) -> StorageUri:
+    name = naming.whole
     if not text or text != text.strip():
-        raise StorageUriError(f"{redacted(text)!r} is empty or has spaces around it")
+        raise StorageUriError(f"{name} is empty or has spaces around it")
     if _CONTROL.search(text):
-        raise StorageUriError(f"{redacted(text)!r} holds a control character (a newline, a tab): write the URI on "
+        raise StorageUriError(f"{name} holds a control character (a newline, a tab): write the URI on "
                               "one line, percent-encoding what must be in it")
     if text.startswith("/"):
         if role in UPLOADED_ROLES:
-            raise StorageUriError(f"{text!r}: {role}s go to a bucket: write s3://bucket/prefix")
+            raise StorageUriError(f"{name}: {role}s go to a bucket: write s3://bucket/prefix")
         if "//" in text or "/../" in f"{text}/":
-            raise StorageUriError(f"{text!r} is not a plain absolute path (no '//' or '..')")
+            raise StorageUriError(f"{name} is not a plain absolute path (no '//' or '..')")
         return StorageUri(text, "path")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        raise StorageUriError(f"{text!r} has no scheme: write hf://org/name, s3://bucket/prefix, https://... or an "
+        raise StorageUriError(f"{name} has no scheme: write hf://org/name, s3://bucket/prefix, https://... or an "
                               "absolute path on the shared volume")
     if role in UPLOADED_ROLES and scheme != "s3":
-        raise StorageUriError(f"{text!r}: {role}s go to a bucket: write s3://bucket/prefix")
+        raise StorageUriError(f"{name}: {role}s go to a bucket: write s3://bucket/prefix")
     if scheme == "hf":
-        return _hugging_face(text, rest)
+        return _hugging_face(text, rest, naming)
     if scheme == "s3":
-        return _s3(text, rest)
+        return _s3(text, rest, naming)
     if scheme in ("https", "http"):
-        return _web(text)
-    raise StorageUriError(f"{text!r}: unknown scheme {scheme}://; write hf://, s3://, https:// or an absolute path")
+        return _web(text, naming)
+    raise StorageUriError(f"{name}: unknown scheme {naming.part(scheme)}://; write hf://, s3://, https:// or an absolute "
+                          "path")
 
 
-def _web(text: str) -> StorageUri:
+def _web(text: str, naming: Naming) -> StorageUri:
+    name = naming.whole
     try:
         parsed = urlparse(text)
         parsed.port  # noqa: B018  # raises ValueError for a port that is not a number in range
-    except ValueError as error:
-        raise StorageUriError(f"{redacted(text)!r} is not a URL ({error}): write https://host[:port]/path/file") from None
+    except ValueError:
+        # the parser's own words quote parts of the text (a port): not shown
+        raise StorageUriError(f"{name} is not a URL (its host or port cannot be read): write "
+                              "https://host[:port]/path/file") from None
     if "@" in parsed.netloc:
-        raise StorageUriError(f"{redacted(text)!r}: a user or password in the URL would be written into the "
+        raise StorageUriError(f"{name}: a user or password in the URL would be written into the "
                               "ConfigMap and every log (and is not sent as credentials): serve the file without "
                               "them, or from a bucket (s3://, its credentials from a Secret: env_from_secrets)")
     if not parsed.hostname or not parsed.path.strip("/"):
-        raise StorageUriError(f"{redacted(text)!r} names no file: write https://host/path/file (an archive is "
+        raise StorageUriError(f"{name} names no file: write https://host/path/file (an archive is "
                               "unpacked)")
     if not (_HOST_NAME.match(parsed.hostname) or ":" in parsed.hostname):  # a name, an IPv4 or an IPv6 address
-        raise StorageUriError(f"{redacted(text)!r}: {parsed.hostname!r} is not a host name: write "
+        raise StorageUriError(f"{name}: {naming.part(parsed.hostname)!r} is not a host name: write "
                               "https://host/path/file")
     return StorageUri(text, "https", url=text)
 
 
-def _hugging_face(text: str, rest: str) -> StorageUri:
+def _hugging_face(text: str, rest: str, naming: Naming) -> StorageUri:
+    name = naming.whole
     repo, at, revision = rest.partition("@")
     repo_type: Literal["model", "dataset"] = "model"
     if repo.startswith("datasets/"):
         repo_type, repo = "dataset", repo[len("datasets/"):]
     parts = repo.split("/")
     if not 1 <= len(parts) <= 2 or not all(_HF_NAME.match(part) for part in parts) or ".." in repo:
-        raise StorageUriError(f"{text!r} is not a Hub repository: write hf://org/name[@revision] or "
+        raise StorageUriError(f"{name} is not a Hub repository: write hf://org/name[@revision] or "
                               "hf://datasets/org/name[@revision]")
     if at and not _HF_REVISION.match(revision):
-        raise StorageUriError(f"{text!r}: the revision after '@' must be a branch, tag or commit")
+        raise StorageUriError(f"{name}: the revision after '@' must be a branch, tag or commit")
     return StorageUri(text, "hf", repo=repo, repo_type=repo_type, revision=revision or "main")
 
 
-def _s3(text: str, rest: str) -> StorageUri:
+def _s3(text: str, rest: str, naming: Naming) -> StorageUri:
+    name = naming.whole
     bucket, _, prefix = rest.partition("/")
     if not _S3_BUCKET.match(bucket) or ".." in bucket:
-        raise StorageUriError(f"{text!r}: {bucket!r} is not a bucket name (3-63 lower-case letters, digits, '.' "
+        raise StorageUriError(f"{name}: {naming.part(bucket)!r} is not a bucket name (3-63 lower-case letters, digits, '.' "
                               "and '-')")
     if "//" in prefix or any(part in (".", "..") for part in prefix.split("/")):
-        raise StorageUriError(f"{text!r}: the prefix has an empty or relative part")
+        raise StorageUriError(f"{name}: the prefix has an empty or relative part")
     return StorageUri(text, "s3", bucket=bucket, prefix=prefix.strip("/"))

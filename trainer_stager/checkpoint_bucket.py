@@ -40,7 +40,7 @@ def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dic
     """Upload the published ``checkpoint`` (a file or a directory) under ``uri``; its record (written last)."""
     files = files_of(checkpoint, say)
     if not files:  # this entry only (a link where a checkpoint should be): the next one goes on
-        raise StagingError(f"{uri.below(checkpoint.name).text}: nothing to upload: {checkpoint} holds no regular "
+        raise StagingError(f"{uri.below(checkpoint.name).describe}: nothing to upload: {checkpoint} holds no regular "
                            "file", retryable=True)
     return upload_files(uri.below(checkpoint.name), files, say, signing_key())
 
@@ -100,10 +100,10 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
     try:
         record = complete_record(s3, place)
         if record is None:
-            raise StagingError(f"{place.text}: no longer complete (removed while restoring?)", retryable=True)
+            raise StagingError(f"{place.describe}: no longer complete (removed while restoring?)", retryable=True)
         key = signing_key()
         if key is not None and not signed(record, place, key):
-            raise StagingError(f"{place.text}: its listing is not signed with this run's key "
+            raise StagingError(f"{place.describe}: its listing is not signed with this run's key "
                                f"(checkpoint.signing_secret): written by someone who does not hold it, or before the "
                                "key was set; remove it from the bucket (or restore without the key)", retryable=False)
         files = record["files"]
@@ -129,12 +129,12 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
 def _fetch_file(s3, place: StorageUri, relative: str, listed_file: dict, temporary: Path, progress: Progress) -> None:
     path = PurePosixPath(relative)
     if path.is_absolute() or ".." in path.parts:
-        raise StagingError(f"{place.text}: its listing names {relative!r}, outside the checkpoint", retryable=False)
+        raise StagingError(f"{place.describe}: its listing names {relative!r}, outside the checkpoint", retryable=False)
     target = temporary / path
     target.parent.mkdir(parents=True, exist_ok=True)
     body = s3.get_object(Bucket=place.bucket, Key=f"{place.prefix}/{relative}")["Body"]
     md5 = hashlib.md5(usedforsecurity=False)
     size = copy_stream(body, target, progress, md5)
     if size != listed_file["bytes"] or md5.hexdigest() != listed_file["md5"]:
-        raise StagingError(f"{place.text}: {relative} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; listed "
+        raise StagingError(f"{place.describe}: {relative} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; listed "
                            f"{listed_file['bytes']} bytes, MD5 {listed_file['md5']})", retryable=True)

@@ -25,12 +25,13 @@ from trainer_contract.storage import (
     PATH_VARIABLES,
     STAGED_ROLES,
     UNPACK_LIMIT_VARIABLES,
+    URI_SOURCE_VARIABLES,
     URI_VARIABLES,
     Role,
     StorageUri,
     StorageUriError,
     parse,
-    redacted,
+    shown,
 )
 from trainer_contract.variables import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_stager import place, restore
@@ -70,7 +71,7 @@ def _fetcher(uri: StorageUri) -> Callable:
 
             return fetch_s3.fetch
     except ImportError:
-        raise missing_library(redacted(uri.text), LIBRARIES[uri.scheme]) from None
+        raise missing_library(uri.describe, LIBRARIES[uri.scheme]) from None
     from trainer_stager import fetch_https
 
     return fetch_https.fetch
@@ -88,7 +89,7 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str])
     marker = place.marker_of(where)
     if marker is not None:
         if marker.get("uri") not in (uri.source, uri.text):  # the text: an earlier version's marker
-            raise StagingError(f"{what}: {where} holds {redacted(str(marker.get('uri')))!r}, another source, staged by an earlier "
+            raise StagingError(f"{what}: {where} holds {shown(str(marker.get('uri')))!r}, another source, staged by an earlier "
                                "version, by hand or from the Secret's earlier URI: remove it from the volume (or "
                                "set another storage_uri)", retryable=False)
         say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
@@ -143,7 +144,7 @@ def _code(error: Exception) -> int:
 
 def unexpected(error: Exception) -> str:
     """One line for a fault of no kind the stager names (what a traceback would have said last), redacted."""
-    return redacted(f"unexpected {type(error).__name__}: {error}".replace("\n", " "))[:2000]
+    return shown(f"unexpected {type(error).__name__}: {error}".replace("\n", " "))[:2000]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,15 +178,15 @@ def run(environ: Mapping[str, str], program: type) -> int:
         text = environ.get(URI_VARIABLES[role])
         if not text:
             continue
-        uri = parse(text, role)
+        uri = parse(text, role, known_as=environ.get(URI_SOURCE_VARIABLES[role]))
         where = Path(environ.get(PATH_VARIABLES[role]) or uri.staged_path(os.getcwd(), role))
         if uri.scheme == "path":
             if where != Path(uri.staged_path(os.getcwd(), role)):  # a path from a Secret (storage_uri_secret)
-                raise StagingError(f"{role} {uri.text}: a path on the shared volume, while {PATH_VARIABLES[role]} is "
+                raise StagingError(f"{uri.named(role)}: a path on the shared volume, while {PATH_VARIABLES[role]} is "
                                    f"{where}: give the path as storage_uri itself (no Secret needed)",
                                    retryable=False)
             if not where.exists():
-                raise StagingError(f"{role} {uri.text}: no such path on the shared volume; copy it there, or "
+                raise StagingError(f"{uri.named(role)}: no such path on the shared volume; copy it there, or "
                                    "give an hf://, s3:// or https:// URI to stage", retryable=False)
             say(f"{role} is read from {where}, already on the shared volume")
         elif index == 0:

@@ -28,7 +28,7 @@ def classify(uri: StorageUri, error: Exception) -> StagingError:
         RevisionNotFoundError,
     )
 
-    where = f"{uri.text} ({uri.describe})"
+    where = uri.describe if uri.known_as else f"{uri.text} ({uri.describe})"
     if isinstance(error, GatedRepoError):
         return StagingError(f"{where}: a gated repository: accept its terms on the Hub and give the pod HF_TOKEN "
                             "from a Secret", retryable=False)

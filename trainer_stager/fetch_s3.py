@@ -31,18 +31,18 @@ def classify(uri: StorageUri, error: Exception) -> StagingError:
     from botocore.exceptions import ClientError, NoCredentialsError
 
     if isinstance(error, NoCredentialsError):
-        return StagingError(f"{uri.text}: no credentials: give the pod AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+        return StagingError(f"{uri.describe}: no credentials: give the pod AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                             "from a Secret (env_from_secrets), or a service account with a role", retryable=False)
     if isinstance(error, ClientError):
         code = str(error.response.get("Error", {}).get("Code", ""))
         status = _REFUSED.get(code)
         if status == 404:
-            return StagingError(f"{uri.text}: {code}: no such bucket or object; check the URI", retryable=False)
+            return StagingError(f"{uri.describe}: {code}: no such bucket or object; check the URI", retryable=False)
         if status in (401, 403):
-            return StagingError(f"{uri.text}: {code}: the credentials may not read it; check the Secret's keys "
+            return StagingError(f"{uri.describe}: {code}: the credentials may not read it; check the Secret's keys "
                                 "and the bucket's policy", retryable=False)
-        return StagingError(f"{uri.text}: {code}: {error}", retryable=True)
-    return StagingError(f"{uri.text}: {type(error).__name__}: {error}", retryable=True)
+        return StagingError(f"{uri.describe}: {code}: {error}", retryable=True)
+    return StagingError(f"{uri.describe}: {type(error).__name__}: {error}", retryable=True)
 
 
 def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
@@ -79,14 +79,14 @@ def _listing(s3, uri: StorageUri) -> list[dict]:
     objects = [item for page in listing_pages(s3, uri) for item in page.get("Contents", [])
                if not item["Key"].endswith("/")]
     if not objects:
-        raise StagingError(f"{uri.text}: no objects under this prefix; check the URI", retryable=False)
+        raise StagingError(f"{uri.describe}: no objects under this prefix; check the URI", retryable=False)
     return objects
 
 
 def _relative(uri: StorageUri, key: str) -> str:
     relative = PurePosixPath(key[len(uri.prefix):].lstrip("/")) if uri.prefix else PurePosixPath(key)
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise StagingError(f"{uri.text}: object {key!r} would land outside the directory", retryable=False)
+        raise StagingError(f"{uri.describe}: object {key!r} would land outside the directory", retryable=False)
     return str(relative)
 
 
@@ -97,6 +97,6 @@ def _download(s3, uri: StorageUri, item: dict, target: Path, progress: Progress)
     size = copy_stream(body, target, progress, md5)
     etag = item.get("ETag", "").strip('"')
     if size != item["Size"] or ("-" not in etag and etag and etag != md5.hexdigest()):
-        raise StagingError(f"{uri.text}: {item['Key']} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; "
+        raise StagingError(f"{uri.describe}: {item['Key']} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; "
                            f"listed {item['Size']} bytes, ETag {etag})", retryable=True)
     return {"bytes": size, "etag": etag}

@@ -47,11 +47,11 @@ def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[
         retries: Callable[[Callable], Any], program: type) -> None:
     config = _config(environ, program)
     if not config.resume:
-        say(f"RESUME=false: no checkpoint restored from {uri.text}; training starts from the beginning")
+        say(f"RESUME=false: no checkpoint restored from {uri.describe}; training starts from the beginning")
         return
     decision = config.output_dir
     if index != 0:
-        marker = place.wait_for(decision, f"the newest checkpoint of {uri.text} (or decide there is none)", say)
+        marker = place.wait_for(decision, f"the newest checkpoint of {uri.describe} (or decide there is none)", say)
         say(f"index 0 decided: {marker.get('outcome', '?')}")
         return
     outcome = _restore(uri, config, decision, say, retries)
@@ -66,18 +66,18 @@ def _restore(uri: StorageUri, config: Any, decision: Path, say: Callable[[str], 
     directory, naming = config.checkpoint_dir, config.checkpoint_naming
     on_volume = layout.list_checkpoints(directory, naming)
     if on_volume:
-        return f"the volume holds {on_volume[0][1].name}: nothing restored from {uri.text}"
+        return f"the volume holds {on_volume[0][1].name}: nothing restored from {uri.describe}"
     (decision / MARKER).unlink(missing_ok=True)  # an earlier decision: the indexes wait for this one
     if importlib.util.find_spec("boto3") is None:
-        raise missing_library(uri.text, "boto3")
+        raise missing_library(uri.describe, "boto3")
     from trainer_stager import checkpoint_bucket as remote
 
     name = retries(lambda: remote.newest_complete(uri, naming))
     if name is None:
-        return f"{uri.text} holds no complete checkpoint: training starts from the beginning"
+        return f"{uri.describe} holds no complete checkpoint: training starts from the beginning"
     started = time.monotonic()
     progress = place.Progress(decision, f"checkpoint {name}", say)
     retries(lambda: remote.download(uri, name, directory, progress))
     place.progress_file(decision).unlink(missing_ok=True)
-    return (f"checkpoint {name} restored from {uri.text} into {directory} ({progress.done / place.MB:.1f} MB, "
+    return (f"checkpoint {name} restored from {uri.describe} into {directory} ({progress.done / place.MB:.1f} MB, "
             f"{time.monotonic() - started:.1f} s)")

@@ -89,7 +89,7 @@ def upload_directory(uri: StorageUri, directory: Path, say: Callable[[str], None
     """Upload every regular file below ``directory`` to ``uri``; the record written last (or already there)."""
     files = regular_files(directory, say)
     if not files:
-        raise StagingError(f"{uri.text}: nothing to upload: {directory} holds no file", retryable=False)
+        raise StagingError(f"{uri.describe}: nothing to upload: {directory} holds no file", retryable=False)
     return upload_files(uri, files, say)
 
 
@@ -122,7 +122,7 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
     try:
         previous = complete_record(s3, uri)
         if previous is not None and previous.get("files") == listing and (key is None or signed(previous, uri, key)):
-            say(f"{uri.text} already holds {'these' if len(files) != 1 else 'this'} {len(files)} "
+            say(f"{uri.describe} already holds {'these' if len(files) != 1 else 'this'} {len(files)} "
                 f"file{'s' if len(files) != 1 else ''}: nothing uploaded")
             return previous
         if previous is not None:  # another upload's files: it is no longer complete from here on
@@ -131,7 +131,7 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
             s3.upload_file(str(path), uri.bucket, _key(uri, relative))
             stored = s3.head_object(Bucket=uri.bucket, Key=_key(uri, relative))["ContentLength"]
             if stored != listing[relative]["bytes"]:
-                raise StagingError(f"{uri.text}: {relative} stored with {stored} bytes, not "
+                raise StagingError(f"{uri.describe}: {relative} stored with {stored} bytes, not "
                                    f"{listing[relative]['bytes']}", retryable=True)
         record = {"files": listing, "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if key is not None:
@@ -140,8 +140,8 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
     except (ClientError, BotoCoreError) as error:
         raise classify(uri, error) from None
     except OSError as error:  # a connection cut (retryable), a file that cannot be read (not)
-        raise StagingError(f"{uri.text}: {error}", retryable=isinstance(error, (ConnectionError, TimeoutError))) \
+        raise StagingError(f"{uri.describe}: {error}", retryable=isinstance(error, (ConnectionError, TimeoutError))) \
             from None
     total = sum(item["bytes"] for item in listing.values())
-    say(f"uploaded {len(files)} file{'s' if len(files) != 1 else ''} ({total / MB:.1f} MB) to {uri.text}")
+    say(f"uploaded {len(files)} file{'s' if len(files) != 1 else ''} ({total / MB:.1f} MB) to {uri.describe}")
     return record

@@ -6,6 +6,7 @@ source is staged inside the staged tree; nothing a line shows holds a URL's pass
 from __future__ import annotations
 
 import string
+from urllib.parse import unquote
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -114,3 +115,32 @@ def test_a_uri_from_a_secret_has_a_place_of_its_own(first, second, role):
         assert here == there
         return
     assert here != there and not there.startswith(f"{here}/") and not here.startswith(f"{there}/"), (first, second)
+
+
+# Where a credential hides in a text that may not even parse: a user and password (with one slash, an upper-case
+# scheme, no scheme), a query value, a query part without a value, a fragment (an OAuth implicit grant's token)
+CREDENTIAL_PLACES = ["{scheme}{secret}:x@h0st.example/f", "{scheme}user:{secret}@h0st.example/f", "{scheme}h0st.example/f?X-Amz-Signature={secret}",
+                     "{scheme}h0st.example/f?a=1&{secret}", "{scheme}h0st.example/f#access_token={secret}", "{scheme}h0st.example/f?{secret}",
+                     "{scheme}h0st.example/f?sig={secret}#x", "{scheme}[::1/f?sig={secret}"]
+
+
+@CHECKS
+@given(secret=SECRET, place=st.sampled_from(CREDENTIAL_PLACES), role=ROLES,
+       scheme=st.sampled_from(["https://", "HTTPS://", "https:/", "https:", "http://", "s3://", "ftp://", ""]),
+       known_as=st.sampled_from([None, "from Secret presigned key url"]))
+@example(secret="Zk3Jq8Xw2Lm9", place="{scheme}user:{secret}@h0st.example/f", role="dataset", scheme="https:/",
+         known_as=None)  # found: redacted() misses a user with one slash after the scheme
+def test_a_credential_never_reaches_a_line_whatever_the_uri(secret, place, role, scheme, known_as):
+    """Every line the parser or a parsed source gives (its errors, its name, its place) and shown() itself hold
+    none of the credential, whether the text parses or not; a URI known by its Secret is named by that alone."""
+    text = place.format(scheme=scheme, secret=secret)
+    try:
+        uri = storage.parse(text, role, known_as=known_as)
+        lines = [uri.describe, uri.named(role)]
+    except StorageUriError as error:
+        lines = [str(error)]
+    lines.append(storage.shown(text))
+    for line in lines:
+        assert secret not in line and secret not in unquote(line), line
+        if known_as is not None and line is not lines[-1]:
+            assert known_as in line and "h0st" not in line, line  # nothing of the text at all

@@ -433,3 +433,19 @@ def test_another_s3_is_addressed_by_path_and_aws_by_its_own_default(monkeypatch,
     url = fetch_s3.client().generate_presigned_url("get_object", Params={"Bucket": "team-data",
                                                                          "Key": "reviews/train.csv"})
     assert url.split("?")[0] == expected
+
+
+@pytest.mark.parametrize("text", ["HTTPS://files.example/data.tar.gz?X-Amz-Signature=sig-0123456789",
+                                  "https:/files.example/data.tar.gz?X-Amz-Signature=sig-0123456789",
+                                  "https://[files.example/data.tar.gz?sig=sig-0123456789",
+                                  "s3://Bucket/data?X-Amz-Signature=sig-0123456789"])
+def test_a_uri_from_a_secret_that_does_not_parse_is_named_by_its_secret_never_by_its_text(tmp_path, text):
+    """A presigned URL mistyped into the Secret: the stager's one line (also its termination message, which anyone
+    who can get pods reads) names the Secret and key the render gave it, and shows nothing of the URL."""
+    place = storage.from_secret("presigned", "url").staged_path(str(tmp_path / "volume"), "dataset")
+    result = stager({"DATASET_DIR": place, "INDEXED_TRAINER_DATASET_URI": text,
+                     storage.URI_SOURCE_VARIABLES["dataset"]: "from Secret presigned key url"})
+    assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "from Secret presigned key url" in output
+    assert "sig-0123456789" not in output and "files.example" not in output and "Traceback" not in output
