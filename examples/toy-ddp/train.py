@@ -57,7 +57,7 @@ class Trainer:
         self.model = DDP(self.model, device_ids=[self.local_rank] if torch.cuda.is_available() else None)
 
     def _load_snapshot(self, snapshot_path):
-        snapshot = torch.load(snapshot_path, map_location=self.device)
+        snapshot = torch.load(snapshot_path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(snapshot["MODEL_STATE"])
         self.optimizer.load_state_dict(snapshot["OPTIMIZER_STATE"])
         self.epochs_run = snapshot["EPOCHS_RUN"]

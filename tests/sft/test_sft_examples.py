@@ -143,3 +143,20 @@ def test_packing_makes_full_blocks_of_the_examples_end_to_end(examples, block):
     assert len(blocks) == len(ids) // block
     assert [token for b in blocks for token in b.input_ids] == ids[:len(blocks) * block]
     assert [label for b in blocks for label in b.labels] == labels[:len(blocks) * block]
+
+
+def test_a_chat_template_that_loops_is_stopped_and_refused_by_name(tmp_path, monkeypatch):
+    """A template is code from the model's repository: Jinja's sandbox bounds what it can reach, not how long it
+    runs. One that loops (10^10 iterations here) is stopped after the time limit and refused, exit 78."""
+    import time
+
+    from trainer_runtime.hub_models.run import Refusal
+    from worker.sft import examples
+
+    looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHAT_TEMPLATE
+    monkeypatch.setattr(examples, "CHAT_TEMPLATE_SECONDS", 1.0)
+    slow = make_tokenizer(tmp_path, chat_template=looping)
+    began = time.monotonic()
+    with pytest.raises(Refusal, match="the chat template took more than 1 s to render 2 turn") as refused:
+        conversation(slow, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], 64)
+    assert refused.value.code == 78 and time.monotonic() - began < 10

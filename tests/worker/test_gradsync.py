@@ -11,7 +11,7 @@ from tests.worker.launch import free_port
 def spawn(sizes, tmp_path, with_ddp):
     mp.spawn(gradsync_ranks.run_rank, args=(len(sizes), free_port(), sizes, str(tmp_path), with_ddp),
              nprocs=len(sizes), join=True)
-    return [torch.load(tmp_path / f"flat-{rank}.pt") for rank in range(len(sizes))]
+    return [torch.load(tmp_path / f"flat-{rank}.pt", weights_only=True) for rank in range(len(sizes))]
 
 
 def assert_same(first: dict, second: dict, tolerance=1e-5):
@@ -23,7 +23,7 @@ def assert_same(first: dict, second: dict, tolerance=1e-5):
 def test_flat_all_reduce_equals_ddp_and_one_process_on_the_combined_batch(tmp_path):
     sizes = [8, 8]
     flat = spawn(sizes, tmp_path, with_ddp=True)
-    ddp = [torch.load(tmp_path / f"ddp-{rank}.pt") for rank in range(2)]
+    ddp = [torch.load(tmp_path / f"ddp-{rank}.pt", weights_only=True) for rank in range(2)]
     single = gradsync_ranks.single_process(sizes)
     assert_same(flat[0], flat[1], tolerance=0)  # every rank holds the same model
     assert_same(flat[0], ddp[0])

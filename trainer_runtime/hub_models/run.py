@@ -72,10 +72,17 @@ def _mirror(config: Any, env: DistEnv, log: Callable[[str], None]) -> Checkpoint
 
 
 def require_model(model_dir: Path) -> None:
+    """MODEL_DIR holds a model every workload may load: its config and safetensors weights, which from_pretrained
+    is then told to insist on (use_safetensors=True): a pickled pytorch_model.bin from a Hub or a bucket could run
+    code when loaded, whatever torch's version."""
     if not (model_dir / "config.json").is_file():
         raise Refusal(exit_codes.BAD_CONFIG, [f"MODEL_DIR: {model_dir} holds no model (no config.json): set "
                                               "initializer.model.storage_uri, or MODEL_DIR to a save_pretrained "
                                               "directory"])
+    if not any(model_dir.glob("*.safetensors")):
+        raise Refusal(exit_codes.BAD_CONFIG, [
+            f"MODEL_DIR: {model_dir} has no safetensors weights (a pickled pytorch_model.bin is not loaded: it "
+            "could run code); convert the model with save_pretrained(safe_serialization=True)"])
 
 
 def quiet_transformers() -> None:

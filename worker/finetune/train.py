@@ -54,7 +54,7 @@ def _model(config: FinetuneConfig, data: text_data.Texts):
     model, loading = AutoModelForSequenceClassification.from_pretrained(
         config.model_dir, num_labels=len(names), id2label=dict(enumerate(names)),
         label2id={name: number for number, name in enumerate(names)}, ignore_mismatched_sizes=True,
-        output_loading_info=True)
+        output_loading_info=True, use_safetensors=True)
     return tokenizer, model, loading
 
 

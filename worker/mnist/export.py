@@ -26,7 +26,7 @@ def model_card(summary: dict) -> str:
         f"- epochs: {summary.get('epochs')}, world size: {summary.get('world_size')}, data: {summary.get('data')}",
         f"- finished: {summary.get('finished_at')}",
         "",
-        "Load it with `worker.mnist.model.MnistCNN().load_state_dict(torch.load('model.pt'))`; `metrics.jsonl` holds one "
+        "Load it with `worker.mnist.model.MnistCNN().load_state_dict(torch.load('model.pt', weights_only=True))`; `metrics.jsonl` holds one "
         "record per epoch and `model.json` the run's settings.",
         "",
     ])

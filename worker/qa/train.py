@@ -90,7 +90,7 @@ def _load(config: QaConfig):
     require_model(config.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     torch.manual_seed(config.seed)  # the new answer layer is the same on every rank (FSDP shards, never broadcasts)
-    model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir)
+    model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir, use_safetensors=True)
     return tokenizer, model
 
 

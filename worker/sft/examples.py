@@ -18,15 +18,23 @@ value torch's cross-entropy skips); the model shifts labels itself (Hugging Face
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trainer_contract import exit_codes
+from trainer_runtime.hub_models.run import Refusal
 from trainer_runtime.hub_models.tables import DatasetError
 
 IGNORE = -100
 _MARKER = "\x00indexed-trainer\x00"  # stands for a turn's content where only what comes before it is wanted
 ROLES = ("system", "user", "assistant", "tool")
+# A chat template is code from the model's repository: Jinja's sandbox keeps it from the system, not from looping.
+# One rendering longer than this is a template that loops, refused rather than left to hang every rank.
+CHAT_TEMPLATE_SECONDS = 10.0
 Shape = Literal["prompt_completion", "conversations"]
 
 
@@ -90,8 +98,7 @@ def conversation(tokenizer: Any, record: Any, max_length: int, where: str = "a c
     messages = _messages(record, where)
 
     def render(turns: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
-        return _ids(tokenizer, text)
+        return _ids(tokenizer, chat(tokenizer, turns, add_generation_prompt=generation_prompt))
 
     ids = render(messages, False)
     labels = [IGNORE] * len(ids)
@@ -108,11 +115,47 @@ def conversation(tokenizer: Any, record: Any, max_length: int, where: str = "a c
     return Example(ids[:max_length], labels[:max_length])
 
 
+class _Expired(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """SIGALRM after ``seconds`` raises in the code running then (a template's Python loop); only the main thread
+    receives signals, so elsewhere no limit applies."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def chat(tokenizer: Any, turns: list[dict[str, str]], **options: Any) -> str:
+    """``turns`` rendered by the tokenizer's chat template, in at most CHAT_TEMPLATE_SECONDS."""
+    try:
+        with _time_limit(CHAT_TEMPLATE_SECONDS):
+            return tokenizer.apply_chat_template(turns, tokenize=False, **options)
+    except _Expired:
+        raise Refusal(exit_codes.BAD_CONFIG, [
+            f"the chat template took more than {CHAT_TEMPLATE_SECONDS:g} s to render {len(turns)} turn(s), so it "
+            "was stopped (a template that loops would hang the job): use a model whose template renders promptly, "
+            "or prompt/completion columns"]) from None
+
+
 def _opening(tokenizer: Any, first: dict[str, str]) -> list[int]:
     """The tokens before the content of a conversation's first turn when it is the assistant's (its header, and a
     default system prompt where the template adds one): the template renders that turn with a marker for its
     content, and the text before the marker is tokenized (the caller checks it is a prefix of the whole)."""
-    text = tokenizer.apply_chat_template([{**first, "content": _MARKER}], tokenize=False)
+    text = chat(tokenizer, [{**first, "content": _MARKER}])
     return _ids(tokenizer, text[:text.find(_MARKER)]) if _MARKER in text else []
 
 

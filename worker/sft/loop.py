@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from trainer_runtime.precision import Precision
-from worker.sft.examples import IGNORE, Example
+from worker.sft.examples import IGNORE, Example, chat
 
 
 def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
@@ -60,8 +60,7 @@ def complete(model: Any, tokenizer: Any, prompts: list[str], device: torch.devic
     completions = []
     for prompt in prompts:
         if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True)
+            text = chat(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
         else:
             text = prompt
         ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], device=device)

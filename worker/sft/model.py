@@ -43,10 +43,6 @@ def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = Fa
     from transformers import AutoModelForCausalLM
 
     require_model(model_dir)
-    if not any(model_dir.glob("*.safetensors")):
-        raise Refusal(exit_codes.BAD_CONFIG, [
-            f"MODEL_DIR: {model_dir} has no safetensors weights (a pickled pytorch_model.bin is not loaded: it "
-            "could run code); convert the model with save_pretrained(safe_serialization=True)"])
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
     if activation_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name
