@@ -28,6 +28,7 @@ from typing import Any
 from localjob.expansion import expand
 from localjob.manifests import JobPlan
 from localjob.quantity import divide_round_up, parse_quantity
+from trainer_contract.metrics import ADDRESS_VARIABLE as METRICS_ADDRESS_VARIABLE
 from trainer_contract.names import JOB_UID_LABEL, pod_address, pod_hostname
 
 POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
@@ -253,7 +254,8 @@ class PodFactory:
         base["HOSTNAME"] = pod["hostname"]
         if "/tmp" in mounts:
             base["TMPDIR"] = str(mounts["/tmp"])
-        env = {**base, **self.extra_env, **declared, POD_MARKER: pod["uid"]}
+        # the pods share this machine's network: their metrics endpoints stay on its loopback, off the LAN
+        env = {**base, **self.extra_env, **declared, METRICS_ADDRESS_VARIABLE: "127.0.0.1", POD_MARKER: pod["uid"]}
         argv = [self.rewrite(expand(part, declared), mounts, ports)
                 for part in list(container.get("command") or []) + list(container.get("args") or [])]
         return ContainerRun(container.get("name", "container"), argv, env, self.image_dir)

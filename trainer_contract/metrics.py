@@ -18,6 +18,9 @@ from trainer_contract.progress import format_duration
 
 # What the program reads: the port to serve on (absent or empty: no endpoint).
 PORT_VARIABLE = "INDEXED_TRAINER_METRICS_PORT"
+# Where the endpoint binds: unset, every interface of the pod's own network namespace (Prometheus reaches it there);
+# local-job sets 127.0.0.1, since its pods share the developer's machine and its network.
+ADDRESS_VARIABLE = "INDEXED_TRAINER_METRICS_ADDRESS"
 # The container port's name (Kubernetes), which a PodMonitor's podMetricsEndpoints names.
 PORT_NAME = "metrics"
 PATH = "/metrics"

@@ -30,7 +30,7 @@ from trainer_contract.atomic import atomic_write
 from trainer_contract.gang_ledger import DIRECTORY as GANG_DIRECTORY
 from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
 from trainer_contract.gang_timeline import totals
-from trainer_contract.metrics import METRICS, PATH, PORT_VARIABLE, PREFIX
+from trainer_contract.metrics import ADDRESS_VARIABLE, METRICS, PATH, PORT_VARIABLE, PREFIX
 from trainer_runtime.goodput import goodput_account
 
 # Where each node counts the starts of the run in OUTPUT_DIR (node<N>: a count), which a new run's set-aside
@@ -51,7 +51,8 @@ def live(environ: Mapping[str, str] | None = None, log: Callable[[str], None] | 
             text = environ.get(PORT_VARIABLE, "").strip()
             node_leader = environ.get("LOCAL_RANK", "0") == "0"
             serves = text.isdigit() and 0 < int(text) < 65536 and node_leader
-            _live = Live(int(text) if serves else None, log or _say(environ), counts_starts=node_leader)
+            _live = Live(int(text) if serves else None, log or _say(environ), counts_starts=node_leader,
+                         address=environ.get(ADDRESS_VARIABLE, "").strip())
         return _live
 
 
@@ -67,8 +68,9 @@ def _say(environ: Mapping[str, str]) -> Callable[[str], None]:
 class Live:
     """The gauges of METRICS in a registry of their own, and their server (None: recorded, not served)."""
 
-    def __init__(self, port: int | None, log: Callable[[str], None], *, counts_starts: bool = True):
-        self.log, self.counts_starts = log, counts_starts
+    def __init__(self, port: int | None, log: Callable[[str], None], *, counts_starts: bool = True,
+                 address: str = ""):
+        self.log, self.counts_starts, self.address = log, counts_starts, address
         self.port: int | None = None  # where it is served, once it is
         self.began, self.steps_before, self.steps_per_epoch = time.monotonic(), 0, 0
         self._gauges: dict[str, Any] = {}
@@ -85,16 +87,17 @@ class Live:
             self._serve(port)
 
     def _serve(self, port: int) -> None:
-        from prometheus_client import start_http_server
+        from trainer_runtime.metrics_server import serve
 
         try:
-            self._server, _ = start_http_server(port, registry=self.registry)
+            self._server = serve(self.registry, port, self.address)
         except OSError as error:
             self.log(f"metrics: cannot serve on port {port} ({error.strerror or error}): training goes on without "
                      "them")
             return
         self.port = port
-        self.log(f"metrics: serving http://0.0.0.0:{port}{PATH} (Prometheus' format)")
+        host = self.address or "0.0.0.0"
+        self.log(f"metrics: serving http://{f'[{host}]' if ':' in host else host}:{port}{PATH} (Prometheus' format)")
 
     def _set(self, name: str, value: float, **labels: str) -> None:
         """A gauge is registered when first set: a scrape shows what is known, never a 0 that means nothing yet."""

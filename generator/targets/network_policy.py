@@ -42,10 +42,16 @@ class EgressRule:
             if self.except_:
                 block["except"] = list(self.except_)
             return {"ipBlock": block}
-        peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: self.namespace}}}
-        if self.pod_labels:
-            peer["podSelector"] = {"matchLabels": dict(self.pod_labels)}
-        return peer
+        assert self.namespace is not None
+        return namespace_peer(self.namespace, self.pod_labels)
+
+
+def namespace_peer(namespace: str, pod_labels: Mapping[str, str]) -> dict[str, Any]:
+    """A policy peer: the pods of ``namespace`` (by its name label), only those with ``pod_labels`` if any."""
+    peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}}
+    if pod_labels:
+        peer["podSelector"] = {"matchLabels": dict(pod_labels)}
+    return peer
 
 
 @dataclass(frozen=True)
@@ -53,20 +59,22 @@ class NetworkPolicyOptions:
     enabled: bool = False
     egress: tuple[EgressRule, ...] = ()
     metrics_namespace: str | None = None
+    metrics_pod_labels: Mapping[str, str] = field(default_factory=dict)
     dns_port: ClassVar[int] = DNS_PORT
 
-    def metrics_peer(self) -> dict[str, Any]:
-        """Who may scrape the metrics: the pods of metrics_namespace, or of any namespace."""
+    def metrics_peer(self) -> dict[str, Any] | None:
+        """Who may scrape the metrics beyond the job's own pods: the monitoring stack's pods, in metrics_namespace
+        with metrics_pod_labels; None: nobody else (the endpoint is a server in the training process)."""
         if self.metrics_namespace is None:
-            return {"namespaceSelector": {}}
-        return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: self.metrics_namespace}}}
+            return None
+        return namespace_peer(self.metrics_namespace, self.metrics_pod_labels)
 
 
 def network_policy_options(values: Mapping[str, Any]) -> NetworkPolicyOptions:
     own = values["network_policy"]
     egress = tuple(EgressRule(tuple(item["ports"]), item.get("cidr"), tuple(item.get("except", ())),
                               item.get("namespace"), dict(item.get("pod_labels", {}))) for item in own["egress"])
-    return NetworkPolicyOptions(own["enabled"], egress, own["metrics_namespace"])
+    return NetworkPolicyOptions(own["enabled"], egress, own["metrics_namespace"], dict(own["metrics_pod_labels"]))
 
 
 def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
@@ -125,6 +133,9 @@ def option_problems(spec: JobSpec, options: NetworkPolicyOptions) -> Iterable[st
         yield from _rule_problems(rule, f"network_policy.egress[{index}]")
     if options.metrics_namespace is not None and spec.metrics_port is None:
         yield "network_policy.metrics_namespace: only applies with metrics on (metrics.enabled)"
+    if options.metrics_pod_labels and options.metrics_namespace is None:
+        yield ("network_policy.metrics_pod_labels: selects pods of metrics_namespace, which is null: name the "
+               "monitoring stack's namespace")
 
 
 def problems(spec: JobSpec, options: NetworkPolicyOptions) -> Iterable[str]:
@@ -142,5 +153,5 @@ def problems(spec: JobSpec, options: NetworkPolicyOptions) -> Iterable[str]:
 
 
 def warnings(options: NetworkPolicyOptions) -> Iterable[str]:
-    if not options.enabled and (options.egress or options.metrics_namespace is not None):
+    if not options.enabled and (options.egress or options.metrics_namespace is not None or options.metrics_pod_labels):
         yield "network_policy: egress or metrics_namespace set, but enabled is false: no NetworkPolicy is rendered"

@@ -118,11 +118,34 @@ def test_without_metrics_no_port_is_open_to_other_namespaces():
     assert len(policy["spec"]["ingress"]) == 1  # the job's own pods
 
 
-def test_metrics_from_any_namespace_when_none_is_named():
+def test_metrics_only_from_the_jobs_own_pods_when_no_monitoring_stack_is_named():
+    """The endpoint is a server inside the training process: no other namespace reaches it unless named."""
     policy = rendered("--set", "network_policy.enabled=true", "--set", "metrics.enabled=true")["NetworkPolicy"]
     worker = Pod("default", policy["spec"]["podSelector"]["matchLabels"])
-    assert allows(policy, "ingress", worker, Pod("anywhere", {"app": "prometheus"}), 9400)
-    assert not allows(policy, "ingress", worker, Pod("anywhere", {"app": "prometheus"}), 29500)
+    assert not allows(policy, "ingress", worker, Pod("anywhere", {"app": "prometheus"}), 9400)
+    assert allows(policy, "ingress", worker, worker, 9400)
+
+
+@pytest.mark.parametrize(("labels", "scraper", "allowed"), [
+    ("{}", Pod("monitoring", {"app": "grafana-agent"}), True),
+    ("{app: prometheus}", Pod("monitoring", {"app": "prometheus"}), True),
+    ("{app: prometheus}", Pod("monitoring", {"app": "debug-shell"}), False),
+    ("{app: prometheus}", Pod("default", {"app": "prometheus"}), False),
+])
+def test_metrics_from_the_named_monitoring_stack_only(labels, scraper, allowed):
+    policy = rendered("--set", "network_policy.enabled=true", "--set", "metrics.enabled=true",
+                      "--set", "network_policy.metrics_namespace=monitoring",
+                      "--set", f"network_policy.metrics_pod_labels={labels}")["NetworkPolicy"]
+    worker = Pod("default", policy["spec"]["podSelector"]["matchLabels"])
+    assert allows(policy, "ingress", worker, scraper, 9400) == allowed
+    assert not allows(policy, "ingress", worker, scraper, 29500)
+
+
+def test_monitoring_labels_without_a_namespace_are_refused():
+    result = run_main("--set", "network_policy.enabled=true", "--set", "metrics.enabled=true",
+                      "--set", "network_policy.metrics_pod_labels={app: prometheus}")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "network_policy.metrics_pod_labels: selects pods of metrics_namespace, which is null" in result.stderr
 
 
 def test_off_by_default_and_off_renders_no_policy():
