@@ -7,10 +7,6 @@
 #   tier_needing VARIABLE NAME PYTEST-ARGS...  the same, only where $VARIABLE names the tier's assets: else one
 #                                            line says why, and no pytest starts (a tier whose every test
 #                                            skips would close the run on a summary that executed nothing)
-#   tier_beside NAME PYTEST-ARGS...          start one tier in the background (a tier that mostly waits, beside
-#                                            one that computes); its output is kept until await_tiers
-#   await_tiers                              wait for every tier started beside, print each one's output in the
-#                                            order they started; any that failed stops the run
 #   closing_count                            one count over every tier's JUnit report, CI's last line
 
 CI_PYTEST="${CI_PYTEST:-.venv/bin/pytest}"
@@ -24,41 +20,6 @@ tier() {
   "$CI_PYTEST" -q --durations=25 --junitxml="$CI_RESULTS/$name.xml" "$@" || status=$?
   echo "ci: tier $name took $((SECONDS - begun)) s (exit $status)"
   if [ "$status" != 0 ] && [ "$status" != 5 ]; then exit "$status"; fi
-}
-
-CI_BESIDE=()
-
-tier_beside() {
-  local name="$1"
-  mkdir -p "$CI_RESULTS"
-  # its own process group (set -m), so that a run stopped early can interrupt the whole tier: pytest then
-  # runs its fixtures' teardowns (a Slurm cluster's daemons stopped by PID)
-  set -m
-  ( tier "$@" ) >"$CI_RESULTS/$name.log" 2>&1 &
-  set +m
-  CI_BESIDE+=("$name:$!")
-  trap stop_tiers_beside EXIT
-  echo "ci: tier $name started beside the next ones; its output follows when it ends"
-}
-
-await_tiers() {
-  local entry pid status failed=0
-  for entry in "${CI_BESIDE[@]}"; do
-    pid="${entry##*:}"
-    status=0
-    wait "$pid" || status=$?
-    cat "$CI_RESULTS/${entry%:*}.log"
-    if [ "$status" != 0 ] && [ "$failed" = 0 ]; then failed=$status; fi
-  done
-  CI_BESIDE=()
-  if [ "$failed" != 0 ]; then exit "$failed"; fi
-}
-
-stop_tiers_beside() {
-  local entry
-  for entry in "${CI_BESIDE[@]}"; do
-    kill -INT -- "-${entry##*:}" 2>/dev/null || true
-  done
 }
 
 tier_needing() {
