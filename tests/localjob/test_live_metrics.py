@@ -80,7 +80,7 @@ def test_a_local_job_serves_live_metrics_that_parse_and_agree_with_the_run(tmp_p
             assert values[("indexed_trainer_last_checkpoint_step", ())] % (1024 // 2 // 16) == 0
             assert abs(values[("indexed_trainer_last_checkpoint_timestamp_seconds", ())] - time.time()) < 600
     assert "index 0's live metrics: step " in status_view and "accuracy" in status_view, status_view
-    assert "Rank 0: metrics: serving http://0.0.0.0:" in log
+    assert "Rank 0: metrics: serving http://127.0.0.1:" in log  # local-job: the loopback only
 
 
 def test_a_program_of_ones_own_publishes_through_the_runtime(tmp_path):
