@@ -27,6 +27,7 @@ from typing import Literal
 
 from trainer_contract import exit_codes
 from trainer_contract.atomic import atomic_write
+from trainer_contract.volume_notes import read_json_note, read_note
 
 DIRECTORY = ".gang"
 # How long index 0 waits for the other pods' notes: victims of one broken connection exit within seconds of
@@ -93,15 +94,12 @@ class GangLedger:
             pass
 
     def _heartbeat(self, node: int) -> str | None:
-        try:
-            return (self.directory / f"{node}.{ALIVE}").read_text()
-        except OSError:
-            return None
+        return read_note(self.directory / f"{node}.{ALIVE}")
 
     def _attempt(self) -> dict[int, str]:
         try:
-            return {int(node): token for node, token in json.loads((self.directory / ATTEMPT).read_text()).items()}
-        except (OSError, ValueError, AttributeError):
+            return {int(node): token for node, token in (read_json_note(self.directory / ATTEMPT) or {}).items()}
+        except (ValueError, TypeError):
             return {}
 
     def new_round(self) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -47,6 +48,8 @@ FAILED = "failed"
 ENDED = "ended"  # "<job> <generation> <code>": a pod ended the gang (its code fails the Job, or it completed)
 PROGRESS = "progress"
 AFTER_PROGRESS = "after-progress"  # the word in a failed round's file that says it was not counted
+# A failed round's file, as judge() writes it: the node, its exit code, and the checkpoint when not counted
+_VERDICT = re.compile(rf"node [0-9]{{1,6}} exit -?[0-9]{{1,4}}( {AFTER_PROGRESS} [A-Za-z0-9._-]{{1,200}})?")
 # Where the workers' rank 0 notes each checkpoint it publishes (PROGRESS, in the gang's directory): set by a launcher
 # that restarts rounds in place; the Slurm script reads the same file (PROGRESS_PATH, under OUTPUT_DIR).
 PROGRESS_VARIABLE = "INDEXED_TRAINER_GANG_PROGRESS"
@@ -163,16 +166,16 @@ class GangRounds:
     def announced(self) -> tuple[int, str] | None:
         """The round node 0 announced last: (generation, its launcher's token), or None."""
         try:
-            generation, token = (self.directory / ROUND).read_text().split()
+            generation, token = (read_note(self.directory / ROUND) or "").split()
             return int(generation), token
-        except (OSError, ValueError):
+        except ValueError:
             return None
 
     def joined(self, node: int | None = None) -> int:
         """The generation ``node`` (this one) last joined; 0 before any."""
         try:
-            return int((self.directory / f"{self.node if node is None else node}.{JOINED}").read_text())
-        except (OSError, ValueError):
+            return int(read_note(self.directory / f"{self.node if node is None else node}.{JOINED}") or "0")
+        except ValueError:
             return 0
 
     def _write(self, name: str, text: str) -> None:
@@ -181,8 +184,8 @@ class GangRounds:
 
     def _leader_token(self) -> str | None:
         try:
-            return (self.directory / f"0.{ALIVE}").read_text().split()[0]
-        except (OSError, IndexError):
+            return (read_note(self.directory / f"0.{ALIVE}") or "").split()[0]
+        except IndexError:
             return None
 
     def announce(self) -> int:
@@ -280,10 +283,12 @@ class GangRounds:
         if self.job is None:
             lines = [line for _, line in sorted(self._local_verdicts.items())]
         else:
+            # only what judge() writes counts: a round's number, a verdict's line (a FIFO, a link, or a file of
+            # another shape left on the volume spends nothing)
             directory = self.directory / FAILED / self.job
             names = sorted((item for item in directory.iterdir() if item.name.isdigit() and len(item.name) <= 12),
                            key=lambda item: int(item.name)) if directory.is_dir() else []
-            lines = [read_note(item) or "" for item in names]
+            lines = [line for line in (read_note(item) or "" for item in names) if _VERDICT.fullmatch(line.strip())]
         return [AFTER_PROGRESS not in line.split() for line in lines]
 
     def failures(self) -> int:
@@ -300,8 +305,8 @@ class GangRounds:
     def ended(self) -> int | None:
         """The code with which a pod of this Job ended the gang in a round this node joined or waits after."""
         try:
-            job, generation, code = (self.directory / ENDED).read_text().split()
-        except (OSError, ValueError):
+            job, generation, code = (read_note(self.directory / ENDED) or "").split()
+        except ValueError:
             return None
         if job != self._ended_key or not generation.isdigit() or int(generation) < self.joined():
             return None

@@ -6,9 +6,11 @@ of it, without blocking; anything else reads as absent. Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 NOTE_LIMIT = 4096  # a note is a line or two; more is not ours
 
@@ -28,3 +30,13 @@ def read_note(path: Path, limit: int = NOTE_LIMIT) -> str | None:
         return None
     finally:
         os.close(descriptor)
+
+
+def read_json_note(path: Path, limit: int = NOTE_LIMIT) -> dict[str, Any] | None:
+    """The JSON object in the note at ``path``, or None: no note, no object (a list, a number), cut at ``limit``,
+    or nested past the parser's depth."""
+    try:
+        value = json.loads(read_note(path, limit) or "")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from trainer_contract.storage import MARKER
+from trainer_contract.volume_notes import read_json_note
 from trainer_stager.errors import StagingError
 
 MB = 1_000_000
@@ -66,12 +67,14 @@ def record_failure(place: Path, message: str, code: int) -> None:
     atomic_write(failure_file(place), json.dumps({"message": message, "code": code, "at": time.time()}).encode())
 
 
+# A marker lists a source and its files' digests: a megabyte is far more than any holds.
+MARKER_LIMIT = 1 << 20
+
+
 def marker_of(place: Path) -> dict | None:
-    """The marker of a staged place, or None where nothing is staged (yet)."""
-    try:
-        return json.loads((place / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
+    """The marker of a staged place, or None where nothing is staged (yet), or what is there is no marker (the
+    volume's files are read as data: a regular file, bounded, a JSON object)."""
+    return read_json_note(place / MARKER, MARKER_LIMIT)
 
 
 def amount(done: int, total: int | None) -> str:
@@ -181,19 +184,17 @@ def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float
 def _raise_if_failed(place: Path, since: float) -> None:
     """LeaderFailed when index 0 recorded a failure after this index began to wait (an older one is from an
     attempt before, which index 0's next attempt clears)."""
-    try:
-        record = json.loads(failure_file(place).read_text())
-    except (OSError, ValueError):
-        return
-    if record.get("at", 0) >= since:
-        raise LeaderFailed(record.get("message", "index 0 failed"))
+    record = read_json_note(failure_file(place))
+    if record is not None and isinstance(record.get("at", 0), (int, float)) and record.get("at", 0) >= since:
+        raise LeaderFailed(str(record.get("message", "index 0 failed"))[:1000])
 
 
 def _waiting_line(place: Path, what: str, waited: float) -> str:
+    record = read_json_note(progress_file(place)) or {}
     try:
-        record = json.loads(progress_file(place).read_text())
-    except (OSError, ValueError):
+        stale = time.time() - float(record["at"])
+        done, total = int(record["done"]), record["total"] and int(record["total"])
+    except (ValueError, TypeError, KeyError):
         return f"index 0 has not started staging {what} ({waited:.0f} s)"
-    stale = time.time() - record["at"]
-    line = f"index 0 is staging {what}: {amount(record['done'], record['total'])}"
+    line = f"index 0 is staging {what}: {amount(done, total)}"
     return line + (f" (no progress for {stale:.0f} s)" if stale > 60 else "")

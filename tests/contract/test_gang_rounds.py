@@ -288,3 +288,32 @@ def test_on_slurm_a_node_waiting_for_a_vanished_index_0_gives_up_when_its_heartb
     assert time.monotonic() - began < 10
     decider = InPlaceRecovery(follower, GangLedger(tmp_path, 1, 2), 3, print, print, replaced=False)
     assert decider._no_round(60) == exit_codes.PEER_LOST
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link to /dev/zero", "huge", "garbage"])
+def test_the_gangs_files_on_the_volume_are_read_as_data(tmp_path, planted):
+    """Whoever can write the volume (another Job on a shared claim, a compromised pod) may leave a FIFO, a link to
+    /dev/zero, a huge file or garbage where each of the gang's notes goes: every reader returns at once, reads it as
+    absent, and a planted failure entry spends nothing."""
+    rounds = GangRounds(tmp_path, 1, "one", "job")
+    ledger = GangLedger(tmp_path, 1, 2)
+    gang = tmp_path / ".gang"
+    (gang / "failed" / "job").mkdir(parents=True)
+    notes = [gang / "round", gang / "1.joined", gang / "0.alive", gang / "ended", gang / "attempt",
+             gang / "failed" / "job" / "3"]
+    for note in notes:
+        note.unlink(missing_ok=True)
+        if planted == "fifo":
+            os.mkfifo(note)
+        elif planted == "link to /dev/zero":
+            note.symlink_to("/dev/zero")
+        elif planted == "huge":
+            note.write_bytes(b"7 " * (4 << 20))
+        else:
+            note.write_bytes(b"\x00\xff node 0 exit 1 rm -rf /\n")
+    began = time.monotonic()
+    assert rounds.announced() is None and rounds.joined() == 0 and rounds.ended() is None
+    assert rounds.failures() == 0 and rounds.verdicts() == []
+    assert ledger._heartbeat(0) in (None, "") or len(ledger._heartbeat(0)) <= 4096
+    assert ledger._attempt() == {}
+    assert time.monotonic() - began < 2

@@ -449,3 +449,30 @@ def test_a_uri_from_a_secret_that_does_not_parse_is_named_by_its_secret_never_by
     output = result.stdout + result.stderr
     assert "from Secret presigned key url" in output
     assert "sig-0123456789" not in output and "files.example" not in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link to /dev/zero", "a list", "huge"])
+def test_a_marker_or_record_planted_on_the_volume_reads_as_absent_at_once(tmp_path, planted):
+    """The stager's notes on the volume (a place's marker, index 0's failure and progress records) are data: a
+    FIFO there would block the waiting indexes for ever, a link to /dev/zero exhaust their memory."""
+    import time
+
+    from trainer_stager import place
+
+    where = tmp_path / "staged"
+    where.mkdir()
+    for note in (where / storage.MARKER, place.failure_file(where), place.progress_file(where)):
+        note.parent.mkdir(parents=True, exist_ok=True)
+        if planted == "fifo":
+            os.mkfifo(note)
+        elif planted == "link to /dev/zero":
+            note.symlink_to("/dev/zero")
+        elif planted == "a list":
+            note.write_text('[1, 2, {"at": 1e99, "message": "planted"}]')
+        else:
+            note.write_bytes(b"[" * (8 << 20))
+    began = time.monotonic()
+    assert place.marker_of(where) is None
+    place._raise_if_failed(where, 0.0)  # no failure of index 0 is read into it
+    assert place._waiting_line(where, "the dataset", 3.0) == "index 0 has not started staging the dataset (3 s)"
+    assert time.monotonic() - began < 2
