@@ -49,7 +49,7 @@ ENDED = "ended"  # "<job> <generation> <code>": a pod ended the gang (its code f
 PROGRESS = "progress"
 AFTER_PROGRESS = "after-progress"  # the word in a failed round's file that says it was not counted
 # A failed round's file, as judge() writes it: the node, its exit code, and the checkpoint when not counted
-_VERDICT = re.compile(rf"node [0-9]{{1,6}} exit -?[0-9]{{1,4}}( {AFTER_PROGRESS} [A-Za-z0-9._-]{{1,200}})?")
+_VERDICT = re.compile(rf"node [0-9]{{1,6}} exit -?[0-9]{{1,4}}( {AFTER_PROGRESS} \S{{1,400}})?")
 # Where the workers' rank 0 notes each checkpoint it publishes (PROGRESS, in the gang's directory): set by a launcher
 # that restarts rounds in place; the Slurm script reads the same file (PROGRESS_PATH, under OUTPUT_DIR).
 PROGRESS_VARIABLE = "INDEXED_TRAINER_GANG_PROGRESS"
