@@ -140,7 +140,7 @@ class StorageUri:
     @property
     def describe(self) -> str:
         """How progress lines and errors name the source: model org/name@rev, s3://bucket/prefix, the URL as
-        ``shown`` (no query, fragment or user), or the Secret and key it came from."""
+        ``shown`` (no query value, fragment or user), or the Secret and key it came from."""
         if self.known_as:
             return self.known_as
         if self.scheme == "hf":
