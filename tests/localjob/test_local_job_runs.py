@@ -168,12 +168,14 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
 
 def test_active_deadline_ends_the_job(tmp_path):
     claim = volume(tmp_path, SMALL)
-    manifests = render("active_deadline_seconds=8", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
+    # the deadline must fall once the gang trains: two pods' check-config, torch's imports and the gang's
+    # forming take 8-15 s on a busy 2-core machine (an 8 s deadline fell before the gang formed, twice in CI)
+    manifests = render("active_deadline_seconds=30", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
     started = time.monotonic()
     result, log, status = run_local_job(tmp_path, manifests, claim)
     assert result.returncode == 1
     assert status["condition"]["reason"] == "DeadlineExceeded"
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 30 + 15 + 30
     # FailureTarget at the deadline, Failed once both pods ended; both pods count as failed, as on a cluster
     target, final = status["conditions"]
     assert (target["type"], final["type"]) == ("FailureTarget", "Failed")
