@@ -12,13 +12,8 @@ import urllib.request
 import pytest
 
 from trainer_contract import metrics as contract
+from tests.worker.test_live_metrics_feed import _free_port
 from trainer_runtime import metrics, metrics_server
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
