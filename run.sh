@@ -100,8 +100,13 @@ if [[ "$local_run" == true ]]; then
   status=0
   # As an image's ENV would: on this machine, the built-in worker may fall back to the MNIST sample it ships
   # when the full set cannot be downloaded (no network); on a cluster it downloads the full set or fails.
+  # Run as root, local-job starts the pods as their securityContext's user (uid 10001) where that user can
+  # reach this checkout's Python and the volumes; where it cannot (a Python under root's home), this quick start
+  # runs them as root, and local-job says so in its first lines (local-job alone refuses: --allow-root).
+  allow_root=()
+  if [[ "$(id -u)" == 0 ]]; then allow_root=(--allow-root); fi
   "$local_job" "$BUILD_DIR" --volume-root "$root" --status-file "$root/status.json" --image-dir "$root/image" \
-    --env MNIST_SAMPLE_FALLBACK=true "${local_args[@]}" || status=$?
+    --env MNIST_SAMPLE_FALLBACK=true "${allow_root[@]}" "${local_args[@]}" || status=$?
   # 2: local-job refused before any pod started (it said why); the logs and status there are an earlier run's
   if [[ "$status" != 2 ]]; then
     info "pod logs: $root/logs/; Job status: ./run.sh --local --status (or $root/status.json)"

@@ -50,10 +50,14 @@ def _pairs(option: str, items: tuple[str, ...]) -> dict[str, str]:
                    "manifest's workingDir maps to it (default: the current directory).")
 @click.option("--backoff-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="First delay before a failed index is recreated (doubles per failure, as in Kubernetes).")
+@click.option("--allow-root", is_flag=True, envvar="LOCAL_JOB_ALLOW_ROOT",
+              help="Run as root: where the pods cannot run as their securityContext's user (it cannot reach the "
+                   "command or a directory; no user with runAsNonRoot), run them as root instead of refusing, and "
+                   "say so. Also LOCAL_JOB_ALLOW_ROOT=1.")
 @click.option("--status-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the Job's final status (condition, restarts, pods and exit codes) as JSON here too (the "
                    "status as it stands is always in VOLUME_ROOT/status.json: local-job status reads it).")
-def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_seconds, status_file):
+def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_seconds, allow_root, status_file):
     """Run the Job in MANIFESTS (a file, a directory, or - for stdin: the output of gen-manifests) locally.
 
     Each pod is a process tree with the environment Kubernetes would give it; the exit code is 0 when the
@@ -66,15 +70,11 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     from localjob.controller import JobController
     from localjob.display import display_for
 
-    job_plan, factory, claim_dirs = _pods(source, volume_root, volumes, env, secrets, image_dir)
-    root = factory.root
-    root.mkdir(parents=True, exist_ok=True)
+    job_plan, factory, claim_dirs = _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root)
     display = display_for()
-    controller = JobController(job_plan, factory, root, backoff_seconds, display)
-    controller.note(f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, "
-                    f"backoffLimit {job_plan.backoff_limit}; volumes, pod directories and logs under {root}")
-    for name in job_plan.not_enforced:
-        controller.note(f"{name}: not enforced here (the pods are processes of this machine, on its network)")
+    controller = JobController(job_plan, factory, factory.root, backoff_seconds, display)
+    for line in _opening(job_plan, factory):
+        controller.note(line)
     began = time.monotonic()
     try:
         ended = controller.run()
@@ -85,9 +85,18 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     return _report(controller, claim_dirs, ended, time.monotonic() - began)
 
 
-def _pods(source, volume_root, volumes, env, secrets, image_dir):
-    """The Job's plan, the factory of its pods and the claims given a directory; ManifestError for what
-    cannot run here, before anything starts."""
+def _opening(job_plan, factory) -> list[str]:
+    """The run's first lines: the Job, where its files are, what of it this machine does not enforce."""
+    return [f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, backoffLimit "
+            f"{job_plan.backoff_limit}; volumes, pod directories and logs under {factory.root}",
+            *(f"{name}: not enforced here (the pods are processes of this machine, on its network)"
+              for name in job_plan.not_enforced), *factory.identity.notes]
+
+
+def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=False):
+    """The Job's plan, the factory of its pods (and who they run as) and the claims given a directory;
+    ManifestError for what cannot run here, before anything starts."""
+    from localjob.identity import pod_identity
     from localjob.podspec import PodFactory, free_port
     from localjob.secrets import read_secret
     from trainer_contract.variables import reserved
@@ -107,6 +116,15 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir):
     missing = factory.missing_script()
     if missing:
         raise ManifestError(missing)
+    new_root = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    needs = [("enter", factory.image_dir), ("enter", root), *(("write", path) for path in claim_dirs.values())]
+    try:
+        factory.identity = pod_identity(job_plan, allow_root, needs, path_variable=factory.pod_path())
+    except ManifestError:
+        if new_root:
+            root.rmdir()  # refused: nothing of this run is left behind
+        raise
     return job_plan, factory, claim_dirs
 
 

@@ -9,7 +9,8 @@ each volume is a local directory (claims shared by all pods, emptyDirs per pod) 
 and arguments are rewritten to it; Secrets (local-job --secret) become env values and files, never printed.
 Image: the command runs from the PATH of local-job's own environment, in the directory standing for the
 image's working directory (--image-dir, by default where local-job was started); the container's workingDir
-is rewritten to it, so a user's ``train.py`` beside them runs as it would in their image.
+is rewritten to it, so a user's ``train.py`` beside them runs as it would in their image. Identity: each pod has a
+HOME of its own under the run's root, never the caller's; who its processes run as is localjob/identity.py's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import site
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from localjob.expansion import expand
+from localjob.identity import PodIdentity
 from localjob.manifests import JobPlan
 from localjob.quantity import divide_round_up, parse_quantity
 from trainer_contract.metrics import ADDRESS_VARIABLE as METRICS_ADDRESS_VARIABLE
@@ -33,7 +36,9 @@ from trainer_contract.names import JOB_UID_LABEL, pod_address, pod_hostname
 
 POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-_PASSTHROUGH = ("HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME")
+# What a shell's environment may lend a pod: the locale and the terminal, never HOME (the caller's credentials
+# live there: ~/.aws, ~/.netrc, the Hub's token) nor the caller's name; each pod gets a HOME of its own.
+_PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 
 
 @dataclass
@@ -42,6 +47,7 @@ class ContainerRun:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    identity: PodIdentity = field(default_factory=PodIdentity)
 
 
 @dataclass
@@ -93,6 +99,7 @@ class PodFactory:
         self.image_dir = (image_dir or Path.cwd()).resolve()
         self.bin_dir = str(Path(sys.executable).parent)
         self.job_uid = f"local-{plan.name}-{secrets.token_hex(8)}"  # the Job's uid: its pods' controller-uid label
+        self.identity = PodIdentity()  # who the pods run as: localjob/identity.py decides, before the first pod
 
     # -- names --------------------------------------------------------------------------------------
     def hostnames(self) -> dict[str, str]:
@@ -138,6 +145,8 @@ class PodFactory:
         else:
             directory = self.root / "pods" / pod_name / "volumes" / volume["name"]
         directory.mkdir(parents=True, exist_ok=True, mode=0o700 if "secret" in volume else 0o777)
+        if "persistentVolumeClaim" not in volume:
+            os.chmod(directory, 0o700 if "secret" in volume else 0o777)  # an emptyDir is world-writable, as the kubelet makes it
         if "configMap" in volume:
             for key, value in self.plan.config_maps[volume["configMap"]["name"]].items():
                 (directory / key).write_text(value)
@@ -146,6 +155,11 @@ class PodFactory:
                 fd = os.open(directory / key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as handle:
                     handle.write(value)
+        if "persistentVolumeClaim" in volume:
+            if directory not in self.claim_dirs.values():  # a --volume directory is the user's: never changed
+                self.identity.hand_over(directory, shared=True)
+        elif "secret" in volume:
+            self.identity.hand_over(directory)
         return directory
 
     # -- env ----------------------------------------------------------------------------------------
@@ -250,15 +264,30 @@ class PodFactory:
             mounts.setdefault(container["workingDir"], self.image_dir)
         declared = self.container_env(container, pod, mounts, ports)
         base = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
-        base["PATH"] = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        base["PATH"] = self.pod_path()
         base["HOSTNAME"] = pod["hostname"]
+        base["HOME"] = str(self.home_dir(pod["name"]))
+        if self.identity.run_as is None and site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+            base["PYTHONUSERBASE"] = site.getuserbase()  # what `pip install --user` put there stays importable
         if "/tmp" in mounts:
             base["TMPDIR"] = str(mounts["/tmp"])
         # the pods share this machine's network: their metrics endpoints stay on its loopback, off the LAN
         env = {**base, **self.extra_env, **declared, METRICS_ADDRESS_VARIABLE: "127.0.0.1", POD_MARKER: pod["uid"]}
         argv = [self.rewrite(expand(part, declared), mounts, ports)
                 for part in list(container.get("command") or []) + list(container.get("args") or [])]
-        return ContainerRun(container.get("name", "container"), argv, env, self.image_dir)
+        return ContainerRun(container.get("name", "container"), argv, env, self.image_dir, self.identity)
+
+    def pod_path(self) -> str:
+        """The PATH every container gets: local-job's own environment first, as the image's would be."""
+        return f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+    def home_dir(self, pod_name: str) -> Path:
+        """The pod's HOME: a directory of its own, as an image's home is the container's, never the caller's."""
+        home = self.root / "pods" / pod_name / "home"
+        if not home.is_dir():
+            home.mkdir(parents=True, mode=0o700)
+            self.identity.hand_over(home)
+        return home
 
     def pod(self, index: int) -> PodRun:
         suffix = secrets.token_hex(3)[:5]

@@ -53,13 +53,16 @@ class ContainerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = log_path.open("ab")
 
-        def in_child():  # runs in the child before exec: the pod's share of the CPUs
+        def in_child():  # runs in the child before exec: the pod's share of the CPUs, its securityContext
             if cpus:
                 os.sched_setaffinity(0, cpus)
+            run.identity.in_child()
 
+        # as the pod's user (local-job run as root; localjob/identity.py), else as local-job's own
+        user = run.identity.run_as.popen_arguments() if run.identity.run_as else {}
         self.process = subprocess.Popen(
             run.argv, env=run.env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=in_child,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=in_child, **user,
         )
         self.pump = threading.Thread(target=self._copy_output, args=(pod, label, emit), daemon=True)
         self.pump.start()

@@ -23,6 +23,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+# Run as root (CI is), local-job starts the pods as their securityContext's uid 10001, which cannot reach a Python
+# under root's home: the suite lets it run them as root instead, as `local-job --allow-root` does and says.
+# tests/localjob/test_pod_identity.py tests the refusal and the switch to the pods' user themselves. A test that
+# builds a shell's environment from nothing adds ROOT_ALLOWANCE to it.
+ROOT_ALLOWANCE = {"LOCAL_JOB_ALLOW_ROOT": "1"} if os.geteuid() == 0 else {}
+os.environ.update(ROOT_ALLOWANCE)
+
 
 def _product_packages() -> tuple[str, ...]:
     """The packages setup.py ships (its PRODUCT), read without running it: one list for the wheel and the tests."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, OUTSIDE, ROOT
+from tests.conftest import BIN, OUTSIDE, ROOT, ROOT_ALLOWANCE
 from tests.localjob.test_local_job_runs import pod_processes
 from tests.worker.launch import read_until
 
@@ -125,6 +125,7 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
         (tmp_path / "s3-credentials.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         (tmp_path / "examples").symlink_to(EXAMPLES)
         env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path),  # a new shell, .venv active
+               **ROOT_ALLOWANCE,
                "XDG_STATE_HOME": str(tmp_path / "state")}
         outputs = []
         for line in lines[2:]:
@@ -163,7 +164,8 @@ def test_own_checkpoints_reach_the_bucket_and_a_new_volume_resumes_from_them(tmp
         client.create_bucket(Bucket="team-checkpoints")
         (tmp_path / "s3-credentials.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         (tmp_path / "examples").symlink_to(EXAMPLES)
-        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}  # a new shell, .venv active
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path),  # a new shell, .venv active
+               **ROOT_ALLOWANCE}
         subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env, check=True, timeout=120)
 
         def run(root: str, *extra: str) -> tuple[int, str]:
@@ -213,7 +215,8 @@ def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
     try:
         serve(hub)
         (tmp_path / "examples").symlink_to(EXAMPLES)
-        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE,
+               "XDG_STATE_HOME": str(tmp_path / "state")}
         outputs = []
         for line in lines[2:]:
             if line.startswith("local-job "):

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT, ROOT_ALLOWANCE
 
 GUIDES = (ROOT / "docs" / "guides.md").read_text()
 
@@ -48,7 +48,8 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
             client.put_object(Bucket="team-data", Key=f"reviews/{split}.csv", Body=text.getvalue().encode())
         (tmp_path / "minio.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         (tmp_path / "examples").symlink_to(ROOT / "examples")
-        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE,
+               "XDG_STATE_HOME": str(tmp_path / "state")}
         rendered = subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env, capture_output=True, text=True,
                                   timeout=120)
         assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
@@ -75,7 +76,7 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
 def test_the_slurm_guide_renders_two_whole_gpu_nodes_with_its_logs_in_the_shared_directory(tmp_path):
     render, submit = commands("torchrun-on-slurm")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE}
     rendered = subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=120)
     assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr  # no warning: cpu and memory set
