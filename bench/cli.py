@@ -14,30 +14,12 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
+from bench.digits import default_data_dir
 from bench.stats import alternate, render_rows, verdict
 from trainer_contract.variables import STRATEGIES
-
-
-def default_data_dir() -> Path:
-    """The digits the worker ships (worker/mnist/mnist-sample: the 10,000 official MNIST test digits) as the four MNIST
-    files, split as the worker's offline fallback splits them: the first 8,000 to train, the last 2,000 to test.
-    Both contenders (the worker and torchvision's MNIST in the standard loop) read these files."""
-    from worker.mnist import idx, mnist_sample
-
-    (count, rows, cols), images = idx.split(mnist_sample.read("t10k-images-idx3-ubyte"))
-    _, labels = idx.split(mnist_sample.read("t10k-labels-idx1-ubyte"))
-    pixels, split = rows * cols, mnist_sample.TRAIN_COUNT
-    raw = Path(tempfile.mkdtemp(prefix="bench-digits-")) / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for prefix, first, last in (("train", 0, split), ("t10k", split, count)):
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(
-            idx.encode((last - first, rows, cols), images[first * pixels:last * pixels]))
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(idx.encode((last - first,), labels[first:last]))
-    return raw.parent.parent
 
 
 def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:

@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, follow, local_job, manifests
 from bench.recovery import kill_index
 from bench.stats import BIN, clean_env, render_rows, verdict
@@ -221,8 +222,6 @@ def rows(summary: dict, backoff: float) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.cli import default_data_dir
-
     parser = argparse.ArgumentParser(prog="python -m bench.goodput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")

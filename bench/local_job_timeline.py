@@ -36,8 +36,11 @@ def claim(data_dir: Path, directory: Path) -> Path:
 
 
 def local_job(manifests: Path, claim: Path, directory: Path, backoff: float = 10.0) -> list[str]:
+    """local-job's command line; run as root, --allow-root (the benchmark's claim and Python may be root's
+    alone: the pods then run as root, as ./run.sh --local runs them; what is measured is the runner)."""
     return [str(BIN / "local-job"), str(manifests), "--volume-root", str(directory / "root"), "--volume",
-            f"mnist-train-data={claim}", "--backoff-seconds", str(backoff)]
+            f"mnist-train-data={claim}", "--backoff-seconds", str(backoff),
+            *(["--allow-root"] if os.geteuid() == 0 else [])]
 
 
 def local_job_start(data_dir: Path, replicas: int) -> dict:

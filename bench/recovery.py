@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, local_job, local_job_start, manifests, timeline
 from bench.stats import BIN, clean_env, render_rows, verdict
 
@@ -138,8 +139,6 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.cli import default_data_dir  # the command line's default digits (bench.cli imports this module)
-
     parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")

@@ -82,9 +82,9 @@ def scored(model: Path, data: Path, adapter: str) -> float:
 
 
 def measure(size_name: str, repeats: int, scratch: Path, log, world: int = WORLD) -> dict:
-    from testbed.sft_data import make_chat_data, make_model
     from transformers import AutoTokenizer
 
+    from testbed.sft_data import make_chat_data, make_model
     from trainer_contract.config_reading import load_config
     from trainer_contract.variables import SftConfig
     from worker.sft.train import examples_of

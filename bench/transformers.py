@@ -127,9 +127,10 @@ def measure(size_name: str, repeats: int, target: float, log, only: str | None =
 
 def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log, world: int) -> dict:
     """tokens/s and time to F1, worker.finetune against Trainer, alternating ``repeats`` times (medians)."""
+    from transformers import AutoTokenizer
+
     from testbed.qa_data import make_model
     from testbed.text_data import make_texts
-    from transformers import AutoTokenizer
 
     model = make_model(scratch / "model", hidden=size["hidden"], layers=size["layers"])
     data = make_texts(scratch / "texts", train=size["train"], validation=size["validation"], named=False)

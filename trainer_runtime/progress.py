@@ -3,18 +3,15 @@ the live metrics each pod serves (trainer_runtime/metrics.py)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.atomic import atomic_write
 from trainer_contract.progress import format_duration
+from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
 from trainer_runtime.tensorboard_log import Curves
-
-METRICS_FILE = "metrics.jsonl"
 
 
 class Progress:
@@ -87,34 +84,20 @@ class Progress:
         """Rank 0, as training starts or resumes after ``epochs`` epochs: metrics.jsonl keeps only the epochs the
         checkpoint holds. An epoch recorded before its checkpoint was on disk (an asynchronous save cut short,
         CHECKPOINT_EVERY > 1) is trained again and recorded once, as TensorBoard's purge_step does for the curves."""
-        path = self.output_dir / METRICS_FILE
-        if not self.is_rank0 or not path.is_file():
+        if not self.is_rank0:
             return
-        lines = path.read_text().splitlines()
-        kept = [line for line in lines if _epoch_of(line) <= epochs]
-        if len(kept) != len(lines):
-            atomic_write(path, "".join(line + "\n" for line in kept).encode())
-            self.log(f"metrics.jsonl: dropped {len(lines) - len(kept)} record(s) of epochs after {epochs}, "
-                     "which this start trains again")
+        dropped = metrics_file.keep_up_to(self.output_dir, "epoch", epochs)
+        if dropped:
+            self.log(f"metrics.jsonl: dropped {dropped} record(s) of epochs after {epochs}, which this start trains "
+                     "again")
 
     def record(self, record: dict[str, Any], images: int) -> None:
         """Rank 0 appends the epoch to metrics.jsonl and the curves."""
         if not self.is_rank0:
             return
-        path = self.output_dir / METRICS_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            handle.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
-            handle.flush()
+        metrics_file.append(self.output_dir, {**record, "time": round(time.time(), 3)})
         self.curves.epoch(images, record)
 
     def close(self) -> None:
         self.curves.close()
         self.live.close()
-
-
-def _epoch_of(line: str) -> float:
-    try:
-        return float(json.loads(line)["epoch"])
-    except (ValueError, KeyError, TypeError):
-        return float("inf")  # a torn last line (a kill mid-append): dropped with what follows the checkpoint

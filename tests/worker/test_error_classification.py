@@ -4,7 +4,7 @@ torch.distributed's exception types, and for gloo by its transport's source loca
 import pytest
 import torch.distributed as dist
 
-from worker.mnist.train import _is_communication_error, _is_timeout
+from trainer_runtime.peer_failures import is_communication_error, is_timeout
 
 GLOO = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{}] {}"
 
@@ -24,5 +24,40 @@ GLOO = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{}] {}"
     (ValueError("[x/gloo/transport/tcp/pair.cc:1] not a RuntimeError"), False, False),
 ])
 def test_errors_are_classified_by_type_and_gloos_source_location(error, communication, timeout):
-    assert _is_communication_error(error) is communication
-    assert _is_timeout(error) is timeout
+    assert is_communication_error(error) is communication
+    assert is_timeout(error) is timeout
+
+
+def _shell(tmp_path, error: BaseException, rank: int = 0) -> int:
+    """The transformer workloads' run shell (finetune, sft, QA) around a training that fails with ``error``."""
+    from types import SimpleNamespace
+
+    from trainer_runtime.distenv import DistEnv
+    from trainer_runtime.hub_models.run import run_logged
+
+    config = SimpleNamespace(output_dir=tmp_path, checkpoint_dir=tmp_path / "checkpoints", keep_checkpoints=2,
+                             usage_log_seconds=0, checkpoint_storage_uri=None)
+
+    def train(*_):
+        raise error
+
+    return run_logged(config, DistEnv(rank=rank, world_size=2), train)
+
+
+@pytest.mark.parametrize("error, rank, code", [
+    (dist.DistNetworkError("failed to connect to sft-0.sft:29500"), 1, 75),  # a victim, not counted
+    (RuntimeError(GLOO.format("pair.cc:545", "Read error [127.0.0.1]:435: Connection reset by peer.")), 0, 75),
+    (RuntimeError(GLOO.format("unbound_buffer.cc:78", "Timed out waiting 3000ms for recv operation")), 0, 76),
+    (RuntimeError(GLOO.format("unbound_buffer.cc:78", "Timed out waiting 3000ms for recv operation")), 1, 75),
+])
+def test_every_workload_exits_as_a_victim_when_a_peer_fails(tmp_path, capsys, error, rank, code):
+    """The same mapping as MNIST's (75 a victim, 76 the leader giving up on a silent peer), with the line that says
+    it; a transformer workload whose peer died used to exit as a plain failure, counted against the Job."""
+    assert _shell(tmp_path, error, rank) == code
+    said = "a peer stopped answering" if code == 76 else "lost contact with a peer"
+    assert f"Rank {rank}: error: {said}" in capsys.readouterr().out
+
+
+def test_a_failure_of_its_own_still_fails_the_rank(tmp_path):
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        _shell(tmp_path, RuntimeError("CUDA out of memory"))

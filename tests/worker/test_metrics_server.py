@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from trainer_contract import metrics as contract
 from tests.worker.test_live_metrics_feed import _free_port
+from trainer_contract import metrics as contract
 from trainer_runtime import metrics, metrics_server
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
+import worker.launch  # noqa: F401  (the entry registers the built-in worker's run with the launcher)
 from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
 from trainer_launcher import launch
-import worker.launch  # noqa: F401  (the entry registers the built-in worker's run with the launcher)
 from trainer_runtime.progress import Progress, format_duration
 
 

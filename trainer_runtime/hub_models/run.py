@@ -13,6 +13,7 @@ from typing import Any
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import exit_codes
 from trainer_contract.variables import ConfigError
+from trainer_runtime import peer_failures
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models import checkpoint_record
@@ -56,6 +57,12 @@ def run_logged(config: Any, env: DistEnv, train: Train) -> int:
     except Terminated as terminated:  # during set-up (a StopRequest's), before anything worth saving
         log(f"stopped: {terminated} before training started; nothing to save")
         return exit_codes.TERMINATED
+    except RuntimeError as error:  # torch.distributed's DistError is one: a peer's death makes this rank a victim
+        failure = peer_failures.exit_for(error, env.is_rank0)
+        if failure is None:
+            raise
+        log(failure[1])
+        return failure[0]
     finally:
         if mirror is not None:
             mirror.close()

@@ -5,31 +5,20 @@ purge_step does the same for the curves), so that no step is recorded twice and 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from trainer_contract.progress import format_duration
+from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def say(rank: int, message: str) -> None:
     # one write per line: the gang's processes share torchrun's stdout
     sys.stdout.write(f"Rank {rank}: {message}\n")
     sys.stdout.flush()
-
-
-def keep_records_up_to(output_dir: Path, step: int) -> None:
-    """Rank 0, before a resumed run writes: metrics.jsonl keeps only what happened up to ``step``."""
-    path = output_dir / METRICS_FILE
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
 
 
 class RunLog:
@@ -49,7 +38,10 @@ class RunLog:
         self.live.progress(step, steps=total)
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            keep_records_up_to(self.output_dir, step)
+            dropped = metrics_file.keep_up_to(self.output_dir, "step", step)
+            if dropped:
+                say(self.rank, f"metrics.jsonl: dropped {dropped} record(s) after step {step}, which this start "
+                               "trains again")
             if self.tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -91,8 +83,7 @@ class RunLog:
     def record(self, line: dict[str, Any], scalars: dict[str, float]) -> None:
         if self.rank != 0:
             return
-        with (self.output_dir / METRICS_FILE).open("a") as handle:
-            handle.write(json.dumps(line) + "\n")
+        metrics_file.append(self.output_dir, line)
         if self.writer is not None:
             for name, value in scalars.items():
                 self.writer.add_scalar(name, value, line["step"])

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from trainer_contract.atomic import atomic_write
-from trainer_runtime.progress import METRICS_FILE
+from trainer_runtime.metrics_file import METRICS_FILE
 from worker.mnist import settings
 
 CARD = "README.md"

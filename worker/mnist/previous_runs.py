@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from trainer_runtime.metrics import STARTS_DIRECTORY
-from trainer_runtime.progress import METRICS_FILE
+from trainer_runtime.metrics_file import METRICS_FILE
 from trainer_runtime.tensorboard_log import SUBDIRECTORY as CURVES
 from worker.mnist.settings import MODEL_SUMMARY, MODEL_WEIGHTS
 

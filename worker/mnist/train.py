@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import time
 import warnings
 from datetime import datetime, timedelta, timezone
@@ -19,7 +18,7 @@ from trainer_contract import exit_codes, gang_ledger, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.variables import ConfigError, TrainConfig
-from trainer_runtime import precision, process_group, strategies
+from trainer_runtime import peer_failures, precision, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
@@ -412,41 +411,12 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         trainer.log(f"error: {exc}")
         return exit_codes.PEER_LOST
     except (dist.DistError, RuntimeError) as exc:
-        if not _is_communication_error(exc):
+        failure = peer_failures.exit_for(exc, env.is_rank0)
+        if failure is None:
             raise
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if env.is_rank0 and _is_timeout(exc):
-            # a peer that stops answering exits nowhere (or only with 75): the leader's exit is what counts
-            # this gang restart against the Job's backoffLimit, once
-            trainer.log(f"error: a peer stopped answering ({first_line}); exiting so that the gang restarts "
-                        "from the last checkpoint")
-            return exit_codes.STALLED
-        trainer.log(f"error: lost contact with a peer ({first_line}); exiting so that the gang restarts "
-                    "from the last checkpoint")
-        return exit_codes.PEER_LOST
+        trainer.log(failure[1])
+        return failure[0]
     finally:
         trainer.stop.defer()  # a second signal must not interrupt the clean-up
         trainer.close(failed)
 
-
-# Where gloo's transport raises from: torch wraps these in a plain RuntimeError whose first line names the
-# source file ("[.../gloo/transport/tcp/pair.cc:545] Read error ...: Connection reset by peer", also inside
-# "Gloo connectFullMesh failed with [...]"); it gives no exception type for them, unlike the store
-# (DistStoreError), the network (DistNetworkError) and NCCL (DistBackendError).
-_GLOO_TRANSPORT = re.compile(r"\[[^\]\s]*/gloo/transport/[^\]\s]*:\d+\]")
-
-
-def _is_communication_error(exc: BaseException) -> bool:
-    """A failure of the gang's communication, by type (torch.distributed's DistError family) or, for gloo,
-    by the transport's own source location; any other error (a RuntimeError of the model, the data, a bug)
-    is this rank's failure and counts."""
-    if isinstance(exc, dist.DistError):
-        return True
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return isinstance(exc, RuntimeError) and bool(_GLOO_TRANSPORT.search(first_line))
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    """A peer that stopped answering: the store's or gloo's wait ran out (no type of its own in torch)."""
-    text = str(exc).splitlines()[0].lower() if str(exc).strip() else ""
-    return "timed out" in text or "timeout" in text
