@@ -42,12 +42,12 @@ while [[ $# -gt 0 ]]; do
         require_batch_script
         require_slurm
         bin_dir="$(dirname "$(find_generator)")"
-        exec "$bin_dir/python" -m generator.slurm_status --name "$(sbatch_option job-name)"
+        exec "$bin_dir/python" -m status_views.slurm --name "$(sbatch_option job-name)"
       fi
       require_build
       require_kubectl
       bin_dir="$(dirname "$(find_generator)")"
-      exec "$bin_dir/python" -m generator.status "$(job_field metadata namespace)" "$(job_field metadata name)" ;;
+      exec "$bin_dir/python" -m status_views.kubernetes "$(job_field metadata namespace)" "$(job_field metadata name)" ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -73,7 +73,7 @@ NEXT
   # polls scontrol every 5 s, saying its state and, while pending, squeue's reason with the key to
   # change; exits with the job's exit code as sbatch --wait does
   status=0
-  "$bin_dir/python" -m generator.slurm_status --wait "$job_id" || status=$?
+  "$bin_dir/python" -m status_views.slurm --wait "$job_id" || status=$?
   info "Job $name ended with exit code $status"
   exit "$status"
 fi

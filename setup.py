@@ -11,7 +11,8 @@ import shutil
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-PRODUCT = ("trainer_contract", "trainer_stager", "trainer_launcher", "trainer_runtime", "worker", "generator", "localjob")
+PRODUCT = ("trainer_contract", "trainer_stager", "trainer_launcher", "trainer_runtime", "worker", "generator", "localjob",
+           "status_views")
 
 
 class FreshBuildPy(build_py):

@@ -18,9 +18,9 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-from generator.status import INDEX_LABEL, describe, latest_progress, launcher_warnings
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
+from status_views.kubernetes import INDEX_LABEL, describe, latest_progress, launcher_warnings
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
 
 

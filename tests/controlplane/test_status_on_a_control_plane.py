@@ -51,7 +51,7 @@ def test_a_pod_asking_for_more_gpus_than_any_node_has_is_said_to_be_unschedulabl
     else:
         raise AssertionError(f"no pod was found Unschedulable in 90 s: {json.dumps(pods)[-3000:]}")
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
-    result = subprocess.run([str(BIN / "python"), "-m", "generator.status", namespace, "mnist-train"],
+    result = subprocess.run([str(BIN / "python"), "-m", "status_views.kubernetes", namespace, "mnist-train"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     waiting = [line for line in result.stdout.splitlines() if line.startswith("waiting: ")]

@@ -118,7 +118,7 @@ def test_a_job_behind_one_holding_every_node_waits_for_resources(cluster, tmp_pa
         while cluster.job_state(job_id).get("Reason") != "Resources":
             assert time.monotonic() < deadline, cluster.job_state(job_id)
             time.sleep(0.5)
-        status = subprocess.run([str(BIN / "python"), "-m", "generator.slurm_status", job_id], capture_output=True,
+        status = subprocess.run([str(BIN / "python"), "-m", "status_views.slurm", job_id], capture_output=True,
                                 text=True, env={**env, **cluster.env}, timeout=60)
         assert status.returncode == 0, status.stderr
         assert status.stdout.splitlines() == [

@@ -1,6 +1,6 @@
 """What a job waits for, in words, with the values key to change: one table per thing a scheduler reports (the
 Kubernetes scheduler's Unschedulable message, a container's waiting reason, a suspended Job, a Slurm pending
-reason), one line per reason in one style for both status views (generator/status.py, generator/slurm_status.py):
+reason), one line per reason in one style for both status views (status_views/kubernetes.py, status_views/slurm.py):
 
     waiting: <subject>: <what it waits for>: <the scheduler's own words>: <what to change>
 

@@ -1,9 +1,9 @@
 """`./run.sh --status`: the Job on the cluster as a person asks about it. Its conditions, each completion index's
 pods with their exit codes and what each code means (trainer_contract/exit_codes.py) and termination message, what
-a suspended Job or a Pending pod waits for with the values key to change (generator/waiting.py), and the latest
+a suspended Job or a Pending pod waits for with the values key to change (status_views/waiting.py), and the latest
 progress line of index 0 (rank 0). Reads with kubectl; torch-free.
 
-    python -m generator.status NAMESPACE JOB
+    python -m status_views.kubernetes NAMESPACE JOB
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from generator.waiting import container_waiting, suspended, unschedulable, waiting_line
+from status_views.waiting import container_waiting, suspended, unschedulable, waiting_line
 from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING

@@ -1,10 +1,10 @@
 """`./run.sh --slurm --status` and `./run.sh --slurm`'s wait: a Slurm job's state and, while it is PENDING,
-squeue's reason in words with the values key to change (generator/waiting.py). Reads `scontrol show job` (and
+squeue's reason in words with the values key to change (status_views/waiting.py). Reads `scontrol show job` (and
 `scontrol show partition` for a partition's limits); torch-free.
 
-    python -m generator.slurm_status JOBID...         # a line per job, and why a pending one waits
-    python -m generator.slurm_status --name NAME      # the jobs of that name squeue still knows
-    python -m generator.slurm_status --wait JOBID     # a line at each change until the job ends; exits with the
+    python -m status_views.slurm JOBID...         # a line per job, and why a pending one waits
+    python -m status_views.slurm --name NAME      # the jobs of that name squeue still knows
+    python -m status_views.slurm --wait JOBID     # a line at each change until the job ends; exits with the
                                                       #   job's exit code, as `sbatch --wait` does
 """
 
@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from generator.waiting import slurm_pending, waiting_line
+from status_views.waiting import slurm_pending, waiting_line
 from trainer_contract.exit_codes import meaning
 
 # Slurm's finished states (IS_JOB_FINISHED: past SUSPENDED), whose exit code `sbatch --wait` returns
@@ -130,7 +130,7 @@ def job_ids(name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generator.slurm_status", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m status_views.slurm", description=__doc__.splitlines()[0])
     parser.add_argument("jobs", nargs="*", metavar="JOBID")
     parser.add_argument("--name", help="the jobs of this name that squeue still knows")
     parser.add_argument("--wait", action="store_true", help="poll until the (one) job ends; exit with its code")

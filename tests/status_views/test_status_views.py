@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from generator import slurm_status
-from generator.status import describe, latest_progress
+from status_views import slurm as slurm_status
+from status_views.kubernetes import describe, latest_progress
 from tests.conftest import BIN, ROOT
 
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=timezone.utc)
@@ -140,7 +140,7 @@ def test_run_sh_status_reads_index_0s_live_metrics_through_the_pod_proxy(tmp_pat
         live.close()
 
 
-# --- what a Job or a Pending pod waits for (generator/waiting.py), with the values key to change
+# --- what a Job or a Pending pod waits for (status_views/waiting.py), with the values key to change
 
 def pending_pod(name="mnist-train-0-abcde", index=0, condition=None, init=None, container=None, **spec):
     """A Pending pod of the rendered Job as the API server returns it: 8 GPUs, 8 CPUs, 64Gi, the GPU model's node
@@ -323,7 +323,7 @@ def test_a_finished_suspended_job_waits_for_nothing():
     assert not [line for line in describe(job, [], None, NOW) if line.startswith("waiting: ")]
 
 
-# --- Slurm: squeue's pending reason (generator/slurm_status.py), the same style
+# --- Slurm: squeue's pending reason (status_views/slurm.py), the same style
 
 SCONTROL = ("JobId=812 JobName=mnist-train UserId=ana(1000) GroupId=ana(1000) MCS_label=N/A Priority=4294901757 "
             "Nice=0 Account=ml QOS=normal JobState=PENDING Reason=Resources Dependency=(null) Requeue=1 Restarts=0 "
