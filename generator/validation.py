@@ -30,6 +30,7 @@ from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
+from trainer_contract.quantities import quantity_in
 from trainer_contract.storage import (
     CREDENTIAL_VARIABLES,
     ENDPOINT_VARIABLES,
@@ -212,25 +213,6 @@ def _key_paths() -> tuple[tuple[str | None, ...], ...]:
     every_variable = frozenset().union(*(program_variables(module) or () for module in BUILT_IN_PROGRAMS))
     paths.extend(("config_map", variable) for variable in sorted(every_variable))
     return tuple(dict.fromkeys(paths))
-
-
-# Kubernetes quantity suffixes, in the unit a values file uses for each ("4Gi" -> 4 GiB, "500m" -> 0.5 cores)
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|m)?\s*$")
-_UNIT_FACTORS: dict[str, dict[str | None, float]] = {
-    "GiB": {"Ki": 2.0 ** -20, "Mi": 2.0 ** -10, "Gi": 1.0, "Ti": 2.0 ** 10, "Pi": 2.0 ** 20,
-            "k": 1e3 / 2 ** 30, "K": 1e3 / 2 ** 30, "M": 1e6 / 2 ** 30, "G": 1e9 / 2 ** 30, "T": 1e12 / 2 ** 30,
-            "P": 1e15 / 2 ** 30},
-    "cores": {"m": 1e-3, None: 1.0},
-}
-
-
-def quantity_in(unit: str, text: str) -> float | None:
-    """A Kubernetes quantity (``4Gi``, ``512Mi``, ``500m``) in ``unit``, rounded for a message; None if it is not one."""
-    match = _QUANTITY.match(text)
-    if match is None:
-        return None
-    factor = _UNIT_FACTORS.get(unit, {}).get(match.group(2))
-    return None if factor is None else round(float(match.group(1)) * factor, 4)
 
 
 _BOUND_WORDS = {

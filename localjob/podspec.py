@@ -30,12 +30,11 @@ from typing import Any
 from localjob.expansion import expand
 from localjob.identity import PodIdentity
 from localjob.manifests import JobPlan
-from localjob.quantity import divide_round_up, parse_quantity
 from trainer_contract.metrics import ADDRESS_VARIABLE as METRICS_ADDRESS_VARIABLE
-from trainer_contract.names import JOB_UID_LABEL, pod_address, pod_hostname
+from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, JOB_UID_LABEL, pod_address, pod_hostname
+from trainer_contract.quantities import divide_round_up, parse_quantity
 
 POD_MARKER = "LOCAL_JOB_POD_UID"  # every process of a pod inherits it; it is how a pod's processes are found
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # What a shell's environment may lend a pod: the locale and the terminal, never HOME (the caller's credentials
 # live there: ~/.aws, ~/.netrc, the Hub's token) nor the caller's name; each pod gets a HOME of its own.
 _PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
@@ -297,10 +296,10 @@ class PodFactory:
             "name": name,
             "uid": f"{self.plan.name}-{index}-{secrets.token_hex(8)}",
             "hostname": pod_hostname(self.plan.name, index),
-            "labels": {**template_meta.get("labels", {}), INDEX_ANNOTATION: str(index),
-                       "batch.kubernetes.io/job-name": self.plan.name, "job-name": self.plan.name,
+            "labels": {**template_meta.get("labels", {}), INDEX_LABEL: str(index),
+                       JOB_NAME_LABEL: self.plan.name, "job-name": self.plan.name,
                        JOB_UID_LABEL: self.job_uid, "controller-uid": self.job_uid},
-            "annotations": {**template_meta.get("annotations", {}), INDEX_ANNOTATION: str(index)},
+            "annotations": {**template_meta.get("annotations", {}), INDEX_LABEL: str(index)},
         }
         spec = self.plan.pod_spec
         ports = self.pod_ports()

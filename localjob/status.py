@@ -20,8 +20,9 @@ from pathlib import Path
 
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
-from status_views.kubernetes import INDEX_LABEL, describe, latest_progress, launcher_warnings
+from status_views.kubernetes import describe, latest_progress, launcher_warnings
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
+from trainer_contract.names import INDEX_LABEL
 
 
 class NoStatus(Exception):

@@ -18,10 +18,8 @@ from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
+from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL
 from trainer_contract.progress import format_duration
-
-INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # set by the Job controller on every pod
-JOB_LABEL = "batch.kubernetes.io/job-name"
 
 
 class KubectlError(Exception):
@@ -211,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     namespace, name = (argv if argv is not None else sys.argv[1:])[:2]
     try:
         job = json.loads(kubectl("-n", namespace, "get", "job", name, "-o", "json"))
-        pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_LABEL}={name}", "-o", "json"))["items"]
+        pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
     except KubectlError as error:
         print(f"run.sh: error: {error}", file=sys.stderr)
         return 1

@@ -15,6 +15,10 @@ MAX_HOSTNAME = 63
 # The label the Job controller puts on every pod of a Job: the Job's uid (the downward API hands it to the
 # launcher, which counts the gang's failed rounds under it).
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+# The Job controller's other marks on every pod of an Indexed Job: its completion index (a label and an
+# annotation of the same key) and the Job's name.
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def pod_hostname(job: str, index: int) -> str:

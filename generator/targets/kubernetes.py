@@ -18,7 +18,6 @@ import yaml
 
 from generator import __version__
 from generator.errors import TemplateError
-from generator.quantities import cpu_quantity, gib_quantity
 from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.targets import network_policy as netpol
@@ -26,6 +25,7 @@ from generator.targets.labels import LABEL_NAME, label_key_problem, label_proble
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
 from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
+from trainer_contract.quantities import cpu_quantity, gib_quantity
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")

@@ -12,7 +12,7 @@ from generator.values import resolve_values
 from localjob.expansion import expand
 from localjob.manifests import ManifestError, plan
 from localjob.podspec import POD_MARKER, PodFactory
-from localjob.quantity import divide_round_up, parse_quantity
+from trainer_contract.quantities import divide_round_up, parse_quantity
 
 
 @pytest.mark.parametrize("text, expected", [
