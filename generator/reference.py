@@ -1,7 +1,7 @@
 """The values reference (every key, its default, the targets it means something on and its meaning) as a Markdown
 table, built from the schema (a key's targets: its x-targets, else its parent's, else every target).
 
-The README embeds this table; a test keeps the two equal. Regenerate it with:
+docs/reference.md embeds this table; a test keeps the two equal. Regenerate it with:
     python -m generator.reference
 """
 

@@ -1,4 +1,5 @@
-"""The README's (and docs/worker.md's) generated tables match the code, and its quick start names the commands that exist."""
+"""The generated tables (docs/reference.md, docs/worker.md) match the code, and the README's quick start names the
+commands that exist."""
 
 import re
 
@@ -8,6 +9,7 @@ from trainer_contract.config_reading import config_reference
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 WORKER_PAGE = (ROOT / "docs" / "worker.md").read_text(encoding="utf-8")
+REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")  # the values' and the programs' tables
 
 
 def section(name: str, text: str = README) -> str:
@@ -17,7 +19,7 @@ def section(name: str, text: str = README) -> str:
 
 
 def test_values_table_matches_the_schema_and_defaults():
-    assert section("values-reference") == values_reference()
+    assert section("values-reference", REFERENCE) == values_reference()
 
 
 def test_worker_table_matches_the_configuration():
@@ -27,19 +29,19 @@ def test_worker_table_matches_the_configuration():
 def test_question_answering_table_matches_its_configuration():
     from trainer_contract.variables import QaConfig
 
-    assert section("qa-reference") == config_reference(QaConfig)
+    assert section("qa-reference", REFERENCE) == config_reference(QaConfig)
 
 
 def test_fine_tuning_table_matches_its_configuration():
     from trainer_contract.variables import FinetuneConfig
 
-    assert section("finetune-reference") == config_reference(FinetuneConfig)
+    assert section("finetune-reference", REFERENCE) == config_reference(FinetuneConfig)
 
 
 def test_supervised_fine_tuning_table_matches_its_configuration():
     from trainer_contract.variables import SftConfig
 
-    assert section("sft-reference") == config_reference(SftConfig)
+    assert section("sft-reference", REFERENCE) == config_reference(SftConfig)
 
 
 def test_quick_start_commands_exist():
