@@ -43,6 +43,7 @@ COPY trainer_launcher ./trainer_launcher
 COPY trainer_runtime ./trainer_runtime
 COPY generator ./generator
 COPY localjob ./localjob
+COPY status_views ./status_views
 COPY worker ./worker
 COPY templates ./templates
 COPY variables ./variables
