@@ -55,10 +55,13 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | No
 
 
 def config_reference(config_class: type = TrainConfig) -> str:
-    """A program's variables as a Markdown table (embedded in the README; a test keeps them equal)."""
+    """A program's variables as a Markdown table (embedded in docs/; a test keeps them equal). A shaping setting
+    says that a resume with another value is refused."""
     lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
     for item in config_fields(config_class):
         default = item.default
         shown = "(empty)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
-        lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {item.metadata['help']} |")
+        meaning = item.metadata["help"] + (" A resume with another value is refused." if item.metadata.get("shaping")
+                                           else "")
+        lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {meaning} |")
     return "\n".join(lines) + "\n"

@@ -106,9 +106,13 @@ class _choice:  # noqa: N801 -- used like the parse functions beside it
         return value
 
 
-def _setting(env: str, parse: Callable[[str], object], default: object, help: str, flag: str | None = None):
-    """A dataclass field read from environment variable ``env`` or from ``--flag``."""
-    return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag})
+def _setting(env: str, parse: Callable[[str], object], default: object, help: str, flag: str | None = None,
+             shaping: bool = False):
+    """A dataclass field read from environment variable ``env`` or from ``--flag``. ``shaping``: a change makes a
+    resumed run another run (its schedule, batches, examples or seed), so a resume with another value is refused
+    (shaping_settings; the workloads' resume checks read it, no list of names elsewhere)."""
+    return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag,
+                                            "shaping": shaping})
 
 
 # Checkpoints by time, every program alike; each program's default says why it suits its checkpoint's cost.
@@ -123,10 +127,10 @@ def _checkpoint_every_seconds(default: float, why: str):
 class TrainConfig:
     """Everything the training reads from its environment. The README's table is generated from this."""
 
-    epochs: int = _setting("EPOCHS", _positive_int, 5, "Passes over the training set.")
-    batch_size: int = _setting("BATCH_SIZE", _positive_int, 64, "Mini-batch size per process.")
-    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.")
+    epochs: int = _setting("EPOCHS", _positive_int, 5, "Passes over the training set.", shaping=True)
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 64, "Mini-batch size per process.", shaping=True)
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr", shaping=True)
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.", shaping=True)
     strategy: str = _setting(
         "STRATEGY", _choice(*STRATEGIES), "allreduce",
         "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
@@ -159,7 +163,7 @@ class TrainConfig:
         "MNIST_SAMPLE_FALLBACK", _boolean, False,
         "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "
         "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.", shaping=True)
     log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
     checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1,
                                      "Checkpoint every N epochs and after the last; 0: after the last only.")
@@ -256,12 +260,12 @@ class QaConfig:
         "initializer.dataset.storage_uri stages it here.")
     output_dir: Path = _workload_output_dir("squad")
     export_dir: Path | None = _workload_export_dir("squad")
-    epochs: int = _setting("EPOCHS", _positive_int, 2, "Passes over the training questions.")
+    epochs: int = _setting("EPOCHS", _positive_int, 2, "Passes over the training questions.", shaping=True)
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Features (question and context window) per "
-                               "process and step.")
+                               "process and step.", shaping=True)
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 3e-5,
-                                    "Peak learning rate of AdamW, decayed linearly to 0.", "--lr")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle and of the new answer layer.")
+                                    "Peak learning rate of AdamW, decayed linearly to 0.", "--lr", shaping=True)
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle and of the new answer layer.", shaping=True)
     strategy: str = _setting(
         "STRATEGY", _choice("fsdp", "ddp"), "fsdp",
         "fsdp (FSDP2 through Lightning: parameters, gradients and optimizer state sharded per transformer layer) "
@@ -270,12 +274,12 @@ class QaConfig:
         "PRECISION", _choice(*PRECISIONS), "fp32",
         "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).")
     max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 384,
-                                   "Tokens per feature: question and a window of its context.")
+                                   "Tokens per feature: question and a window of its context.", shaping=True)
     doc_stride: int = _setting("DOC_STRIDE", _positive_int, 128,
-                               "Tokens the windows of a long context share.")
+                               "Tokens the windows of a long context share.", shaping=True)
     max_answer_length: int = _setting("MAX_ANSWER_LENGTH", _positive_int, 30,
                                       "Longest answer, in tokens, the evaluation may predict.")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.", shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N questions; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(0)
@@ -310,27 +314,27 @@ class FinetuneConfig:
         "initializer.dataset.storage_uri stages it here.")
     output_dir: Path = _workload_output_dir("classifier")
     export_dir: Path | None = _workload_export_dir("classifier")
-    text_column: str = _setting("TEXT_COLUMN", _name, "text", "The column holding each example's text.")
+    text_column: str = _setting("TEXT_COLUMN", _name, "text", "The column holding each example's text.", shaping=True)
     text_pair_column: str = _setting("TEXT_PAIR_COLUMN", str, "",
-                                     "A second text per example (sentence pairs); empty: none.")
+                                     "A second text per example (sentence pairs); empty: none.", shaping=True)
     label_column: str = _setting("LABEL_COLUMN", _name, "label",
-                                 "The column holding each example's label: class numbers from 0, or names.")
-    epochs: int = _setting("EPOCHS", _positive_int, 3, "Passes over the training texts.")
-    batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Texts per process and step.")
+                                 "The column holding each example's label: class numbers from 0, or names.", shaping=True)
+    epochs: int = _setting("EPOCHS", _positive_int, 3, "Passes over the training texts.", shaping=True)
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Texts per process and step.", shaping=True)
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-5,
-                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr")
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr", shaping=True)
     weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.01,
-                                   "AdamW's weight decay (not applied to biases and norms).")
+                                   "AdamW's weight decay (not applied to biases and norms).", shaping=True)
     warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
-                                 "Optimizer steps over which the learning rate rises linearly from 0.")
+                                 "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
     max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
                                     "Clip the gradients' global norm to this; 0: no clipping.")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the new head.")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the new head.", shaping=True)
     precision: str = _setting(
         "PRECISION", _choice(*PRECISIONS), "fp32",
         "fp32, bf16 (autocast, on CPUs and GPUs) or fp16 (autocast and a gradient scaler, CUDA only).")
-    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.")
+    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).", shaping=True)
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.", shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N texts; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(500)
@@ -363,28 +367,28 @@ class SftConfig:
         "here.")
     output_dir: Path = _workload_output_dir("sft")
     export_dir: Path | None = _workload_export_dir("sft")
-    prompt_column: str = _setting("PROMPT_COLUMN", _name, "prompt", "The column holding each example's prompt.")
+    prompt_column: str = _setting("PROMPT_COLUMN", _name, "prompt", "The column holding each example's prompt.", shaping=True)
     completion_column: str = _setting("COMPLETION_COLUMN", _name, "completion",
-                                      "The column holding each example's completion (what the model learns).")
+                                      "The column holding each example's completion (what the model learns).", shaping=True)
     messages_column: str = _setting("MESSAGES_COLUMN", _name, "messages",
                                     "The column holding conversations (lists of {role, content}), rendered with the "
-                                    "tokenizer's chat template; the assistant turns are learnt. Taken when present.")
-    lora_rank: int = _setting("LORA_RANK", _non_negative_int, 16, "LoRA's rank; 0: a full fine-tune (every weight).")
-    lora_alpha: int = _setting("LORA_ALPHA", _positive_int, 32, "LoRA's alpha: the adapters are scaled by alpha / rank.")
-    lora_dropout: float = _setting("LORA_DROPOUT", _non_negative_float, 0.0, "Dropout on the adapters' input.")
+                                    "tokenizer's chat template; the assistant turns are learnt. Taken when present.", shaping=True)
+    lora_rank: int = _setting("LORA_RANK", _non_negative_int, 16, "LoRA's rank; 0: a full fine-tune (every weight).", shaping=True)
+    lora_alpha: int = _setting("LORA_ALPHA", _positive_int, 32, "LoRA's alpha: the adapters are scaled by alpha / rank.", shaping=True)
+    lora_dropout: float = _setting("LORA_DROPOUT", _non_negative_float, 0.0, "Dropout on the adapters' input.", shaping=True)
     lora_target_modules: str = _setting("LORA_TARGET_MODULES", _name, "all-linear",
-                                        "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.")
-    epochs: int = _setting("EPOCHS", _positive_int, 1, "Passes over the training examples.")
-    batch_size: int = _setting("BATCH_SIZE", _positive_int, 8, "Examples per process and step.")
+                                        "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.", shaping=True)
+    epochs: int = _setting("EPOCHS", _positive_int, 1, "Passes over the training examples.", shaping=True)
+    batch_size: int = _setting("BATCH_SIZE", _positive_int, 8, "Examples per process and step.", shaping=True)
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-4,
-                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr")
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr", shaping=True)
     weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.0,
-                                   "AdamW's weight decay (not applied to biases and norms).")
+                                   "AdamW's weight decay (not applied to biases and norms).", shaping=True)
     warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
-                                 "Optimizer steps over which the learning rate rises linearly from 0.")
+                                 "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
     max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
                                     "Clip the gradients' global norm to this; 0: no clipping.")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.")
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.", shaping=True)
     strategy: str = _setting(
         "STRATEGY", _choice("ddp", "fsdp"), "ddp",
         "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the model, its gradients and "
@@ -397,15 +401,15 @@ class SftConfig:
         "Recompute each decoder block's activations in backward instead of keeping them: less memory for "
         "longer sequences, about a third more compute.")
     max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 512,
-                                   "Tokens per example (longer ones are cut), or per block with PACKING.")
+                                   "Tokens per example (longer ones are cut), or per block with PACKING.", shaping=True)
     packing: bool = _setting("PACKING", _boolean, False,
-                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.")
+                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.", shaping=True)
     export_merged: bool = _setting("EXPORT_MERGED", _boolean, False,
                                    "Export the merged model (base + adapters) beside the adapter.")
     sample_prompts: str = _setting("SAMPLE_PROMPTS", str, "",
                                    "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
                                    "evaluation; empty: none.")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.")
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.", shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N examples; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(200)
@@ -479,6 +483,11 @@ def parse_value(item: dataclasses.Field, raw: str) -> Any:
 
 # Every variable the built-in worker reads, and those that take one of a few words (checked at render time,
 # so that a typo fails gen-manifests, not a pod).
+def shaping_settings(config_class: type) -> tuple[str, ...]:
+    """The settings of ``config_class`` whose change refuses a resume (declared with ``shaping=True``), in order."""
+    return tuple(item.name for item in config_fields(config_class) if item.metadata.get("shaping"))
+
+
 WORKER_VARIABLES = frozenset(item.metadata["env"] for item in config_fields())
 WORKER_CHOICES = variable_choices()
 # The variables a rendered ConfigMap shows with their defaults, so that a user sees (and edits) the run's

@@ -8,13 +8,12 @@ manifest (sharded), published, found and cleaned by the run's CheckpointStore.""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.digests import file_digest
-from trainer_contract.variables import config_fields
+from trainer_contract.variables import config_fields, shaping_settings
 from trainer_runtime import run_record
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
 
@@ -52,12 +51,13 @@ def data_revision(directory: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def record(config: Any, shaping: Iterable[str], world_size: int, data: bool = False) -> dict[str, Any]:
-    """``shaping``: the settings whose change makes a resumed run another run (schedule, batches, seed); ``data``:
+def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
+    """What a checkpoint records of its run: the model's and tokenizer's revisions, the world size and the settings
+    whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/variables.py); ``data``:
     the data set's files too (DATASET_DIR's digest)."""
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
-            "world_size": world_size, "config": {key: getattr(config, key) for key in shaping}}
+            "world_size": world_size, "config": {key: getattr(config, key) for key in shaping_settings(type(config))}}
 
 
 def _env_name(config: Any, key: str) -> str:

@@ -32,9 +32,6 @@ from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 
 SUMMARY_FILE = "summary.json"
-# Settings whose change makes a resumed run another run: the schedule, the batches, the texts, the seed.
-SHAPING = ("epochs", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed", "train_samples",
-           "max_seq_length", "text_column", "text_pair_column", "label_column")
 
 
 def run(config: FinetuneConfig, env: DistEnv) -> int:
@@ -80,7 +77,7 @@ def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) ->
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     device = join(config, env, log)
     tokenizer, model, train, evaluation = _load_data(config, log if env.is_rank0 else lambda message: None)
-    now = checkpoint_record.record(config, SHAPING, env.world_size)
+    now = checkpoint_record.record(config, env.world_size)
     found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
     pad_id = tokenizer.pad_token_id or 0

@@ -1,9 +1,10 @@
 """The settings that shape a run's math, and what to do when a resumed run asks for other ones.
 
 A checkpoint and the final ``model.json`` record the whole configuration (JSON values, see
-``recorded_config``; earlier versions recorded strings, compared here by their text). Resuming or re-running with a different value of one of ``SHAPING`` would silently
-continue into another schedule, other batches or other shards, so it is refused as bad configuration (exit
-78), naming each key with its old and new value. This module does not import torch: the launcher checks a
+``recorded_config``; earlier versions recorded strings, compared here by their text). Resuming or re-running with
+a different value of a shaping setting (``shaping=True`` in trainer_contract/variables.py) would silently continue
+into another schedule, other batches or other shards, so it is refused as bad configuration (exit 78), naming each
+key with its old and new value. This module does not import torch: the launcher checks a
 finished run before any rendezvous.
 """
 
@@ -14,12 +15,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.variables import TrainConfig
+from trainer_contract.variables import TrainConfig, shaping_settings
 from trainer_runtime import run_record
 
-# TrainConfig fields whose value changes the result of resuming: the schedule (EPOCHS, LEARNING_RATE),
-# the batches (BATCH_SIZE, TRAIN_SAMPLES) and the shuffles and initialisation (SEED).
-SHAPING = ("epochs", "batch_size", "learning_rate", "seed", "train_samples")
 # Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:
 # "already complete" must not read as "done the way you asked".
 NOTED = ("strategy", "precision")
@@ -49,7 +47,7 @@ def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -
     """One problem line per shaping setting that differs from ``recorded``, then the ways out; [] if none."""
     now = recorded_config(config)
     problems = [run_record.changed_setting(env_name(key), what, _shown(recorded[key]), _shown(now[key]))
-                for key in SHAPING if key in recorded and _differs(recorded[key], now[key])]
+                for key in shaping_settings(TrainConfig) if key in recorded and _differs(recorded[key], now[key])]
     if problems:
         problems.append(run_record.ways_out(config.output_dir, kept=NEW_RUN_KEEPS))
     return problems

@@ -22,9 +22,6 @@ from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.hub_models import checkpoint_record
 from trainer_runtime.stop import StopRequest, agreed
 
-# Settings whose change makes a resumed run another run: the schedule, the batches, the features, the seed.
-SHAPING = ("epochs", "batch_size", "learning_rate", "seed", "train_samples", "max_seq_length", "doc_stride")
-
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's one-file checkpoints (DDP) in the runtime's single-file format: verified, written atomically,

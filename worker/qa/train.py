@@ -131,7 +131,7 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
         evaluation_questions, train_features, eval_features = _data(config, tokenizer, log)
     except (squad.DatasetError, ValueError) as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
-    now = checkpoint_record.record(config, checkpoints.SHAPING, env.world_size)
+    now = checkpoint_record.record(config, env.world_size)
     found = resume_from(config, now, store, log)
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)

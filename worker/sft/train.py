@@ -36,10 +36,6 @@ from worker.sft import model as sft_model
 from worker.sft.loop import collate, complete, evaluate
 
 SUMMARY_FILE = "summary.json"
-# Settings whose change makes a resumed run another run: the schedule, the batches, the examples, the adapters.
-SHAPING = ("epochs", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed", "train_samples",
-           "max_seq_length", "packing", "prompt_column", "completion_column", "messages_column", "lora_rank",
-           "lora_alpha", "lora_dropout", "lora_target_modules")
 
 
 def run(config: SftConfig, env: DistEnv) -> int:
@@ -102,7 +98,7 @@ def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
     device = join(config, env, log)
     tokenizer, model, train, evaluation = _load(config, log if env.is_rank0 else lambda message: None)
-    now = checkpoint_record.record(config, SHAPING, env.world_size, data=True)
+    now = checkpoint_record.record(config, env.world_size, data=True)
     found = resume_from(config, now, store, log)
     batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
     loop = Loop(model, train, batches, lambda examples: collate(examples, tokenizer.pad_token_id), config, device, env,

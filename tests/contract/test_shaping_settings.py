@@ -1,0 +1,35 @@
+"""Whether a setting refuses a resume is a property of the setting (``shaping=True`` in
+trainer_contract/variables.py), read by every workload's resume check and said in the generated tables: the sets
+below are the intent, so that a change to one is deliberate."""
+
+import pytest
+
+from trainer_contract.config_reading import config_reference
+from trainer_contract.variables import FinetuneConfig, QaConfig, SftConfig, TrainConfig, config_fields, shaping_settings
+
+SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
+
+
+@pytest.mark.parametrize("config, shaping", [
+    (TrainConfig, SCHEDULE),
+    (QaConfig, SCHEDULE | {"max_seq_length", "doc_stride"}),
+    (FinetuneConfig, SCHEDULE | {"weight_decay", "warmup_steps", "max_seq_length", "text_column", "text_pair_column",
+                                 "label_column"}),
+    (SftConfig, SCHEDULE | {"weight_decay", "warmup_steps", "max_seq_length", "packing", "prompt_column",
+                            "completion_column", "messages_column", "lora_rank", "lora_alpha", "lora_dropout",
+                            "lora_target_modules"}),
+])
+def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(config, shaping):
+    assert set(shaping_settings(config)) == shaping
+    table = config_reference(config)
+    for item in config_fields(config):
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{item.metadata['env']}` |"))
+        assert row.endswith("A resume with another value is refused. |") is (item.name in shaping), row
+
+
+def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
+    from trainer_runtime.hub_models import checkpoint_record
+
+    config = FinetuneConfig(model_dir=tmp_path)
+    recorded = checkpoint_record.record(config, world_size=2)
+    assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) and recorded["world_size"] == 2
