@@ -129,7 +129,7 @@ def table(r: dict) -> str:
     rows.append((f"training GFLOP/s vs matmul GFLOP/s, {m['threads']} threads", f"{m['training_gflops']:.1f}",
                  f"{m['matmul_gflops']:.1f}", f"{m['fraction']:.2f}", ""))
     rows.extend(generator_cost.rows(r["generator_startup"], r["render_scale"]))
-    if "staging" in r:  # results of runs before issue 29 have none
+    if "staging" in r:  # results written before the staging bench existed have none
         rows.extend(staging_cost.rows(r["staging"]))
     rows.append(("peak resident memory per rank, world size 1/2/4 (MiB)",
                  "/".join(f"{v:.0f}" for v in r["memory_mib"].values()), "", "", ""))
@@ -154,7 +154,7 @@ def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
     ratio = d["run_sh_before_pods_s"] / pods_own
     rows.append(("./run.sh --local before the first pod vs the pods' own start (s)", f"{d['run_sh_before_pods_s']:.2f}",
                  f"{pods_own:.2f} (pod start to first step)", f"{ratio:.2f}", verdict(ratio, 1.0, True)))
-    if "ws2" in d["recovery"]:  # results of runs before in-place recovery (issue 38) measured a recreated gang
+    if "ws2" in d["recovery"]:  # results written before in-place recovery measured a recreated gang
         rows.extend(recovery.rows(d["recovery"]))
     for key, stall in d["checkpoint_stall"].items():
         ratio = stall["async_blocked_s"] / stall["sync_blocked_s"]

@@ -16,7 +16,7 @@ For each run: goodput two ways, the runtime's own (model.json's ``goodput``: 1 -
 wall time since the first step, trainer_contract/gang_timeline.py) and the bench's (the clean run's time from the
 first step to the end over the faulted run's); the cost of each fault kind (the runtime's faults.jsonl, by phase,
 and the controller's back-off apart); and whether anything was lost (every epoch recorded once, the test accuracy
-within 0.01 of the clean run's). Targets (issue 48): goodput >= 0.95 at a fault per 60 s, >= 0.9 at one per 20 s.
+within 0.01 of the clean run's). Targets: goodput >= 0.95 at a fault per 60 s, >= 0.9 at one per 20 s.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from bench.stats import BIN, clean_env, render_rows, verdict
 
 FAULTS = ("process", "pod")
 BACKOFF_SECONDS = 1.0
-TARGETS = {"process": 0.6, "pod": 0.8}  # recovery (minus the back-off) over start-up, issue 38
+TARGETS = {"process": 0.6, "pod": 0.8}  # recovery (minus the back-off) over start-up
 
 
 def recovery(data_dir: Path, world: int, fault: str, backoff: float = BACKOFF_SECONDS) -> dict:

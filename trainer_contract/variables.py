@@ -1,6 +1,7 @@
-"""The built-in worker's variables, stated once and without torch: each with its type, default, range or
-choices and help (TrainConfig's fields), read by the worker (trainer_contract/config_reading.py), checked at render time by the
-generator, shown in the README's table; and the variables no values file may set.
+"""The built-in programs' variables, stated once and without torch: each with its type, default, range or
+choices, help and whether a resume may change it (the config dataclasses' fields), read by the programs
+(trainer_contract/config_reading.py), checked at render time by the generator, shown in the generated tables of
+docs/worker.md and docs/reference.md; and the variables no values file may set.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 class _choice:  # noqa: N801 -- used like the parse functions beside it
-    """Parses one of ``choices`` (any case); keeps them for the README table and the generator's check."""
+    """Parses one of ``choices`` (any case); keeps them for the generated tables and the generator's check."""
 
     def __init__(self, *choices: str):
         self.choices = choices
@@ -125,12 +126,14 @@ def _checkpoint_every_seconds(default: float, why: str):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything the training reads from its environment. The README's table is generated from this."""
+    """Everything the MNIST worker reads from its environment. docs/worker.md's table is generated from this."""
 
     epochs: int = _setting("EPOCHS", _positive_int, 5, "Passes over the training set.", shaping=True)
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 64, "Mini-batch size per process.", shaping=True)
-    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr", shaping=True)
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.", shaping=True)
+    learning_rate: float = _setting("LEARNING_RATE", _positive_float, 0.004, "Peak learning rate of Adam under a one-cycle schedule.", "--lr",
+                                    shaping=True)
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the model's initialisation and of each epoch's shuffle.",
+                         shaping=True)
     strategy: str = _setting(
         "STRATEGY", _choice(*STRATEGIES), "allreduce",
         "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
@@ -163,7 +166,8 @@ class TrainConfig:
         "MNIST_SAMPLE_FALLBACK", _boolean, False,
         "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "
         "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.", shaping=True)
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N images only; 0: all.",
+                                  shaping=True)
     log_interval: int = _setting("LOG_INTERVAL", _positive_int, 50, "Log every N batches (and the last one).")
     checkpoint_every: int = _setting("CHECKPOINT_EVERY", _non_negative_int, 1,
                                      "Checkpoint every N epochs and after the last; 0: after the last only.")
@@ -245,9 +249,9 @@ def _collective_timeout():
 
 @dataclass(frozen=True)
 class QaConfig:
-    """The question-answering workload's variables (seed 002: `python -m worker.qa`, BERT on SQuAD with
-    Lightning): what it shares with the MNIST worker (epochs, batch size, strategy, precision, the directories,
-    checkpoints) reads the same variable the same way; the rest is its own. The README's table comes from here."""
+    """The question-answering workload's variables (`python -m worker.qa`, BERT on SQuAD with Lightning): what it
+    shares with the MNIST worker (epochs, batch size, strategy, precision, the directories, checkpoints) reads the
+    same variable the same way; the rest is its own. docs/reference.md's table comes from here."""
 
     model_dir: Path = _setting(
         "MODEL_DIR", _path, Path("model"),
@@ -279,7 +283,8 @@ class QaConfig:
                                "Tokens the windows of a long context share.", shaping=True)
     max_answer_length: int = _setting("MAX_ANSWER_LENGTH", _positive_int, 30,
                                       "Longest answer, in tokens, the evaluation may predict.")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.", shaping=True)
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N questions; 0: all.",
+                                  shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N questions; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(0)
@@ -298,7 +303,7 @@ class QaConfig:
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """Seed 004's workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
+    """The text-classification workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
     classification with plain PyTorch, DistributedDataParallel and automatic mixed precision. A seed's config.yaml
     of hyper-parameters sets these by their lower-case names (values' hyperparameters_file)."""
 
@@ -318,23 +323,28 @@ class FinetuneConfig:
     text_pair_column: str = _setting("TEXT_PAIR_COLUMN", str, "",
                                      "A second text per example (sentence pairs); empty: none.", shaping=True)
     label_column: str = _setting("LABEL_COLUMN", _name, "label",
-                                 "The column holding each example's label: class numbers from 0, or names.", shaping=True)
+                                 "The column holding each example's label: class numbers from 0, or names.",
+                                 shaping=True)
     epochs: int = _setting("EPOCHS", _positive_int, 3, "Passes over the training texts.", shaping=True)
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 16, "Texts per process and step.", shaping=True)
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-5,
-                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr", shaping=True)
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr",
+                                    shaping=True)
     weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.01,
                                    "AdamW's weight decay (not applied to biases and norms).", shaping=True)
     warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
                                  "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
     max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
                                     "Clip the gradients' global norm to this; 0: no clipping.")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the new head.", shaping=True)
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the new head.",
+                         shaping=True)
     precision: str = _setting(
         "PRECISION", _choice(*PRECISIONS), "fp32",
         "fp32, bf16 (autocast, on CPUs and GPUs) or fp16 (autocast and a gradient scaler, CUDA only).")
-    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).", shaping=True)
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.", shaping=True)
+    max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 128, "Tokens per text (longer ones are cut).",
+                                   shaping=True)
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N texts; 0: all.",
+                                  shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N texts; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(500)
@@ -367,28 +377,37 @@ class SftConfig:
         "here.")
     output_dir: Path = _workload_output_dir("sft")
     export_dir: Path | None = _workload_export_dir("sft")
-    prompt_column: str = _setting("PROMPT_COLUMN", _name, "prompt", "The column holding each example's prompt.", shaping=True)
+    prompt_column: str = _setting("PROMPT_COLUMN", _name, "prompt", "The column holding each example's prompt.",
+                                  shaping=True)
     completion_column: str = _setting("COMPLETION_COLUMN", _name, "completion",
-                                      "The column holding each example's completion (what the model learns).", shaping=True)
+                                      "The column holding each example's completion (what the model learns).",
+                                      shaping=True)
     messages_column: str = _setting("MESSAGES_COLUMN", _name, "messages",
                                     "The column holding conversations (lists of {role, content}), rendered with the "
-                                    "tokenizer's chat template; the assistant turns are learnt. Taken when present.", shaping=True)
-    lora_rank: int = _setting("LORA_RANK", _non_negative_int, 16, "LoRA's rank; 0: a full fine-tune (every weight).", shaping=True)
-    lora_alpha: int = _setting("LORA_ALPHA", _positive_int, 32, "LoRA's alpha: the adapters are scaled by alpha / rank.", shaping=True)
-    lora_dropout: float = _setting("LORA_DROPOUT", _non_negative_float, 0.0, "Dropout on the adapters' input.", shaping=True)
+                                    "tokenizer's chat template; the assistant turns are learnt. Taken when present.",
+                                    shaping=True)
+    lora_rank: int = _setting("LORA_RANK", _non_negative_int, 16, "LoRA's rank; 0: a full fine-tune (every weight).",
+                              shaping=True)
+    lora_alpha: int = _setting("LORA_ALPHA", _positive_int, 32, "LoRA's alpha: the adapters are scaled by alpha / rank.",
+                               shaping=True)
+    lora_dropout: float = _setting("LORA_DROPOUT", _non_negative_float, 0.0, "Dropout on the adapters' input.",
+                                   shaping=True)
     lora_target_modules: str = _setting("LORA_TARGET_MODULES", _name, "all-linear",
-                                        "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.", shaping=True)
+                                        "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.",
+                                        shaping=True)
     epochs: int = _setting("EPOCHS", _positive_int, 1, "Passes over the training examples.", shaping=True)
     batch_size: int = _setting("BATCH_SIZE", _positive_int, 8, "Examples per process and step.", shaping=True)
     learning_rate: float = _setting("LEARNING_RATE", _positive_float, 2e-4,
-                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr", shaping=True)
+                                    "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr",
+                                    shaping=True)
     weight_decay: float = _setting("WEIGHT_DECAY", _non_negative_float, 0.0,
                                    "AdamW's weight decay (not applied to biases and norms).", shaping=True)
     warmup_steps: int = _setting("WARMUP_STEPS", _non_negative_int, 0,
                                  "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
     max_grad_norm: float = _setting("MAX_GRAD_NORM", _non_negative_float, 1.0,
                                     "Clip the gradients' global norm to this; 0: no clipping.")
-    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.", shaping=True)
+    seed: int = _setting("SEED", _non_negative_int, 0, "Seed of the shuffle, the dropout and the adapters.",
+                         shaping=True)
     strategy: str = _setting(
         "STRATEGY", _choice("ddp", "fsdp"), "ddp",
         "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the model, its gradients and "
@@ -403,13 +422,15 @@ class SftConfig:
     max_seq_length: int = _setting("MAX_SEQ_LENGTH", _positive_int, 512,
                                    "Tokens per example (longer ones are cut), or per block with PACKING.", shaping=True)
     packing: bool = _setting("PACKING", _boolean, False,
-                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.", shaping=True)
+                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.",
+                             shaping=True)
     export_merged: bool = _setting("EXPORT_MERGED", _boolean, False,
                                    "Export the merged model (base + adapters) beside the adapter.")
     sample_prompts: str = _setting("SAMPLE_PROMPTS", str, "",
                                    "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
                                    "evaluation; empty: none.")
-    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.", shaping=True)
+    train_samples: int = _setting("TRAIN_SAMPLES", _non_negative_int, 0, "Train on the first N examples; 0: all.",
+                                  shaping=True)
     eval_samples: int = _setting("EVAL_SAMPLES", _non_negative_int, 0, "Evaluate on the first N examples; 0: all.")
     log_interval: int = _log_interval()
     checkpoint_every_steps: int = _checkpoint_every_steps(200)

@@ -2,8 +2,9 @@
 manifests run them by:
 
     python -m worker            the MNIST smoke test (worker/mnist/)
-    python -m worker.qa         seed 002: SQuAD question answering with Lightning FSDP or DDP (worker/qa/)
-    python -m worker.finetune   seed 004: text classification with plain PyTorch DDP + AMP (worker/finetune/)
+    python -m worker.qa         SQuAD question answering with Lightning FSDP or DDP (worker/qa/)
+    python -m worker.finetune   text classification of a Hub model with plain PyTorch DDP + AMP (worker/finetune/)
+    python -m worker.sft        supervised fine-tuning of a causal LM with LoRA (worker/sft/)
     python -m worker.launch     the pod's launcher (trainer_launcher), knowing the MNIST worker's run
     python -m worker.staging    the init container's stager (trainer_stager)
 

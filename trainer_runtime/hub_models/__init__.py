@@ -1,4 +1,5 @@
-"""What the built-in transformer workloads (worker.qa: Lightning, seed 002; worker.finetune: plain PyTorch, seed
-004) share: a pretrained model directory and its revision (checkpoint_record), checkpoint files named by step,
-the run's lines, metrics.jsonl and TensorBoard scalars (run_log), the refusals and the usage log around a run
-(run), and the atomic save_pretrained export (export)."""
+"""What the built-in transformer workloads (worker.qa with Lightning; worker.finetune and worker.sft in plain
+PyTorch) share: the training loop of finetune and sft (loop), a pretrained model directory and its revision and
+the settings a resume must keep (checkpoint_record), checkpoint files named by step, the run's lines and
+TensorBoard scalars (run_log; metrics.jsonl through trainer_runtime.metrics_file), the refusals, the exit codes
+and the usage log around a run (run), resumable batches, and the atomic save_pretrained export (export)."""

@@ -1,2 +1,2 @@
-"""Seed 004: a pretrained Hub model fine-tuned for text classification with plain PyTorch DDP and AMP
+"""A pretrained Hub model fine-tuned for text classification with plain PyTorch DDP and AMP
 (``python -m worker.finetune``)."""

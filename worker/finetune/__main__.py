@@ -1,4 +1,4 @@
-"""Seed 004 as a built-in program: fine-tune a pretrained model for text classification, DDP + AMP.
+"""A built-in program: fine-tune a pretrained model for text classification, DDP + AMP.
 
     torchrun --standalone --nproc-per-node 2 -m worker.finetune      # two processes on this machine
     python -m worker.finetune --check-config                         # validate the environment only (exit 0 or 78)

@@ -1,4 +1,4 @@
-"""Seed 004's job: fine-tune a pretrained Hub model for text classification with plain PyTorch under torchrun
+"""The text-classification job: fine-tune a pretrained Hub model with plain PyTorch under torchrun
 (one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
 end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
 ``save_pretrained``. This module only delegates: data (texts), evaluation, and what the

@@ -1,2 +1,3 @@
-"""Extractive question answering (seed 002: BERT on SQuAD). So far the SQuAD metrics (metrics.py) and the SQuAD
-JSON reader (squad.py); the tokenisation, the Lightning trainer and the export come with the rest of issue 30."""
+"""Extractive question answering (BERT on SQuAD) with Lightning, under FSDP or DDP: the SQuAD reader (squad.py),
+the features and their batches (features.py, batches.py), the LightningModule (module.py), checkpoints through
+Lightning's hooks (checkpoints.py), the SQuAD metrics (metrics.py), the run (train.py) and the export (export.py)."""

@@ -1,4 +1,4 @@
-"""Seed 002 as a built-in program: fine-tune a pretrained model for SQuAD question answering with Lightning.
+"""A built-in program: fine-tune a pretrained model for SQuAD question answering with Lightning.
 
     torchrun --standalone --nproc-per-node 2 -m worker.qa      # two processes on this machine
     python -m worker.qa --check-config                         # validate the environment only (exit 0 or 78)

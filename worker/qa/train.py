@@ -1,4 +1,4 @@
-"""Seed 002's job: fine-tune a pretrained model for extractive question answering with Lightning, under torchrun
+"""The question-answering job: fine-tune a pretrained model for extractive QA with Lightning, under torchrun
 (one process per device, any number of nodes), FSDP or DDP, evaluate it by SQuAD's exact match and F1 and export
 it with ``save_pretrained``. This module only delegates: data (squad, features, batches), model (module),
 checkpoints, progress and export each live in their own."""
