@@ -28,6 +28,7 @@ from pathlib import Path
 from localjob.manifests import JobPlan, ManifestError
 
 _PR_SET_NO_NEW_PRIVS = 38  # linux/prctl.h
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 # Each path the pod needs, checked by a shell running as the pod's user: the exit status of `test` is the
 # kernel's own answer (traversal of every parent directory included), which no stat() of ours would equal.
@@ -87,11 +88,10 @@ class PodIdentity:
                 os.chown(place, self.run_as.uid, self.run_as.gid)
 
     def in_child(self) -> None:
-        """Before the container's command runs (in the child, after fork): what the runtime would set."""
-        if self.no_new_privileges:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        """Before the container's command runs (in the child, after fork): what the runtime would set. prctl was
+        looked up in the parent: a dlopen after fork could wait forever on a lock another thread held."""
+        if self.no_new_privileges and _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def effective_context(plan: JobPlan, container: dict) -> dict:

@@ -144,8 +144,6 @@ class PodFactory:
         else:
             directory = self.root / "pods" / pod_name / "volumes" / volume["name"]
         directory.mkdir(parents=True, exist_ok=True, mode=0o700 if "secret" in volume else 0o777)
-        if "persistentVolumeClaim" not in volume:
-            os.chmod(directory, 0o700 if "secret" in volume else 0o777)  # an emptyDir is world-writable, as the kubelet makes it
         if "configMap" in volume:
             for key, value in self.plan.config_maps[volume["configMap"]["name"]].items():
                 (directory / key).write_text(value)
@@ -157,7 +155,7 @@ class PodFactory:
         if "persistentVolumeClaim" in volume:
             if directory not in self.claim_dirs.values():  # a --volume directory is the user's: never changed
                 self.identity.hand_over(directory, shared=True)
-        elif "secret" in volume:
+        else:  # the pod's own (an emptyDir, its secrets): its user's, no one else's
             self.identity.hand_over(directory)
         return directory
 
