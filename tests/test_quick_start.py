@@ -22,6 +22,7 @@ def test_the_quick_start_trains_from_a_fresh_clone(tmp_path):
     # the environment the README's first command would create is this one: put it first on PATH
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     env.pop("BUILD_DIR", None)
+    env.pop("LOCAL_JOB_ALLOW_ROOT", None)  # what a user's shell has: run.sh itself decides, as root too
     result = subprocess.run(["bash", "-c", "./prepare.sh && ./run.sh --local"], cwd=clone, env=env,
                             capture_output=True, text=True, timeout=900)
     log = result.stdout + result.stderr
@@ -32,3 +33,5 @@ def test_the_quick_start_trains_from_a_fresh_clone(tmp_path):
     if summary["data"] == "mnist-sample":
         assert log.count("training on the MNIST sample shipped with the worker") == 1
     assert "Rank 0: training completed." in log
+    if os.geteuid() == 0:  # this machine's Python is root's alone: run.sh runs the pods as root, and it is said
+        assert "local-job: the pods run as root (--allow-root): uid 10001 (securityContext.runAsUser)" in log
