@@ -82,6 +82,10 @@ class PodIdentity:
                         os.chown(place, -1, self.fs_group)
                         os.chmod(place, place.stat().st_mode | (0o2070 if place.is_dir() else 0o060))
             return
+        if shared:  # no fsGroup: the claim's top directory becomes the user's, its files stay whose they are
+            if path.stat().st_uid != self.run_as.uid:
+                os.chown(path, self.run_as.uid, self.run_as.gid)
+            return
         os.chown(path, self.run_as.uid, self.run_as.gid)
         for place in path.rglob("*"):
             if not place.is_symlink():

@@ -169,3 +169,15 @@ def test_containers_that_name_different_users_are_refused():
     job["spec"]["template"]["spec"]["initContainers"] = [{"name": "first", "image": "x", "command": ["/bin/true"]}]
     with pytest.raises(ManifestError, match="the containers name different users"):
         pod_identity(plan(documents), True, [], euid=0)
+
+
+@as_root
+def test_without_fs_group_the_claim_is_the_users_and_what_was_there_stays_whose_it_was(open_root, caller_home):
+    claim = open_root / "volumes" / "mnist-train-data"
+    claim.mkdir(parents=True)
+    (claim / "earlier").write_text("kept")  # a file of an earlier run, root's
+    manifests = shell_job(context={"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001})
+    result, log = local_job(manifests, open_root, home=caller_home)
+    assert result.returncode == 0, log[-3000:]
+    assert reported(log)["written"] == "10001 10001"
+    assert claim.stat().st_uid == 10001 and (claim / "earlier").stat().st_uid == 0
