@@ -278,6 +278,12 @@ class GangRounds:
         """Round ``generation`` failed without progress: counted once for the gang; the Job's counted rounds."""
         return self.judge(generation, code, None).failures
 
+    def judged(self, generation: int) -> bool:
+        """Whether round ``generation`` has its verdict (written by whichever node judged it first)."""
+        if self.job is None:
+            return generation in self._local_verdicts
+        return read_note(self.directory / FAILED / self.job / str(generation)) is not None
+
     def verdicts(self) -> list[bool]:
         """Whether each failed round of the Job was counted (False: a fault after progress), by round."""
         if self.job is None:

@@ -23,12 +23,16 @@ Each node notes when its round failed (trainer_contract/gang_timeline.py: what e
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from trainer_contract import exit_codes
 from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, STALE_SECONDS, VANISHED, GangLedger
 from trainer_contract.gang_rounds import GENERATION_VARIABLE, PROGRESS, PROGRESS_VARIABLE, GangRounds, Progress
 from trainer_contract.gang_timeline import Timeline
+
+# How long index 0 waits for the verdict of a round another pod failed first (it writes it a moment after its note).
+VERDICT_WAIT_SECONDS = 10.0
 
 
 class InPlaceRecovery:
@@ -101,9 +105,8 @@ class InPlaceRecovery:
             if not self.leader:
                 return None
             ending = self.ledger.attempt_ending()
-            if ending == EXPLAINED:  # the pod with the root cause counted it, or ended the gang
-                ended = self.rounds.ended()
-                return None if ended is None else self.end(exit_codes.PEER_LOST)
+            if ending == EXPLAINED:  # the pod with the root cause counts it, or ends the gang: its word decides
+                return self._after_explained()
             if ending == VANISHED and not self.replaced:
                 # no successor will come: the step ends, and the batch script judges it (requeued, counted unless
                 # it made progress); the other nodes stop waiting for a round
@@ -116,6 +119,25 @@ class InPlaceRecovery:
                    else "a pod of the gang vanished without a note (lost whole)")
             return self._count(code, why)
         return self._count(code, f"this pod's worker failed with exit code {code}")
+
+    def _after_explained(self) -> int | None:
+        """Index 0, a victim of a pod that noted its failure first: that pod judges the round (or ends the gang) a
+        moment after its note; waiting for its word (bounded: it may have been lost whole since) keeps index 0 from
+        opening a round the verdict has already ended, which would wait out the join timeout for a gang that is
+        gone. None for the next round; else the pod's exit code (a victim's)."""
+        deadline = time.monotonic() + VERDICT_WAIT_SECONDS
+        while self.rounds.ended() is None and not self.rounds.judged(self.generation) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.rounds.ended() is not None:
+            return self.end(exit_codes.PEER_LOST)
+        failures = self.rounds.failures()
+        if self.rounds.judged(self.generation) and failures > self.limit:
+            self.say(f"round {self.generation} failed: the pod that failed first spent the last restart ({failures} "
+                     f"rounds failed, max_restarts {self.limit}) and ends the Job; exiting {exit_codes.PEER_LOST} "
+                     "as its victim")
+            return exit_codes.PEER_LOST
+        return None
 
     def _count(self, code: int, why: str) -> int | None:
         """Judge the round (once for the gang): a fault after progress is not counted; a round without progress

@@ -158,10 +158,32 @@ def test_what_a_failed_round_leads_to(tmp_path, node, nodes, code, signalled, li
 def test_index_0_leaves_the_count_to_the_pod_that_explains_the_round(tmp_path):
     decider = recovery(tmp_path, 0, 2, 3)
     GangLedger(tmp_path, 1, 2).note(1)  # pod 1's worker crashed: its launcher counts the round
+    GangRounds(tmp_path, 1, "t", "job").judge(1, 1, None)
     assert decider.after(exit_codes.PEER_LOST, False) is None
-    assert decider.rounds.failures() == 0
+    assert decider.rounds.failures() == 1  # pod 1's count, not index 0's too
     GangRounds(tmp_path, 1, "t", "job").end(1, exit_codes.BAD_CONFIG)  # pod 1 ended the gang instead
     assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
+
+
+def test_index_0_waits_for_the_verdict_of_the_pod_that_failed_first_before_opening_a_round(tmp_path, monkeypatch):
+    """Pod 1 notes its crash, then judges the round a moment later: its verdict spends the last restart. Index 0,
+    a victim that read the note before the verdict, must not open a round nobody will join (it would wait out the
+    join timeout: a Slurm job hung for 10 minutes so); and a pod lost between note and verdict delays it boundedly."""
+    import threading
+
+    from trainer_launcher import recovery as recovery_module
+
+    decider = recovery(tmp_path, 0, 2, 0)
+    GangLedger(tmp_path, 1, 2).note(1)
+    threading.Timer(0.3, lambda: GangRounds(tmp_path, 1, "t", "job").judge(1, 1, None)).start()
+    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
+    assert decider.rounds.failures() == 1 and decider.rounds.ended() is None  # pod 1's own exit (80) ends the Job
+
+    monkeypatch.setattr(recovery_module, "VERDICT_WAIT_SECONDS", 0.3)
+    (tmp_path / "lost").mkdir()
+    lost = recovery(tmp_path / "lost", 0, 2, 3)
+    GangLedger(tmp_path / "lost", 1, 2).note(1)  # and nothing more: pod 1 vanished after its note
+    assert lost.after(exit_codes.PEER_LOST, False) is None and lost.rounds.failures() == 0
 
 
 # -- the restart budget: faults after progress are not counted -------------------------------------------------
