@@ -19,7 +19,7 @@ from pathlib import Path
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
 from bench.digits import default_data_dir
 from bench.stats import alternate, render_rows, verdict
-from trainer_contract.variables import STRATEGIES
+from trainer_contract.program_settings import STRATEGIES
 
 
 def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:

@@ -28,7 +28,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from trainer_contract.variables import FinetuneConfig
+from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.usage_log import cuda_peak_mib
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import scores

@@ -67,7 +67,7 @@ def scored(model: Path, data: Path, adapter: str) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer_contract.config_reading import load_config
-    from trainer_contract.variables import SftConfig
+    from trainer_contract.program_settings import SftConfig
     from trainer_runtime.precision import Precision
     from worker.sft.loop import evaluate
     from worker.sft.train import examples_of
@@ -86,7 +86,7 @@ def measure(size_name: str, repeats: int, scratch: Path, log, world: int = WORLD
 
     from testbed.sft_data import make_chat_data, make_model
     from trainer_contract.config_reading import load_config
-    from trainer_contract.variables import SftConfig
+    from trainer_contract.program_settings import SftConfig
     from worker.sft.train import examples_of
 
     size = sizes(size_name)

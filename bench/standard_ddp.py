@@ -85,7 +85,7 @@ def main() -> None:
         model = ExamplesNet()
     model = DistributedDataParallel(model)
     if args.recipe == "worker":
-        from trainer_contract.variables import TrainConfig
+        from trainer_contract.program_settings import TrainConfig
 
         defaults = TrainConfig()
         optimizer = torch.optim.Adam(model.parameters(), lr=defaults.learning_rate)

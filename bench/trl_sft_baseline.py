@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from trainer_contract.config_reading import load_config
-from trainer_contract.variables import SftConfig
+from trainer_contract.program_settings import SftConfig
 from trainer_runtime.usage_log import cuda_peak_mib, peak_mib
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainer_contract import gang_rounds, metrics, variables
+from trainer_contract import gang_rounds, metrics, pod_environment, program_settings
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
@@ -245,7 +245,7 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     """Every process's variables: the GPU request, the stager's URIs, the launcher's in-place restarts, the metrics
     port, a built-in program's shown defaults, then config_map over them (a null removes one); sorted."""
     gpu = values["resources"]["gpu"]
-    request = variables.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
+    request = pod_environment.gpu_request(gpu["accelerator_count"], gpu["cpu_fallback"])
     # the stager reads the URIs (the program reads MODEL_DIR and DATASET_DIR: placement)
     uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
     # a URI from a Secret is named by the Secret and key in every line, never by its text
@@ -265,10 +265,10 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
     gpu = values["resources"]["gpu"]
     entry = values["entrypoint"]
     module = entry_module(entry)
-    config_class = variables.BUILT_IN_PROGRAMS.get(module or "")
+    config_class = program_settings.BUILT_IN_PROGRAMS.get(module or "")
     built_in = config_class is not None
     # a built-in program's hyper-parameters are shown with their defaults; another program gets none of them
-    shown = variables.shown_defaults(config_class) if config_class is not None else {}
+    shown = program_settings.shown_defaults(config_class) if config_class is not None else {}
     sources = _storage(values)
     enabled = values["metrics"]["enabled"]
     metrics_port = values["metrics"]["port"] if (built_in if enabled is None else enabled) else None

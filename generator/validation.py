@@ -30,7 +30,10 @@ from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
+from trainer_contract.pod_environment import RUNTIME_PREFIXES, reserved
+from trainer_contract.program_settings import BUILT_IN_PROGRAMS, FP16_NEEDS_CUDA, program_variables
 from trainer_contract.quantities import quantity_in
+from trainer_contract.settings import variable_choices, variable_problem
 from trainer_contract.storage import (
     CREDENTIAL_VARIABLES,
     ENDPOINT_VARIABLES,
@@ -40,15 +43,6 @@ from trainer_contract.storage import (
     redacted,
 )
 from trainer_contract.storage import parse as parse_storage_uri
-from trainer_contract.variables import (
-    BUILT_IN_PROGRAMS,
-    FP16_NEEDS_CUDA,
-    RUNTIME_PREFIXES,
-    program_variables,
-    reserved,
-    variable_choices,
-    variable_problem,
-)
 
 # Volumes and mount paths of the Job itself (templates/kubernetes/job.yaml.j2): extra_volumes may not take them.
 
@@ -156,7 +150,7 @@ def _unknown_key_hint(path: list, key: Any, allowed: list[str]) -> str:
         return "allowed: " + ", ".join(allowed)
     here = "at the top level" if not path else f"of {format_path(path)}"
     return (f"none of the {len(allowed)} keys {here} is like it; see `gen-manifests --print-schema` or the values "
-            "table in README.md")
+            "table in docs/reference.md")
 
 
 def _elsewhere(path: list, word: str, *, exact: bool) -> list[str]:

@@ -99,7 +99,7 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=Fals
     from localjob.identity import pod_identity
     from localjob.podspec import PodFactory, free_port
     from localjob.secrets import read_secret
-    from trainer_contract.variables import reserved
+    from trainer_contract.pod_environment import reserved
 
     extra_env = _pairs("--env", env)
     for name in sorted(extra_env):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from trainer_contract.variables import reserved
+from trainer_contract.pod_environment import reserved
 
 SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap", "secret")
 SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",

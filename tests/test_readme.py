@@ -6,6 +6,7 @@ import re
 from generator.reference import values_reference
 from tests.conftest import ROOT
 from trainer_contract.config_reading import config_reference
+from trainer_contract.program_settings import TrainConfig
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 WORKER_PAGE = (ROOT / "docs" / "worker.md").read_text(encoding="utf-8")
@@ -23,23 +24,23 @@ def test_values_table_matches_the_schema_and_defaults():
 
 
 def test_worker_table_matches_the_configuration():
-    assert section("worker-reference", WORKER_PAGE) == config_reference()
+    assert section("worker-reference", WORKER_PAGE) == config_reference(TrainConfig)
 
 
 def test_question_answering_table_matches_its_configuration():
-    from trainer_contract.variables import QaConfig
+    from trainer_contract.program_settings import QaConfig
 
     assert section("qa-reference", REFERENCE) == config_reference(QaConfig)
 
 
 def test_fine_tuning_table_matches_its_configuration():
-    from trainer_contract.variables import FinetuneConfig
+    from trainer_contract.program_settings import FinetuneConfig
 
     assert section("finetune-reference", REFERENCE) == config_reference(FinetuneConfig)
 
 
 def test_supervised_fine_tuning_table_matches_its_configuration():
-    from trainer_contract.variables import SftConfig
+    from trainer_contract.program_settings import SftConfig
 
     assert section("sft-reference", REFERENCE) == config_reference(SftConfig)
 
@@ -75,15 +76,16 @@ def test_the_own_training_commands_work_as_written_in_a_new_shell(tmp_path):
 
 
 def test_every_gen_manifests_command_shown_with_its_output_prints_that_output():
-    """A README code block's `$ gen-manifests ...` line followed by lines (up to the next `$ ` line or the block's
+    """A code block's `$ gen-manifests ...` line (in the README or a page of docs/) followed by lines (up to the next `$ ` line or the block's
     end) shows what the command writes on stderr: run as written, through the installed console script, from
-    the checkout's root, it must write exactly those lines (so the README's messages cannot go stale)."""
+    the checkout's root, it must write exactly those lines (so the pages' messages cannot go stale)."""
     import shlex
 
     from tests.conftest import run_tool
 
     shown = []
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", README, re.S | re.M):
+    pages = [README] + [page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").glob("*.md"))]
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", "\n".join(pages), re.S | re.M):
         lines = block.splitlines()
         for index, line in enumerate(lines):
             if not line.startswith("$ gen-manifests"):
@@ -95,7 +97,7 @@ def test_every_gen_manifests_command_shown_with_its_output_prints_that_output():
                 output.append(following)
             if output:
                 shown.append((line[2:], output))
-    assert shown, "the README shows no gen-manifests command with its output"
+    assert len(shown) >= 2, "the README and docs/ show no gen-manifests command with its output"
     for command, output in shown:
         args = shlex.split(command)
         assert not set(args) & {"|", ">", "<", "&&", ";"}, f"{command}: not a plain command; show its output alone"

@@ -1,8 +1,10 @@
 """A built-in program's configuration: environment variables (the Job's ConfigMap), overridden by command-line
 flags.
 
-The variables themselves (type, default, range, help) are trainer_contract.variables' dataclasses (TrainConfig,
-QaConfig, FinetuneConfig); this module reads them for the programs, for their launcher and for the stager. Every value is checked in one place; all problems are reported together, each
+The variables themselves (type, default, range, help) are the settings classes of
+trainer_contract/program_settings.py, declared with trainer_contract/settings.py; this module reads them for the
+programs, for their launcher and for the stager. Every value is checked in one place; all problems are reported
+together, each
 naming the variable or flag, and the process exits with exit_codes.BAD_CONFIG. This module does not import
 torch, so the Job's check-config init container starts fast.
 """
@@ -13,11 +15,10 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from trainer_contract.variables import ConfigError, TrainConfig, config_fields, flag_name, parse_value
+from trainer_contract.settings import ConfigError, config_fields, flag_name, parse_value
 
 
-def build_parser(config_class: type = TrainConfig, prog: str = "python -m worker",
-                 what: str = "Train the MNIST CNN") -> argparse.ArgumentParser:
+def build_parser(config_class: type, prog: str, what: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description=f"{what} (under torchrun, or alone as one process). Every flag overrides the "
@@ -31,8 +32,8 @@ def build_parser(config_class: type = TrainConfig, prog: str = "python -m worker
     return parser
 
 
-def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None,
-                config_class: type = TrainConfig) -> Any:
+def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None, *,
+                config_class: type) -> Any:
     """Read every setting of ``config_class`` from ``flags`` (if given there) else ``environ`` else its default."""
     flags = flags or {}
     values, problems = {}, []
@@ -54,7 +55,7 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | No
     return config_class(**values)
 
 
-def config_reference(config_class: type = TrainConfig) -> str:
+def config_reference(config_class: type) -> str:
     """A program's variables as a Markdown table (embedded in docs/; a test keeps them equal). A shaping setting
     says that a resume with another value is refused."""
     lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.config_reading import load_config
+from trainer_contract.program_settings import OwnProgramCheckpoints
+from trainer_contract.settings import ConfigError
 from trainer_contract.storage import URI_VARIABLES, StorageUriError
-from trainer_contract.variables import ConfigError, OwnProgramCheckpoints
 from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
 
 # How often the directory is looked at: a checkpoint reaches the bucket within this of its rename.

@@ -44,7 +44,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
-from trainer_contract import exit_codes, launcher, storage, variables
+from trainer_contract import exit_codes, launcher, pod_environment, storage
 from trainer_contract.exit_codes import signal_exit_code
 from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
 from trainer_contract.gang_rounds import (
@@ -55,7 +55,7 @@ from trainer_contract.gang_rounds import (
     lost_nodes_replaced,
 )
 from trainer_contract.launcher import write_termination_message
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run
 from trainer_launcher.recovery import InPlaceRecovery
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
     """GPU_MISSING when this pod sees fewer GPUs than the Job asked for and may not fall back to the CPU; None
     otherwise, after one warning line when it falls back. A CPU job (no request in the environment) is not checked."""
-    asked = int(environ.get(variables.GPUS_VARIABLE, "0") or 0)
+    asked = int(environ.get(pod_environment.GPUS_VARIABLE, "0") or 0)
     if not asked:
         return None
     if seen is None:
@@ -209,7 +209,7 @@ def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
         return None
     sees = f"sees {seen}" if seen else "sees none"
     gpus = f"{asked} GPU" + ("s" if asked != 1 else "")
-    if environ.get(variables.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
+    if environ.get(pod_environment.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
         say(f"configuration error: this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}, and "
             f"resources.gpu.cpu_fallback is false: not training on the CPU; exiting {exit_codes.GPU_MISSING}, not "
             "retried (check the node's driver and device plugin, or allow the fallback)")

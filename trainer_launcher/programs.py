@@ -50,6 +50,6 @@ def register(module: str, factory: Callable[[Sequence[str]], KeptRun]) -> None:
 
 def kept_run(module: str | None, program_args: Sequence[str]) -> KeptRun | None:
     """The run ``module`` keeps (its settings read from ``program_args`` and the environment), or None. Raises
-    trainer_contract.variables.ConfigError for malformed settings."""
+    trainer_contract.settings.ConfigError for malformed settings."""
     factory = _FACTORIES.get(module or "")
     return factory(program_args) if factory is not None else None

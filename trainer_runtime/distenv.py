@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainer_contract import exit_codes
 from trainer_contract.config_reading import build_parser, load_config
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 from trainer_runtime.distenv import DistEnv, read_dist_env
 
 
@@ -29,7 +29,7 @@ def start(argv: list[str] | None, config_class: type, prog: str, what: str, chec
     parser.__class__ = _Parser
     try:
         args = parser.parse_args(argv)
-        config = load_config(os.environ, vars(args), config_class)
+        config = load_config(os.environ, vars(args), config_class=config_class)
         env = read_dist_env(os.environ)
     except ConfigError as error:
         rank = os.environ.get("RANK", "0")

@@ -13,7 +13,8 @@ import contextlib
 
 import torch
 
-from trainer_contract.variables import FP16_NEEDS_CUDA, ConfigError
+from trainer_contract.program_settings import FP16_NEEDS_CUDA
+from trainer_contract.settings import ConfigError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

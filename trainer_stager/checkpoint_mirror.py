@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
+from trainer_contract.settings import ConfigError
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
-from trainer_contract.variables import ConfigError
 from trainer_stager.errors import StagingError, missing_library
 
 

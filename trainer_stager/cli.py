@@ -21,6 +21,7 @@ from typing import TypeVar
 from trainer_contract import exit_codes
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
+from trainer_contract.program_settings import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_contract.storage import (
     PATH_VARIABLES,
     STAGED_ROLES,
@@ -33,7 +34,6 @@ from trainer_contract.storage import (
     parse,
     shown,
 )
-from trainer_contract.variables import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_stager import place, restore
 from trainer_stager.errors import StagingError, missing_library, with_retries
 

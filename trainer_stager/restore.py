@@ -23,8 +23,8 @@ from typing import Any
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import atomic_write
 from trainer_contract.config_reading import load_config
+from trainer_contract.settings import ConfigError
 from trainer_contract.storage import MARKER, StorageUri
-from trainer_contract.variables import ConfigError
 from trainer_stager import place
 from trainer_stager.errors import StagingError, missing_library
 

@@ -11,7 +11,7 @@ Settings come from environment variables (the Job's ConfigMap) and flags; `pytho
 
 from __future__ import annotations
 
-from trainer_contract.variables import TrainConfig
+from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.entry import leave, start
 

@@ -7,8 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer_contract.quantities import (BINARY, DECIMAL, cpu_quantity, divide_round_up, gib_quantity,
-                                         parse_quantity, quantity_in)
+from trainer_contract.quantities import (
+    BINARY,
+    DECIMAL,
+    cpu_quantity,
+    divide_round_up,
+    gib_quantity,
+    parse_quantity,
+    quantity_in,
+)
 
 
 @pytest.mark.parametrize("text, value", [

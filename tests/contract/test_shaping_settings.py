@@ -1,11 +1,12 @@
 """Whether a setting refuses a resume is a property of the setting (``shaping=True`` in
-trainer_contract/variables.py), read by every workload's resume check and said in the generated tables: the sets
+trainer_contract/program_settings.py), read by every workload's resume check and said in the generated tables: the sets
 below are the intent, so that a change to one is deliberate."""
 
 import pytest
 
 from trainer_contract.config_reading import config_reference
-from trainer_contract.variables import FinetuneConfig, QaConfig, SftConfig, TrainConfig, config_fields, shaping_settings
+from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfig, TrainConfig
+from trainer_contract.settings import config_fields, shaping_settings
 
 SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
 

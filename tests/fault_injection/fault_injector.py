@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer_contract import hooks
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"

@@ -48,7 +48,7 @@ UNKNOWN_KEYS = [
      ["extra_volumes[0].hostPath: unknown key (allowed: claim, config_map, empty_dir, mount_path, name, read_only, "
       "secret)"]),
     (["bogus=1"], [f"bogus: unknown key (none of the {len(schema()['properties'])} keys at the top level is like "
-                   "it; see `gen-manifests --print-schema` or the values table in README.md)"]),
+                   "it; see `gen-manifests --print-schema` or the values table in docs/reference.md)"]),
 ]
 
 

@@ -6,11 +6,12 @@ import yaml
 from tests.generator.helpers import run_main
 from trainer_contract import gang_rounds, metrics
 from trainer_contract.config_reading import load_config
-from trainer_contract.variables import WORKER_VARIABLES, TrainConfig, reserved, shown_defaults
+from trainer_contract.pod_environment import reserved
+from trainer_contract.program_settings import BUILT_IN_PROGRAMS, TrainConfig, program_variables, shown_defaults
 
 
-def test_no_worker_variable_is_reserved():
-    assert not [name for name in WORKER_VARIABLES if reserved(name)]
+def test_no_built_in_programs_variable_is_reserved():
+    assert not [name for module in BUILT_IN_PROGRAMS for name in program_variables(module) if reserved(name)]
     assert reserved("RANK") and reserved("PET_NNODES") and reserved("TORCHELASTIC_RUN_ID") and not reserved("RANKS")
 
 
@@ -41,5 +42,5 @@ def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(s
 
 def test_the_defaults_shown_are_the_workers_own():
     # as strings, they parse back to the worker's own defaults, and they are the three a user edits first
-    assert load_config(shown_defaults()) == TrainConfig()
-    assert sorted(shown_defaults()) == ["BATCH_SIZE", "EPOCHS", "LEARNING_RATE"]
+    assert load_config(shown_defaults(TrainConfig), config_class=TrainConfig) == TrainConfig()
+    assert sorted(shown_defaults(TrainConfig)) == ["BATCH_SIZE", "EPOCHS", "LEARNING_RATE"]

@@ -14,9 +14,9 @@ import pytest
 
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
-from trainer_contract import exit_codes
 from tests.slurm_cluster import started_cluster
 from tests.worker.launch import fault_env, free_port, recorded_epochs
+from trainer_contract import exit_codes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -201,25 +201,49 @@ def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster
     assert f"mnist-train: more failed rounds than max_restarts (exit {exit_codes.RESTARTS_EXHAUSTED}): not requeued" in log
 
 
+@pytest.mark.timeout(900)
 def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
-    # 2 minutes, SIGTERM 60 s before the end (Slurm sends it up to 30 s earlier), and each start takes 25-35 s before
-    # its first step: 15 epochs of 3.5 s (a quiet machine) to 7 s (this one, 2 processes of 2 threads on 2 cores)
-    # cannot fit in one allocation, so the job is stopped, checkpoints, requeues itself and resumes (each requeue
-    # waits the test cluster's cred_expire, 10 s). 10 epochs fitted once on a quiet machine; 25 needed more than 900 s
-    # of allocations at 7 s an epoch (about 2 epochs each).
-    prepare(tmp_path, shared, node_venv, "slurm.time_limit='2'", "termination_grace_period_seconds=60",
-            "config_map.EPOCHS='15'", "config_map.BATCH_SIZE='32'")
+    # Slurm sends the signal at the periodic check (every 30 s) that finds the end within the window (60 s) plus 30 s:
+    # with the rendered limit alone, the first allocation's signal could come before a start-up (25-35 s, more on a
+    # busy machine) had reached its first step, and a slow machine then made no progress per allocation. So the job
+    # starts with a 10-minute limit and, once training steps, the limit is cut (as an admin's `scontrol update` would)
+    # to end 60-120 s later: the signal comes 0-60 s after the cut with more than 60 s left, inside the window; 20
+    # epochs (3.5 s each on a quiet machine, 15 s on a busy one) outlast that. Once requeued, the limit goes back to
+    # 10 minutes so the remaining epochs fit.
+    prepare(tmp_path, shared, node_venv, "slurm.time_limit='10'", "termination_grace_period_seconds=60",
+            "config_map.EPOCHS='20'", "config_map.BATCH_SIZE='32'")
+    script = (tmp_path / "build" / "job.sbatch").read_text()
+    assert "#SBATCH --time=10\n" in script and "#SBATCH --signal=TERM@60\n" in script
     job_id = submit(cluster, tmp_path, shared)
-    state = wait_for(cluster, job_id, timeout=900)
+    output = shared / "runs" / "mnist-train"
+    deadline = time.monotonic() + 300
+    while not re.search(r"Rank 0: epoch: 1/20, batch: \d+/", job_log(shared) if (shared / "logs").exists() else ""):
+        assert time.monotonic() < deadline and cluster.job_state(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+            job_log(shared)[-4000:]
+        time.sleep(0.5)
+    elapsed = _seconds(cluster.job_state(job_id)["RunTime"])
+    cluster.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed // 60 + 2}"])
+    while int(cluster.job_state(job_id)["Restarts"]) < 1:
+        assert time.monotonic() < deadline + 120 and cluster.job_state(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+            job_log(shared)[-4000:]
+        time.sleep(0.5)
+    cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
+    state = wait_for(cluster, job_id, timeout=400)
     log = job_log(shared)
     assert state["JobState"] == "COMPLETED", log[-4000:]
-    assert int(state["Restarts"]) >= 1
+    assert int(state["Restarts"]) == 1
     assert "mnist-train: stopped by SIGTERM after checkpointing: requeued" in log
     assert re.search(r"resuming from ckpt-e\d{4}-s\d{6}\.pt", log)
-    output = shared / "runs" / "mnist-train"
-    assert recorded_epochs(output) == list(range(1, 16))  # none lost, none done twice
+    assert recorded_epochs(output) == list(range(1, 21))  # none lost, none done twice
     assert not list(output.glob(".slurm-failures-*"))  # time-limit requeues are not counted as failures
+
+
+def _seconds(run_time: str) -> int:
+    """scontrol's RunTime, [D-]HH:MM:SS, in seconds."""
+    days, _, clock = run_time.rpartition("-")
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 def test_bad_configuration_fails_without_requeue(cluster, tmp_path, digits, node_venv):

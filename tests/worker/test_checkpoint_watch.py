@@ -18,7 +18,7 @@ from tests.worker.test_staging import stager
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, OK
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 from trainer_launcher.checkpoint_watch import CheckpointWatch, watch_from
 from trainer_stager import checkpoint_bucket as remote
 

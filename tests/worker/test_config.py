@@ -3,23 +3,24 @@
 import pytest
 
 from trainer_contract.config_reading import load_config
-from trainer_contract.variables import ConfigError, TrainConfig
+from trainer_contract.program_settings import TrainConfig
+from trainer_contract.settings import ConfigError
 from trainer_runtime.distenv import read_dist_env
 from worker.__main__ import main
 
 
 def test_defaults_apply_without_environment():
-    assert load_config({}) == TrainConfig()
+    assert load_config({}, config_class=TrainConfig) == TrainConfig()
 
 
 def test_environment_is_read_and_flags_override_it():
-    config = load_config({"EPOCHS": "7", "BATCH_SIZE": "16", "DATA_SHARED": "no"}, {"epochs": "9"})
+    config = load_config({"EPOCHS": "7", "BATCH_SIZE": "16", "DATA_SHARED": "no"}, {"epochs": "9"}, config_class=TrainConfig)
     assert (config.epochs, config.batch_size, config.data_shared) == (9, 16, False)
 
 
 def test_every_problem_is_reported_with_its_source():
     with pytest.raises(ConfigError) as caught:
-        load_config({"EPOCHS": "many", "LEARNING_RATE": "-1", "MNIST_MIRROR": "ftp://x"}, {"batch_size": "0"})
+        load_config({"EPOCHS": "many", "LEARNING_RATE": "-1", "MNIST_MIRROR": "ftp://x"}, {"batch_size": "0"}, config_class=TrainConfig)
     assert caught.value.problems == [
         "EPOCHS: 'many' must be a whole number",
         "--batch-size: '0' must be at least 1",

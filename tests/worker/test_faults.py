@@ -7,7 +7,7 @@ from tests.fault_injection.fault_injector import Fault, FaultHook, FaultInjector
 from trainer_contract import hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 
 
 def test_parses_entries_with_their_filters():

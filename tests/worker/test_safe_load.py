@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_contract.variables import ConfigError  # noqa: E402
+from trainer_contract.settings import ConfigError  # noqa: E402
 from trainer_runtime.checkpoints import safe_load, single_file  # noqa: E402
 
 

@@ -53,7 +53,7 @@ def test_the_full_state_is_keyed_by_parameter_name():
 
 
 def test_every_strategy_word_names_its_class():
-    from trainer_contract.variables import STRATEGIES
+    from trainer_contract.program_settings import STRATEGIES
 
     assert {name: strategies.strategy_class(name).name for name in STRATEGIES} == {name: name for name in STRATEGIES}
     assert [name for name in STRATEGIES if strategies.shards_parameters(name)] == ["fsdp"]

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import torch
 
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 
 # Types a checkpoint of ours needs beyond torch's weights_only defaults: none today. Adding one is a decision
 # (the type's constructor runs when a checkpoint is read): name it here, with why.

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.digests import file_digest
-from trainer_contract.variables import config_fields, shaping_settings
+from trainer_contract.settings import config_fields, shaping_settings
 from trainer_runtime import run_record
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
 
@@ -53,7 +53,7 @@ def data_revision(directory: Path) -> str:
 
 def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
     """What a checkpoint records of its run: the model's and tokenizer's revisions, the world size and the settings
-    whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/variables.py); ``data``:
+    whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/program_settings.py); ``data``:
     the data set's files too (DATASET_DIR's digest)."""
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),

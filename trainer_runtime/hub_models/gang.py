@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from trainer_contract import exit_codes
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 from trainer_runtime import precision, process_group
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.hub_models.run import Refusal

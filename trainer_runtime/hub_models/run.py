@@ -12,7 +12,7 @@ from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import exit_codes
-from trainer_contract.variables import ConfigError
+from trainer_contract.settings import ConfigError
 from trainer_runtime import peer_failures
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv

@@ -19,13 +19,13 @@ import importlib
 import torch
 from torch import nn
 
-from trainer_contract.variables import STRATEGIES
+from trainer_contract.program_settings import STRATEGIES
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.precision import Precision
 from trainer_runtime.strategies.base import Strategy
 
 # STRATEGY's words and the class each names (this package's modules, imported only when chosen): a new strategy is
-# its module there, one line here and its word in trainer_contract.variables.STRATEGIES.
+# its module there, one line here and its word in trainer_contract.program_settings.STRATEGIES.
 STRATEGY_CLASSES = {
     "allreduce": "trainer_runtime.strategies.allreduce:AllReduceStrategy",
     "ddp": "trainer_runtime.strategies.ddp:DDPStrategy",

@@ -9,7 +9,7 @@ Needs the `hf` extra: pip install 'indexed-trainer[worker,hf]'.
 
 from __future__ import annotations
 
-from trainer_contract.variables import FinetuneConfig
+from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.entry import leave, workload_main
 
 # what the workload imports, and the extra that brings it

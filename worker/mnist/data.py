@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from trainer_contract import hooks
-from trainer_contract.variables import TrainConfig
+from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.distenv import DistEnv
 from worker.mnist import idx, mnist_sample
 from worker.mnist.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums

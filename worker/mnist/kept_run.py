@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainer_contract.config_reading import build_parser, load_config
-from trainer_contract.variables import ConfigError, TrainConfig
+from trainer_contract.program_settings import TrainConfig
+from trainer_contract.settings import ConfigError
 from worker.mnist import export, settings
 
 
@@ -21,10 +22,10 @@ class MnistRun:
     def from_args(cls, program_args: Sequence[str]) -> MnistRun:
         """The settings of ``python -m worker PROGRAM_ARGS`` (its flags, then the environment)."""
         try:
-            flags = vars(build_parser().parse_known_args(list(program_args))[0])
+            flags = vars(build_parser(TrainConfig, "python -m worker", "Train the MNIST CNN").parse_known_args(list(program_args))[0])
         except SystemExit:  # a malformed flag: the worker reports it (78), naming it
             raise ConfigError(["malformed worker flags"]) from None
-        return cls(load_config(os.environ, flags))
+        return cls(load_config(os.environ, flags, config_class=TrainConfig))
 
     def directories(self) -> dict[str, Path]:
         return {"DATA_DIR": Path(self.config.data_dir), "OUTPUT_DIR": Path(self.config.output_dir)}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer_contract.checkpoint_layout import Position
-from trainer_contract.variables import TrainConfig
+from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from worker.mnist import settings

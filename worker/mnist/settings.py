@@ -2,7 +2,7 @@
 
 A checkpoint and the final ``model.json`` record the whole configuration (JSON values, see
 ``recorded_config``; earlier versions recorded strings, compared here by their text). Resuming or re-running with
-a different value of a shaping setting (``shaping=True`` in trainer_contract/variables.py) would silently continue
+a different value of a shaping setting (``shaping=True`` in trainer_contract/program_settings.py) would silently continue
 into another schedule, other batches or other shards, so it is refused as bad configuration (exit 78), naming each
 key with its old and new value. This module does not import torch: the launcher checks a
 finished run before any rendezvous.
@@ -15,7 +15,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.variables import TrainConfig, shaping_settings
+from trainer_contract.program_settings import TrainConfig
+from trainer_contract.settings import shaping_settings
 from trainer_runtime import run_record
 
 # Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from trainer_contract import exit_codes, gang_ledger, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
-from trainer_contract.variables import ConfigError, TrainConfig
+from trainer_contract.program_settings import TrainConfig
+from trainer_contract.settings import ConfigError
 from trainer_runtime import peer_failures, precision, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState

@@ -19,7 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
-from trainer_contract.variables import FP16_NEEDS_CUDA, QaConfig
+from trainer_contract.program_settings import FP16_NEEDS_CUDA, QaConfig
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
-from trainer_contract.variables import SftConfig
+from trainer_contract.program_settings import SftConfig
 from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore

@@ -1,0 +1,370 @@
+"""The built-in programs' settings, each declared once (trainer_contract/settings.py says how): what every program
+reads alike (RunSettings), what the programs on a pretrained model add (PretrainedModelSettings), AdamW's schedule
+(AdamWSettings) and the parallelism word (ShardedSettings); each program's config composes them and redeclares
+only the defaults, help or choices it changes (`changed`), as TRL's configs do. Whether a setting refuses a resume
+is part of its declaration (`shaping=True`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE, EPOCH_STEP, OPTIMIZER_STEP, OWN_PROGRAM, Naming
+from trainer_contract.settings import (
+    changed,
+    choice,
+    config_fields,
+    parse_boolean,
+    parse_name,
+    parse_non_negative_float,
+    parse_non_negative_int,
+    parse_optional_path,
+    parse_optional_url,
+    parse_path,
+    parse_positive_float,
+    parse_positive_int,
+    setting,
+)
+
+# STRATEGY's words (trainer_runtime/strategies/ maps each to its class) and PRECISION's.
+STRATEGIES = ("allreduce", "ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16", "fp16")
+# Why fp16 is refused without a GPU, worded once for the render-time check and the programs' own.
+FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every built-in program reads alike: the run's shape, where it writes, how it logs, checkpoints and
+    resumes."""
+
+    epochs: int = setting("EPOCHS", parse_positive_int, 1, "Passes over the training examples.", shaping=True)
+    batch_size: int = setting("BATCH_SIZE", parse_positive_int, 8, "Examples per process and step.", shaping=True)
+    learning_rate: float = setting("LEARNING_RATE", parse_positive_float, 2e-5,
+                                   "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr",
+                                   shaping=True)
+    seed: int = setting("SEED", parse_non_negative_int, 0, "Seed of the shuffle and of the weights made new.",
+                        shaping=True)
+    precision: str = setting(
+        "PRECISION", choice(*PRECISIONS), "fp32",
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).")
+    train_samples: int = setting("TRAIN_SAMPLES", parse_non_negative_int, 0,
+                                 "Train on the first N examples; 0: all.", shaping=True)
+    output_dir: Path = setting("OUTPUT_DIR", parse_path, Path("runs/local"),
+                               "Checkpoints, metrics.jsonl and the run's outputs.")
+    export_dir: Path | None = setting("EXPORT_DIR", parse_optional_path, None,
+                                      "Where rank 0 exports the trained model; export.storage_uri sets it and uploads "
+                                      "it.")
+    log_interval: int = setting("LOG_INTERVAL", parse_positive_int, 50, "Log every N steps (and an epoch's last).")
+    checkpoint_every_seconds: float = setting(
+        "CHECKPOINT_EVERY_SECONDS", parse_non_negative_float, 300.0,
+        "Checkpoint, mid-epoch too, once this many seconds of training have passed since the last checkpoint, so "
+        "that a fault costs at most about that much training whatever an epoch lasts (rank 0's clock, agreed by "
+        "every rank in the step's own collective); 0: off. 300 s: the training waits while its checkpoint is "
+        "written, and a checkpoint can be large (LoRA's adapters are MiB, a whole model's weights with their "
+        "optimizer state three times the weights); every five minutes, a write of 6 s costs 2% of the training. "
+        "Raise it where a write takes longer.")
+    keep_checkpoints: int = setting("KEEP_CHECKPOINTS", parse_positive_int, 2, "Checkpoints kept on the volume.")
+    resume: bool = setting("RESUME", parse_boolean, True,
+                           "Resume from the newest valid checkpoint in OUTPUT_DIR/checkpoints (refused if a shaping "
+                           "setting changed).")
+    tensorboard: bool = setting(
+        "TENSORBOARD", parse_boolean, True,
+        "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard (`tensorboard --logdir OUTPUT_DIR`).")
+    collective_timeout: float = setting(
+        "COLLECTIVE_TIMEOUT", parse_positive_float, 300.0,
+        "Seconds a collective may wait for a peer before the process gives up (exit 75).")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
+@dataclass(frozen=True)
+class ShardedSettings:
+    """The parallelism word of a program that offers more than one."""
+
+    strategy: str = setting(
+        "STRATEGY", choice(*STRATEGIES), "ddp",
+        "How gradients are combined: ddp (DistributedDataParallel) or fsdp (FSDP2: parameters, gradients and "
+        "optimizer state sharded).")
+
+
+@dataclass(frozen=True)
+class PretrainedModelSettings(RunSettings):
+    """What the programs that fine-tune a pretrained model read alike: the model and data the stager put in place,
+    the tokenized length, the evaluation's size, checkpoints by steps and the usage log."""
+
+    model_dir: Path = setting("MODEL_DIR", parse_path, Path("model"),
+                              "The pretrained model and its tokenizer, as `save_pretrained` writes them; "
+                              "initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = setting("DATASET_DIR", parse_path, Path("data"),
+                                "The training and evaluation data; initializer.dataset.storage_uri stages it here.")
+    max_seq_length: int = setting("MAX_SEQ_LENGTH", parse_positive_int, 512, "Tokens per example (longer ones are cut).",
+                                  shaping=True)
+    eval_samples: int = setting("EVAL_SAMPLES", parse_non_negative_int, 0, "Evaluate on the first N examples; 0: all.")
+    checkpoint_every_steps: int = setting(
+        "CHECKPOINT_EVERY_STEPS", parse_non_negative_int, 0,
+        "Checkpoint every N optimizer steps as well as at each epoch's end; 0: none by steps.")
+    usage_log_seconds: float = setting(
+        "USAGE_LOG_SECONDS", parse_positive_float, 5.0,
+        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
+    resume: bool = changed(RunSettings, "resume", help="Resume from the newest checkpoint in OUTPUT_DIR/checkpoints "
+                           "(refused if the model, the tokenizer or a shaping setting changed).")
+    checkpoint_naming: ClassVar[Naming] = OPTIMIZER_STEP
+
+
+def _output_dir(task: str):
+    return changed(PretrainedModelSettings, "output_dir", help="Checkpoints, metrics.jsonl, TensorBoard's events, the "
+                   f"usage log and <model type>_{task}_trained/.")
+
+
+def _export_dir(task: str):
+    return changed(PretrainedModelSettings, "export_dir", help="Where rank 0 writes the trained model and tokenizer "
+                   "(`save_pretrained`); export.storage_uri sets it and uploads it; empty: "
+                   f"OUTPUT_DIR/<model type>_{task}_trained.")
+
+
+@dataclass(frozen=True)
+class AdamWSettings(PretrainedModelSettings):
+    """AdamW's decay, warm-up and clipping, for the programs whose loop is this project's own."""
+
+    weight_decay: float = setting("WEIGHT_DECAY", parse_non_negative_float, 0.0,
+                                  "AdamW's weight decay (not applied to biases and norms).", shaping=True)
+    warmup_steps: int = setting("WARMUP_STEPS", parse_non_negative_int, 0,
+                                "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
+    max_grad_norm: float = setting("MAX_GRAD_NORM", parse_non_negative_float, 1.0,
+                                   "Clip the gradients' global norm to this; 0: no clipping.")
+
+
+@dataclass(frozen=True)
+class TrainConfig(ShardedSettings, RunSettings):
+    """Everything the MNIST worker reads from its environment. docs/worker.md's table is generated from this."""
+
+    epochs: int = changed(RunSettings, "epochs", 5, "Passes over the training set.")
+    batch_size: int = changed(RunSettings, "batch_size", 64, "Mini-batch size per process.")
+    learning_rate: float = changed(RunSettings, "learning_rate", 0.004,
+                                   "Peak learning rate of Adam under a one-cycle schedule.")
+    seed: int = changed(RunSettings, "seed", help="Seed of the model's initialisation and of each epoch's shuffle.")
+    strategy: str = changed(
+        ShardedSettings, "strategy", "allreduce",
+        "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
+        "bucketed and overlapped with backward) or fsdp (FSDP2, parameters, gradients and optimizer state "
+        "sharded per layer; sharded checkpoints).")
+    precision: str = changed(
+        RunSettings, "precision", help="fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (with a "
+        "gradient scaler; CUDA only). Weights, optimizer state and the gradient reduction stay fp32.")
+    train_samples: int = changed(RunSettings, "train_samples", help="Train on the first N images only; 0: all.")
+    output_dir: Path = changed(RunSettings, "output_dir", help="Checkpoints, metrics.jsonl, model.pt and model.json.")
+    export_dir: Path | None = changed(
+        RunSettings, "export_dir", help="Rank 0 exports the trained model here when training ends (model.pt, "
+        "model.json, metrics.jsonl and a README.md model card); export.storage_uri sets it and uploads it; empty: "
+        "no export.")
+    checkpoint_every_seconds: float = changed(
+        RunSettings, "checkpoint_every_seconds", 30.0,
+        "Checkpoint, mid-epoch too, once this many seconds of training have passed since the last checkpoint, so "
+        "that a fault costs at most about that much training whatever an epoch lasts (rank 0's clock, agreed by "
+        "every rank in the step's own collective); 0: off. 30 s: an asynchronous checkpoint of this model stalls "
+        "the training for milliseconds, and a recovery itself takes seconds: what a fault costs stays of the "
+        "recovery's order.")
+    keep_checkpoints: int = changed(
+        RunSettings, "keep_checkpoints", 3, "Checkpoints kept on the volume, and the newest at an epoch's start "
+        "beside them (another world size resumes only from one).")
+    data_dir: Path = setting("DATA_DIR", parse_path, Path("data"),
+                             "Where MNIST is (or is downloaded to): DATA_DIR/MNIST/raw/.")
+    data_shared: bool = setting(
+        "DATA_SHARED", parse_boolean, True,
+        "DATA_DIR is on a volume all pods share: only global rank 0 downloads. false: local rank 0 of each pod does.")
+    download: bool = setting("DOWNLOAD", parse_boolean, True, "Download MNIST when it is missing (false: fail instead).")
+    mnist_mirror: str | None = setting(
+        "MNIST_MIRROR", parse_optional_url, None, "Base URL serving the four MNIST .gz files (air-gapped clusters); "
+        "empty: torchvision's mirrors.")
+    mnist_checksums: Path | None = setting(
+        "MNIST_CHECKSUMS", parse_optional_path, None, "A sha256sum-format file of the mirror's .gz files, for a "
+        "mirror serving other files than the official ones; empty: the official MD5s.")
+    mnist_sample_fallback: bool = setting(
+        "MNIST_SAMPLE_FALLBACK", parse_boolean, False,
+        "When MNIST cannot be had, train on the sample shipped with the worker (the 10,000 MNIST test digits: "
+        "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
+    checkpoint_every: int = setting("CHECKPOINT_EVERY", parse_non_negative_int, 1,
+                                    "Checkpoint every N epochs and after the last; 0: after the last only.")
+    checkpoint_async: bool = setting(
+        "CHECKPOINT_ASYNC", parse_boolean, True,
+        "Write checkpoints beside the training: it waits only while the state is copied (a stop's checkpoint is "
+        "always written before the process exits).")
+    download_timeout: float = setting(
+        "DOWNLOAD_TIMEOUT", parse_positive_float, 600.0,
+        "Seconds the other ranks wait for the downloading rank before giving up (exit 75).")
+    # how its checkpoints are named (trainer_contract/checkpoint_layout.py): the volume's and the bucket's
+    checkpoint_naming: ClassVar[Naming] = EPOCH_STEP
+
+
+@dataclass(frozen=True)
+class QaConfig(ShardedSettings, PretrainedModelSettings):
+    """The question-answering workload's variables (`python -m worker.qa`, BERT on SQuAD with Lightning).
+    docs/reference.md's table comes from here."""
+
+    epochs: int = changed(RunSettings, "epochs", 2, "Passes over the training questions.")
+    batch_size: int = changed(RunSettings, "batch_size", 16, "Features (question and context window) per process "
+                              "and step.")
+    learning_rate: float = changed(RunSettings, "learning_rate", 3e-5, "Peak learning rate of AdamW, decayed "
+                                   "linearly to 0.")
+    seed: int = changed(RunSettings, "seed", help="Seed of the shuffle and of the new answer layer.")
+    strategy: str = changed(
+        ShardedSettings, "strategy", "fsdp",
+        "fsdp (FSDP2 through Lightning: parameters, gradients and optimizer state sharded per transformer layer) "
+        "or ddp (DistributedDataParallel).", choice("fsdp", "ddp"))
+    train_samples: int = changed(RunSettings, "train_samples", help="Train on the first N questions; 0: all.")
+    eval_samples: int = changed(PretrainedModelSettings, "eval_samples",
+                                help="Evaluate on the first N questions; 0: all.")
+    output_dir: Path = _output_dir("squad")
+    export_dir: Path | None = _export_dir("squad")
+    model_dir: Path = changed(
+        PretrainedModelSettings, "model_dir", help="The pretrained model and its tokenizer, as `save_pretrained` "
+        "writes them (any AutoModelForQuestionAnswering); initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = changed(
+        PretrainedModelSettings, "dataset_dir", help="SQuAD-format data: train-v1.1.json and dev-v1.1.json (or "
+        "train.json and validation.json), or the Hub dataset's parquet files (plain_text/train-*.parquet, "
+        "plain_text/validation-*.parquet); initializer.dataset.storage_uri stages it here.")
+    max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length", 384,
+                                  "Tokens per feature: question and a window of its context.")
+    doc_stride: int = setting("DOC_STRIDE", parse_positive_int, 128, "Tokens the windows of a long context share.",
+                              shaping=True)
+    max_answer_length: int = setting("MAX_ANSWER_LENGTH", parse_positive_int, 30,
+                                     "Longest answer, in tokens, the evaluation may predict.")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(AdamWSettings):
+    """The text-classification workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
+    classification with plain PyTorch, DistributedDataParallel and automatic mixed precision. A seed's config.yaml
+    of hyper-parameters sets these by their lower-case names (values' hyperparameters_file)."""
+
+    epochs: int = changed(RunSettings, "epochs", 3, "Passes over the training texts.")
+    batch_size: int = changed(RunSettings, "batch_size", 16, "Texts per process and step.")
+    seed: int = changed(RunSettings, "seed", help="Seed of the shuffle, the dropout and the new head.")
+    precision: str = changed(RunSettings, "precision", help="fp32, bf16 (autocast, on CPUs and GPUs) or fp16 "
+                             "(autocast and a gradient scaler, CUDA only).")
+    train_samples: int = changed(RunSettings, "train_samples", help="Train on the first N texts; 0: all.")
+    eval_samples: int = changed(PretrainedModelSettings, "eval_samples", help="Evaluate on the first N texts; 0: all.")
+    output_dir: Path = _output_dir("classifier")
+    export_dir: Path | None = _export_dir("classifier")
+    model_dir: Path = changed(
+        PretrainedModelSettings, "model_dir", help="The pretrained model and its tokenizer, as `save_pretrained` "
+        "writes them (any AutoModelForSequenceClassification; a new classification head is made for the dataset's "
+        "labels); initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = changed(
+        PretrainedModelSettings, "dataset_dir", help="Labelled texts: a train split and a validation (or test) "
+        "split, each as parquet (the Hub's plain_text/train-*.parquet), CSV or JSON lines files named after the "
+        "split; initializer.dataset.storage_uri stages it here.")
+    max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length", 128,
+                                  "Tokens per text (longer ones are cut).")
+    checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 500)
+    weight_decay: float = changed(AdamWSettings, "weight_decay", 0.01)
+    text_column: str = setting("TEXT_COLUMN", parse_name, "text", "The column holding each example's text.",
+                               shaping=True)
+    text_pair_column: str = setting("TEXT_PAIR_COLUMN", str, "",
+                                    "A second text per example (sentence pairs); empty: none.", shaping=True)
+    label_column: str = setting("LABEL_COLUMN", parse_name, "label",
+                                "The column holding each example's label: class numbers from 0, or names.",
+                                shaping=True)
+
+
+@dataclass(frozen=True)
+class SftConfig(ShardedSettings, AdamWSettings):
+    """Supervised fine-tuning of a causal language model (`python -m worker.sft`): any AutoModelForCausalLM with
+    LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP or FSDP2 with automatic mixed precision."""
+
+    learning_rate: float = changed(RunSettings, "learning_rate", 2e-4)
+    seed: int = changed(RunSettings, "seed", help="Seed of the shuffle, the dropout and the adapters.")
+    strategy: str = changed(
+        ShardedSettings, "strategy", "ddp",
+        "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the model, its gradients and "
+        "optimizer state sharded per decoder block; for a model one GPU cannot hold).", choice("ddp", "fsdp"))
+    precision: str = changed(RunSettings, "precision", help="fp32, bf16 (autocast; under fsdp its mixed-precision "
+                             "policy, on CPUs and GPUs) or fp16 (CUDA only).")
+    output_dir: Path = _output_dir("sft")
+    export_dir: Path | None = _export_dir("sft")
+    model_dir: Path = changed(
+        PretrainedModelSettings, "model_dir", help="The pretrained causal LM and its tokenizer, as `save_pretrained` "
+        "writes them (safetensors); initializer.model.storage_uri stages it here.")
+    dataset_dir: Path = changed(
+        PretrainedModelSettings, "dataset_dir", help="A train split and a validation (or test) split as parquet, "
+        "CSV or JSON lines files named after the split, with prompt and completion columns or a messages column "
+        "(chat); initializer.dataset.storage_uri stages it here.")
+    max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length",
+                                  help="Tokens per example (longer ones are cut), or per block with PACKING.")
+    checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 200)
+    prompt_column: str = setting("PROMPT_COLUMN", parse_name, "prompt", "The column holding each example's prompt.",
+                                 shaping=True)
+    completion_column: str = setting("COMPLETION_COLUMN", parse_name, "completion",
+                                     "The column holding each example's completion (what the model learns).",
+                                     shaping=True)
+    messages_column: str = setting("MESSAGES_COLUMN", parse_name, "messages",
+                                   "The column holding conversations (lists of {role, content}), rendered with the "
+                                   "tokenizer's chat template; the assistant turns are learnt. Taken when present.",
+                                   shaping=True)
+    lora_rank: int = setting("LORA_RANK", parse_non_negative_int, 16,
+                             "LoRA's rank; 0: a full fine-tune (every weight).", shaping=True)
+    lora_alpha: int = setting("LORA_ALPHA", parse_positive_int, 32,
+                              "LoRA's alpha: the adapters are scaled by alpha / rank.", shaping=True)
+    lora_dropout: float = setting("LORA_DROPOUT", parse_non_negative_float, 0.0, "Dropout on the adapters' input.",
+                                  shaping=True)
+    lora_target_modules: str = setting("LORA_TARGET_MODULES", parse_name, "all-linear",
+                                       "Comma-separated module names to adapt (q_proj,v_proj), or all-linear.",
+                                       shaping=True)
+    activation_checkpointing: bool = setting(
+        "ACTIVATION_CHECKPOINTING", parse_boolean, False,
+        "Recompute each decoder block's activations in backward instead of keeping them: less memory for "
+        "longer sequences, about a third more compute.")
+    packing: bool = setting("PACKING", parse_boolean, False,
+                            "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.", shaping=True)
+    export_merged: bool = setting("EXPORT_MERGED", parse_boolean, False,
+                                  "Export the merged model (base + adapters) beside the adapter.")
+    sample_prompts: str = setting("SAMPLE_PROMPTS", str, "",
+                                  "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
+                                  "evaluation; empty: none.")
+
+
+# The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
+# program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
+BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig,
+                                     "worker.sft": SftConfig}
+
+
+@dataclass(frozen=True)
+class OwnProgramCheckpoints:
+    """What the launcher and the stager read of a user's program with checkpoint.storage_uri: where it keeps its
+    checkpoints (the convention of trainer_contract/checkpoint_layout.py's OWN_PROGRAM), as a built-in program's
+    config says where it keeps its own. The generator renders the variable; no values file may set it."""
+
+    checkpoint_dir: Path = setting(
+        CHECKPOINT_DIR_VARIABLE, parse_path, Path("checkpoints"),
+        "Where the program writes its checkpoints, each one file or directory renamed into place when whole.")
+    checkpoint_naming: ClassVar[Naming] = OWN_PROGRAM
+    # the stage step restores the bucket's newest into an empty directory: the program resumes from what it finds
+    resume: ClassVar[bool] = True
+
+    @property
+    def output_dir(self) -> Path:
+        """Beside the checkpoints: where the stage step marks its decision, which the indexes that wait read."""
+        return self.checkpoint_dir.parent
+
+
+def program_variables(module: str | None) -> frozenset[str] | None:
+    """The variables built-in program ``module`` reads; None for a program of the user's (free-form)."""
+    config_class = BUILT_IN_PROGRAMS.get(module or "")
+    return None if config_class is None else frozenset(item.metadata["env"] for item in config_fields(config_class))
+
+
+# The variables a rendered ConfigMap shows with their defaults, so that a user sees (and edits) the run's
+# hyper-parameters there; only for the built-in programs (another program's variables are its own).
+SHOWN_DEFAULTS = ("EPOCHS", "BATCH_SIZE", "LEARNING_RATE")
+
+
+def shown_defaults(config_class: type) -> dict[str, str]:
+    """SHOWN_DEFAULTS with the program's own defaults, as ConfigMap strings."""
+    defaults = {item.metadata["env"]: item.default for item in config_fields(config_class)}
+    return {name: str(defaults[name]) for name in SHOWN_DEFAULTS}
