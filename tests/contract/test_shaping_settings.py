@@ -29,7 +29,7 @@ def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(conf
 
 
 def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
-    from trainer_runtime.hub_models import checkpoint_record
+    from trainer_runtime.pretrained import checkpoint_record
 
     config = FinetuneConfig(model_dir=tmp_path)
     recorded = checkpoint_record.record(config, world_size=2)

@@ -78,11 +78,11 @@ def logits(model, data, max_length=64):
 
 
 def untrained_f1(model, data) -> float:
-    from worker.qa import features, metrics
+    from worker.qa import features, squad_scores
 
     questions, windows, starts, ends = logits(model, (data, model))
     predicted = features.answers(questions, windows, starts, ends, 30)
-    return metrics.score(predicted, {item.id: item.answers for item in questions})["f1"]
+    return squad_scores.score(predicted, {item.id: item.answers for item in questions})["f1"]
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "ddp"])

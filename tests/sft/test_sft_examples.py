@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.sft_data import CHAT_TEMPLATE, make_tokenizer
-from trainer_runtime.hub_models.tables import DatasetError, read_table, split_files
+from trainer_runtime.pretrained.tables import DatasetError, read_table, split_files
 from worker.sft.examples import IGNORE, Example, conversation, pack, prompt_completion, shape_of, tokenized
 
 COLUMNS = {"messages": "messages", "prompt": "prompt", "completion": "completion"}
@@ -150,7 +150,7 @@ def test_a_chat_template_that_loops_is_stopped_and_refused_by_name(tmp_path, mon
     runs. One that loops (10^10 iterations here) is stopped after the time limit and refused, exit 78."""
     import time
 
-    from trainer_runtime.hub_models.run import Refusal
+    from trainer_runtime.pretrained.run import Refusal
     from worker.sft import examples
 
     looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHAT_TEMPLATE

@@ -15,7 +15,7 @@ from trainer_contract import checkpoint_layout as layout  # noqa: E402
 from trainer_contract.checkpoint_layout import CorruptCheckpoint  # noqa: E402
 from trainer_runtime.checkpoints import safe_load, sharded, single_file  # noqa: E402
 from trainer_runtime.checkpoints.store import CheckpointStore  # noqa: E402
-from trainer_runtime.hub_models import checkpoint_record  # noqa: E402
+from trainer_runtime.pretrained import checkpoint_record  # noqa: E402
 
 RECORD = {"model_revision": "m", "tokenizer_revision": "t", "world_size": 2, "config": {"batch_size": 16}}
 

@@ -33,7 +33,7 @@ def _shell(tmp_path, error: BaseException, rank: int = 0) -> int:
     from types import SimpleNamespace
 
     from trainer_runtime.distenv import DistEnv
-    from trainer_runtime.hub_models.run import run_logged
+    from trainer_runtime.pretrained.run import run_logged
 
     config = SimpleNamespace(output_dir=tmp_path, checkpoint_dir=tmp_path / "checkpoints", keep_checkpoints=2,
                              usage_log_seconds=0, checkpoint_storage_uri=None)

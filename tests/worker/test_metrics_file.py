@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer_runtime import metrics_file
-from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.pretrained.run_log import RunLog
 
 records = st.lists(st.fixed_dictionaries({"step": st.integers(0, 50), "loss": st.floats(0, 10)}), max_size=12)
 garbage = st.lists(st.one_of(st.text(max_size=30).filter(lambda text: "\n" not in text and "\r" not in text),

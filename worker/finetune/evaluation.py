@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer_runtime.hub_models.batches import collate
 from trainer_runtime.precision import Precision
+from trainer_runtime.pretrained.batches import collate
 
 
 def scores(confusion: torch.Tensor, loss_sum: float) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """Labelled texts for classification, from DATASET_DIR's splits as the Hub and users lay them out
-(trainer_runtime.hub_models.tables). Evaluation takes the validation split, else the test split. Labels are class
+(trainer_runtime.pretrained.tables). Evaluation takes the validation split, else the test split. Labels are class
 numbers from 0 or names (numbered in sorted order)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
+from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
 
 __all__ = ["DatasetError", "Split", "Texts", "load", "tokenized"]
 

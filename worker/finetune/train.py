@@ -2,7 +2,7 @@
 (one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
 end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
 ``save_pretrained``. This module only delegates: data (texts), evaluation, and what the
-transformer workloads share (trainer_runtime.hub_models)."""
+transformer workloads share (trainer_runtime.pretrained)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.goodput import goodput_account
-from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.batches import RankBatches, collate
-from trainer_runtime.hub_models.export import export_dir, save_pretrained
-from trainer_runtime.hub_models.gang import join
-from trainer_runtime.hub_models.loop import Loop, Stopped
-from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
-from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.batches import RankBatches, collate
+from trainer_runtime.pretrained.export import export_dir, save_pretrained
+from trainer_runtime.pretrained.gang import join
+from trainer_runtime.pretrained.loop import Loop, Stopped
+from trainer_runtime.pretrained.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import StopRequest
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate

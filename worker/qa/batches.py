@@ -9,7 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from trainer_runtime.hub_models.batches import RankBatches, collate
+from trainer_runtime.pretrained.batches import RankBatches, collate
 from worker.qa.features import Features
 
 

@@ -1,5 +1,5 @@
 """The question-answering run's checkpoints: what Lightning puts in one (model, optimizer, schedule, loops, and the
-loader's place in the epoch) with the record of trainer_runtime.hub_models.checkpoint_record, written and read in
+loader's place in the epoch) with the record of trainer_runtime.pretrained.checkpoint_record, written and read in
 the runtime's own formats through Lightning's hooks (its CheckpointIO for one file, its strategy's save and load
 for the shards): a verified file under DDP, a directory of every rank's shards with a manifest of digests under
 FSDP (gathering the whole model and optimizer on rank 0 to write one file would cost that rank the memory FSDP
@@ -19,7 +19,7 @@ from trainer_contract import hooks
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
-from trainer_runtime.hub_models import checkpoint_record
+from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.stop import StopRequest, agreed
 
 

@@ -1,5 +1,5 @@
 """The trained question-answering model, gathered whole (under FSDP every rank takes part) and exported by rank 0
-with trainer_runtime.hub_models.export."""
+with trainer_runtime.pretrained.export."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer_runtime.hub_models.export import save_pretrained
+from trainer_runtime.pretrained.export import save_pretrained
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, Any]:

@@ -15,12 +15,12 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer_contract import hooks
-from trainer_runtime.hub_models.batches import RankBatches
-from trainer_runtime.hub_models.checkpoint_record import RECORD_KEY
+from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.checkpoint_record import RECORD_KEY
 from trainer_runtime.strategies.fsdp import unmap_large_buffers_when_freed
 from worker.qa import features as qa_features
-from worker.qa.metrics import score
 from worker.qa.squad import Question
+from worker.qa.squad_scores import score
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 

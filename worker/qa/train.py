@@ -24,11 +24,11 @@ from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.goodput import goodput_account
-from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.batches import RankBatches
-from trainer_runtime.hub_models.export import export_dir
-from trainer_runtime.hub_models.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
-from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.export import export_dir
+from trainer_runtime.pretrained.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import StopRequest
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader

@@ -1,6 +1,6 @@
 """Supervised fine-tuning examples: a split's records, tokenized with the loss on what the model must learn to say.
 
-Two shapes, as the Hub's instruction data sets come (read by trainer_runtime.hub_models.tables):
+Two shapes, as the Hub's instruction data sets come (read by trainer_runtime.pretrained.tables):
 
 - **prompt/completion** (the columns ``prompt`` and ``completion`` by default): prompt and completion are
   tokenized apart and concatenated, the completion ending with the end-of-sequence token; only the completion's
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trainer_contract import exit_codes
-from trainer_runtime.hub_models.run import Refusal
-from trainer_runtime.hub_models.tables import DatasetError
+from trainer_runtime.pretrained.run import Refusal
+from trainer_runtime.pretrained.tables import DatasetError
 
 IGNORE = -100
 _MARKER = "\x00indexed-trainer\x00"  # stands for a turn's content where only what comes before it is wanted

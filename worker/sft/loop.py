@@ -1,4 +1,4 @@
-"""What supervised fine-tuning adds to the runtime's loop (trainer_runtime.hub_models.loop): a batch of examples
+"""What supervised fine-tuning adds to the runtime's loop (trainer_runtime.pretrained.loop): a batch of examples
 padded with its labels, the evaluation (the mean loss over the supervised tokens of the whole held-out split,
 summed across the gang, and its perplexity), and greedy completions of fixed prompts."""
 

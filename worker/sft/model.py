@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract import exit_codes
-from trainer_runtime.hub_models.export import save_pretrained
-from trainer_runtime.hub_models.run import Refusal, require_model
+from trainer_runtime.pretrained.export import save_pretrained
+from trainer_runtime.pretrained.run import Refusal, require_model
 
 ADAPTER, MERGED = "adapter", "merged"
 

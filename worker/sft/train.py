@@ -3,7 +3,7 @@ DDP or FSDP2 with automatic mixed precision, evaluation loss and perplexity at e
 completions in the log, checkpoints every CHECKPOINT_EVERY_STEPS steps and on SIGTERM (the adapters alone under
 LoRA), an exact resume (refused with another model, tokenizer, data set, LoRA shape or shaping setting), and the
 export (worker/sft/model.py). This module only delegates: the examples (examples), the model (model), the batches,
-evaluation and completions (loop), and what the transformer workloads share (trainer_runtime.hub_models: the
+evaluation and completions (loop), and what the transformer workloads share (trainer_runtime.pretrained: the
 training loop among them)."""
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.goodput import goodput_account
-from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.batches import RankBatches
-from trainer_runtime.hub_models.export import export_dir
-from trainer_runtime.hub_models.gang import join
-from trainer_runtime.hub_models.loop import Loop, Stopped
-from trainer_runtime.hub_models.run import Refusal, quiet_transformers, resume_from, run_logged
-from trainer_runtime.hub_models.run_log import RunLog
-from trainer_runtime.hub_models.tables import DatasetError, evaluation_split, read_table, split_files
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.export import export_dir
+from trainer_runtime.pretrained.gang import join
+from trainer_runtime.pretrained.loop import Loop, Stopped
+from trainer_runtime.pretrained.run import Refusal, quiet_transformers, resume_from, run_logged
+from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
 from trainer_runtime.stop import StopRequest
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model

@@ -24,9 +24,9 @@ from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gradsync import StepAgreement
-from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.batches import RankBatches
-from trainer_runtime.hub_models.run_log import RunLog
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import StopRequest
 
 Collate = Callable[[list[Any]], dict[str, torch.Tensor]]

@@ -13,7 +13,7 @@ from trainer_contract import exit_codes
 from trainer_contract.settings import ConfigError
 from trainer_runtime import precision, process_group
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.hub_models.run import Refusal
+from trainer_runtime.pretrained.run import Refusal
 from trainer_runtime.threads import threads_per_process
 
 

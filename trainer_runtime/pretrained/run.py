@@ -16,8 +16,8 @@ from trainer_contract.settings import ConfigError
 from trainer_runtime import peer_failures
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.hub_models import checkpoint_record
-from trainer_runtime.hub_models.run_log import say
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.run_log import say
 from trainer_runtime.stop import Terminated
 from trainer_runtime.usage_log import UsageLog
 from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
