@@ -77,7 +77,7 @@ def main(model_dir: str, dataset_dir: str, result_path: str) -> int:
     train = Examples(text_data.tokenized(tokenizer, data.train, config.max_seq_length))
     evaluation = Examples(text_data.tokenized(tokenizer, data.evaluation, config.max_seq_length))
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
-    cuda = torch.cuda.is_available()  # as worker.finetune chooses (trainer_runtime.pretrained.gang)
+    cuda = torch.cuda.is_available()  # as worker.finetune chooses (trainer_runtime.gang)
     arguments = TrainingArguments(
         output_dir=str(Path(result_path).parent / "trainer-output"), per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size, num_train_epochs=config.epochs,

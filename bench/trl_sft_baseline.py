@@ -40,7 +40,7 @@ def main(model_dir: str, dataset_dir: str, result_dir: str) -> int:
     assert lora is not None, "the baseline compares LoRA runs"
     targets = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)
     result = Path(result_dir)
-    cuda = torch.cuda.is_available()  # as worker.sft chooses (trainer_runtime.pretrained.gang)
+    cuda = torch.cuda.is_available()  # as worker.sft chooses (trainer_runtime.gang)
     arguments = SFTConfig(
         output_dir=str(result / "trainer-output"), per_device_train_batch_size=config.batch_size,
         num_train_epochs=config.epochs, learning_rate=config.learning_rate, weight_decay=config.weight_decay,

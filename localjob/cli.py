@@ -216,14 +216,20 @@ _ROOT_OPTION = click.option("--volume-root", type=click.Path(file_okay=False, pa
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("source", required=False, metavar="[MANIFESTS]")
 @_ROOT_OPTION
-def status(source, volume_root):
+@click.option("--wait", is_flag=True, help="Say the lines at each change until the Job ends; exit 0 when it is "
+              "Complete, 1 when it failed or its local-job is gone (as `python -m status_views.kubernetes --wait`).")
+def status(source, volume_root, wait):
     """The running (or last) local run of the Job: its state, each index's pods with exit codes and what they
     mean, index 0's latest progress line with its ETA, the launcher's warnings and the last error. Exit 0 when
     a status was found, 1 when there is none."""
-    from localjob.status import NoStatus, status_lines
+    from localjob.status import NoStatus, read_state
+    from status_views.view import follow
 
+    root = job_root(source, volume_root)
     try:
-        click.echo("\n".join(status_lines(job_root(source, volume_root))))
+        if wait:
+            return follow(lambda: read_state(root), 2.0, lambda line: click.echo(line, err=True), f"the Job in {root}")
+        click.echo("\n".join(read_state(root).lines))
     except NoStatus as error:
         click.echo(f"local-job status: {error}", err=True)
         return EXIT_FAILED

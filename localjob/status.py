@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
-from status_views.kubernetes import describe, latest_progress, launcher_warnings
+from status_views.kubernetes import describe, job_state, latest_progress, launcher_warnings
+from status_views.view import JobGone, JobState
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
 from trainer_contract.names import INDEX_LABEL
 
 
-class NoStatus(Exception):
-    pass
+class NoStatus(JobGone):
+    """No local run there (or one an older local-job wrote): nothing to show or wait for."""
 
 
 def _stamp(seconds: float | None) -> str | None:
@@ -94,7 +96,10 @@ def read_status(root: Path) -> dict:
         raise NoStatus(f"{path} is unreadable: {exc}") from None
 
 
-def status_lines(root: Path, now: datetime | None = None) -> list[str]:
+def read_state(root: Path, now: datetime | None = None) -> JobState:
+    """The local run in ``root`` as every engine's view has it (status_views/view.py): the cluster view's lines, what
+    a wait reports a change of, and the exit code once the Job has ended (1 as well when its local-job is gone
+    before it did: nothing will move it on)."""
     status = read_status(root)
     if "localJob" not in status:
         raise NoStatus(f"{root / LIVE_STATUS} was written by an older local-job; run the Job again to see its status")
@@ -106,7 +111,12 @@ def status_lines(root: Path, now: datetime | None = None) -> list[str]:
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))
     lines = describe(job, pods, latest_progress(log), now, warnings=unique, live=live_metrics(status, alive))
-    return [*lines, f"pod logs: {root / 'logs'}/"]
+    state = job_state(job, pods, [*lines, f"pod logs: {root / 'logs'}/"])
+    return state if alive or state.exit_code is not None else replace(state, exit_code=1)
+
+
+def status_lines(root: Path, now: datetime | None = None) -> list[str]:
+    return read_state(root, now).lines
 
 
 def live_metrics(status: dict, alive: bool, timeout: float = 2.0) -> str | None:

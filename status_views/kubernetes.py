@@ -3,16 +3,20 @@ pods with their exit codes and what each code means (trainer_contract/exit_codes
 a suspended Job or a Pending pod waits for with the values key to change (status_views/waiting.py), and the latest
 progress line of index 0 (rank 0). Reads with kubectl; torch-free.
 
-    python -m status_views.kubernetes NAMESPACE JOB
+    python -m status_views.kubernetes NAMESPACE JOB           # the lines, once
+    python -m status_views.kubernetes NAMESPACE JOB --wait    # a line at each change until the Job ends; exits 0
+                                                                #   Complete, 1 Failed (or gone)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from datetime import datetime, timezone
 
+from status_views.view import JobGone, JobState, ViewError, follow
 from status_views.waiting import container_waiting, suspended, unschedulable, waiting_line
 from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
@@ -22,7 +26,7 @@ from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL
 from trainer_contract.progress import format_duration
 
 
-class KubectlError(Exception):
+class KubectlError(ViewError):
     pass
 
 
@@ -205,14 +209,26 @@ def kubectl(*args: str) -> str:
     return result.stdout
 
 
-def main(argv: list[str] | None = None) -> int:
-    namespace, name = (argv if argv is not None else sys.argv[1:])[:2]
+def job_state(job: dict, pods: list[dict], lines: list[str]) -> JobState:
+    """The Job as every engine's view has it (status_views/view.py): ``lines``, what a wait reports a change of
+    (the conditions, the counts and each pod's phase; not ages nor progress) and, once the Job is Complete (0) or
+    Failed (1), its exit code."""
+    status = job.get("status") or {}
+    ended = {c["type"] for c in status.get("conditions") or [] if c.get("status") == "True"} & {"Complete", "Failed"}
+    change = (tuple(sorted(ended)), status.get("active", 0), status.get("succeeded", 0), status.get("failed", 0),
+              tuple((pod["metadata"]["name"], (pod.get("status") or {}).get("phase")) for pod in pods))
+    return JobState(lines, change, (1 if "Failed" in ended else 0) if ended else None)
+
+
+def read_state(namespace: str, name: str) -> JobState:
+    """Job NAMESPACE/NAME, its pods, index 0's latest progress, warnings and live metrics, through kubectl."""
     try:
         job = json.loads(kubectl("-n", namespace, "get", "job", name, "-o", "json"))
-        pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
     except KubectlError as error:
-        print(f"run.sh: error: {error}", file=sys.stderr)
-        return 1
+        if "(NotFound)" in str(error):
+            raise JobGone(f"Job {namespace}/{name} is not on the cluster (deleted, or never applied)") from None
+        raise
+    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
     leaders = sorted((p for p in pods if (p["metadata"].get("labels") or {}).get(INDEX_LABEL) == "0"),
                      key=lambda p: p["metadata"].get("creationTimestamp", ""))
     progress, warnings = None, []
@@ -227,8 +243,27 @@ def main(argv: list[str] | None = None) -> int:
             pass  # not started yet, or its logs are gone: the pod line says why
     events = pending_events(namespace, pods)
     live = live_metrics(namespace, leaders[-1]) if leaders else None
-    print("\n".join(describe(job, pods, progress, warnings=warnings, events=events, kueue=kueue_says(job),
-                             live=live)))
+    return job_state(job, pods, describe(job, pods, progress, warnings=warnings, events=events,
+                                         kueue=kueue_says(job), live=live))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m status_views.kubernetes", description=__doc__.splitlines()[0])
+    parser.add_argument("namespace")
+    parser.add_argument("name")
+    parser.add_argument("--wait", action="store_true", help="poll until the Job ends: exit 0 Complete, 1 Failed")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls (--wait)")
+    args = parser.parse_args(argv)
+    try:
+        if args.wait:
+            return follow(lambda: read_state(args.namespace, args.name), args.interval,
+                          lambda line: print(line, file=sys.stderr, flush=True), f"Job {args.namespace}/{args.name}")
+        print("\n".join(read_state(args.namespace, args.name).lines))
+    except ViewError as error:
+        print(f"run.sh: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -16,9 +16,9 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
+from status_views.view import JobGone, JobState, ViewError, follow
 from status_views.waiting import slurm_pending, waiting_line
 from trainer_contract.exit_codes import meaning
 
@@ -28,7 +28,7 @@ FINISHED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 PARTITION_REASONS = ("PartitionTimeLimit", "PartitionNodeLimit", "PartitionConfig")
 
 
-class SlurmError(Exception):
+class SlurmError(ViewError):
     pass
 
 
@@ -98,27 +98,23 @@ def read(job_id: str) -> tuple[dict[str, str], dict[str, str] | None]:
     return job, partition
 
 
+def read_state(job_id: str, reader: Callable[[str], tuple[dict[str, str], dict[str, str] | None]] = read) -> JobState:
+    """The job as every engine's view has it (status_views/view.py): its lines, what a wait reports a change of
+    (not the run time, which changes at every poll) and, once it has ended, the exit code sbatch --wait returns."""
+    try:
+        job, partition = reader(job_id)
+    except SlurmError as error:
+        if "Invalid job id" in str(error):
+            raise JobGone(f"Slurm job {job_id} is no longer known to Slurm: its exit code is unknown") from None
+        raise
+    change = tuple(job.get(key, "") for key in ("JobState", "Reason", "NodeList", "Restarts"))
+    return JobState(describe(job, partition), change, exit_code(job) if job.get("JobState") in FINISHED else None)
+
+
 def wait(job_id: str, interval: float, say: Callable[[str], None],
          reader: Callable[[str], tuple[dict[str, str], dict[str, str] | None]] = read) -> int:
     """Poll until the job has ended, saying its lines each time its state or reason changes; its exit code."""
-    said: tuple[str, ...] = ()
-    while True:
-        try:
-            job, partition = reader(job_id)
-        except SlurmError as error:
-            if "Invalid job id" in str(error):
-                say(f"Slurm job {job_id} is no longer known to Slurm: its exit code is unknown")
-                return 1
-            say(f"cannot read Slurm job {job_id} now, retrying: {error}")
-            job, partition = {}, None
-        change = tuple(job.get(key, "") for key in ("JobState", "Reason", "NodeList", "Restarts"))
-        if job and change != said:  # not the run time, which changes at every poll
-            for line in describe(job, partition):
-                say(line)
-            said = change
-        if job.get("JobState") in FINISHED:
-            return exit_code(job)
-        time.sleep(interval)
+    return follow(lambda: read_state(job_id, reader), interval, say, f"Slurm job {job_id}")
 
 
 def job_ids(name: str) -> list[str]:
@@ -146,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no Slurm job named {args.name}" if args.name else "no job id given", file=sys.stderr)
             return 1
         for job_id in ids:
-            print("\n".join(describe(*read(job_id))))
-    except SlurmError as error:
+            print("\n".join(read_state(job_id).lines))
+    except ViewError as error:
         print(f"run.sh: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -31,7 +31,10 @@ def keep_up_to(output_dir: Path, key: str, last: float) -> int:
     path = output_dir / METRICS_FILE
     if not path.is_file():
         return 0
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    # lines end at "\n" only: str.splitlines would also cut a torn line at \x1c-\x1e, \x85 or \u2028 and count it twice
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
     kept = [line for line in lines if _position(line, key) <= last]
     if len(kept) != len(lines):
         atomic_write(path, "".join(line + "\n" for line in kept).encode())

@@ -195,7 +195,7 @@ def test_a_planted_checkpoint_is_refused_naming_it_and_runs_nothing(world, tmp_p
     exits 78 naming it, and the callable never ran (trainer_runtime.checkpoints.safe_load)."""
     import torch
 
-    from tests.worker.test_safe_load import Planted
+    from tests.runtime.test_safe_load import Planted
 
     model, data = world
     marker = tmp_path / "ran"

@@ -118,3 +118,32 @@ def test_a_refused_local_run_points_at_no_earlier_status(tmp_path):
     assert "no such directory" in result.stderr
     assert "status" not in result.stderr.splitlines()[-1]  # the closing line is local-job's refusal, nothing stale
     assert "Job status" not in result.stderr
+
+
+def test_status_wait_follows_the_run_until_its_job_ends_and_exits_with_its_outcome(tmp_path):
+    """`local-job status --wait`: the shared wait of status_views/view.py over the local view, as
+    `python -m status_views.kubernetes --wait` follows a cluster's Job: the lines at each change, 0 once Complete."""
+    publish(tmp_path, PODS, os.getpid(), logs=LOGS)
+
+    def finish():
+        time.sleep(3)
+        finished = [record("mnist-train-0-aaaaa", 0, "Succeeded", {"worker": 0}, STARTED + 60),
+                    record("mnist-train-1-ccccc", 1, "Succeeded", {"worker": 0}, STARTED + 60)]
+        publish(tmp_path, finished, os.getpid(), condition={"type": "Complete", "reason": "", "message": ""},
+                conditions=[{"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": ""}])
+
+    import threading
+    threading.Thread(target=finish).start()
+    result = subprocess.run([str(BIN / "local-job"), "status", "--wait", "--volume-root", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
+    assert result.returncode == 0, result.stderr
+    heads = [line for line in result.stderr.splitlines() if line.startswith("Job default/mnist-train")]
+    assert heads[0].startswith("Job default/mnist-train: Running") and heads[-1].startswith(
+        "Job default/mnist-train: Complete"), result.stderr
+
+
+def test_status_wait_on_a_run_whose_local_job_is_gone_ends_with_1(tmp_path):
+    publish(tmp_path, PODS, dead_pid(), logs=LOGS)
+    result = subprocess.run([str(BIN / "local-job"), "status", "--wait", "--volume-root", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
+    assert result.returncode == 1 and "ended before the Job did" in result.stderr, result.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from tests.exports import same_weights
 from tests.qa.test_qa_training import run_qa, world  # noqa: F401 -- world: a fixture
-from tests.worker.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
+from tests.stager.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from trainer_contract import storage
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.sft.test_sft_training import adapter_of, run_sft, world  # noqa: F401 -- world: a fixture
-from tests.worker.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
+from tests.stager.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from trainer_contract import storage
 
 pytestmark = pytest.mark.slow

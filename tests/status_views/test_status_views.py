@@ -443,3 +443,36 @@ def test_a_slurm_job_slurm_forgot_ends_the_wait_with_1():
     said: list[str] = []
     assert slurm_status.wait("812", 0, said.append, reader) == 1
     assert said == ["Slurm job 812 is no longer known to Slurm: its exit code is unknown"]
+
+
+@pytest.mark.parametrize("conditions, expected", [
+    ([], None), ([{"type": "Complete", "status": "True"}], 0), ([{"type": "Failed", "status": "True"}], 1),
+    ([{"type": "Failed", "status": "False"}], None),
+])
+def test_a_jobs_state_ends_with_its_outcome_and_changes_with_its_pods_not_its_progress(conditions, expected):
+    from status_views.kubernetes import job_state
+
+    job = {"metadata": {"name": "mnist-train"}, "status": {"conditions": conditions, "active": 1}}
+    pods = [pod("mnist-train-0-abcde", 0, "2026-11-24T11:55:00Z", "Running", {"running": {}})]
+    state = job_state(job, pods, ["a line"])
+    assert state.exit_code == expected and state.lines == ["a line"]
+    assert job_state(job, pods, ["another progress line"]).change == state.change
+    moved = [pod("mnist-train-0-abcde", 0, "2026-11-24T11:55:00Z", "Succeeded", {"terminated": {"exitCode": 0}})]
+    assert job_state(job, moved, ["a line"]).change != state.change
+
+
+def test_waiting_on_a_kubernetes_job_says_each_change_and_gives_up_on_a_deleted_one(monkeypatch):
+    from status_views import kubernetes
+    from status_views.view import follow
+
+    replies = iter([kubernetes.KubectlError("Unable to connect to the server: dial tcp: i/o timeout"),
+                    kubernetes.KubectlError('Error from server (NotFound): jobs.batch "mnist-train" not found')])
+
+    def kubectl(*args):
+        raise next(replies)
+
+    monkeypatch.setattr(kubernetes, "kubectl", kubectl)
+    said: list[str] = []
+    assert follow(lambda: kubernetes.read_state("team", "mnist-train"), 0, said.append, "Job team/mnist-train") == 1
+    assert said == ["cannot read Job team/mnist-train now, retrying: Unable to connect to the server: dial tcp: i/o "
+                    "timeout", "Job team/mnist-train is not on the cluster (deleted, or never applied)"]

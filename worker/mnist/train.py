@@ -8,7 +8,7 @@ import json
 import os
 import time
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
@@ -19,15 +19,15 @@ from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
 from trainer_contract.settings import ConfigError
-from trainer_runtime import peer_failures, precision, process_group, strategies
+from trainer_runtime import peer_failures, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gang import join
 from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.stop import StopRequest, Terminated
-from trainer_runtime.threads import threads_per_process
 from trainer_stager.checkpoint_mirror import mirror_from
 from worker.mnist import data, export, previous_runs, resume, settings
 from worker.mnist.metrics import EpochTally, epoch_record
@@ -84,27 +84,9 @@ class Trainer:
 
     def _join_gang(self):
         """Choose the device and join the process group; the rendezvous' store (None for one process)."""
-        cfg, env = self.config, self.env
-        torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
-        use_cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
-        self.device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
-        if use_cuda:
-            torch.cuda.set_device(self.device)
-        precision.require_supported(cfg.precision, self.device)  # before any rendezvous: every rank exits 78
-        hooks.point("start", rank=env.rank, output_dir=cfg.output_dir, under_launcher=env.under_launcher,
-                    log=self.log)
-        backend = "nccl" if use_cuda else "gloo"
-        if self.distributed:
-            process_group.init_process_group(
-                backend, timeout=timedelta(seconds=cfg.collective_timeout),
-                device_id=self.device if use_cuda else None,
-            )
-            self.log0(f"process group: {backend}, world size {env.world_size} "
-                      f"({env.nodes} nodes x {env.local_world_size}), {torch.get_num_threads()} threads each")
-            return dist.distributed_c10d._get_default_store()
-        if cfg.strategy != "allreduce":  # DDP and FSDP need a process group, also of one process
-            process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        return None
+        gang = join(self.config, self.env, self.log, group_of_one=self.config.strategy != "allreduce")
+        self.device = gang.device
+        return gang.store
 
     def _load_data(self, store) -> None:
         cfg, env = self.config, self.env

@@ -21,11 +21,11 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gang import join
 from trainer_runtime.goodput import goodput_account
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import export_dir
-from trainer_runtime.pretrained.gang import join
 from trainer_runtime.pretrained.loop import Loop, Stopped
 from trainer_runtime.pretrained.run import Refusal, quiet_transformers, resume_from, run_logged
 from trainer_runtime.pretrained.run_log import RunLog
@@ -95,8 +95,7 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
 
 def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
-    hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
-    device = join(config, env, log)
+    device = join(config, env, log).device  # and the fault-injection seam "start"
     tokenizer, model, train, evaluation = _load(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, env.world_size, data=True)
     found = resume_from(config, now, store, log)

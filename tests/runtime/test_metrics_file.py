@@ -3,7 +3,7 @@ else a kill or the volume left in the file, for MNIST's epochs and the transform
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainer_runtime import metrics_file
@@ -17,6 +17,7 @@ garbage = st.lists(st.one_of(st.text(max_size=30).filter(lambda text: "\n" not i
 
 @settings(max_examples=60, deadline=None)
 @given(records=records, garbage=garbage, last=st.integers(0, 50))
+@example(records=[], garbage=["\x1e"], last=0)  # a separator to str.splitlines, not to the file: one line, not two
 def test_a_trim_keeps_exactly_the_records_up_to_the_checkpoint_and_never_fails(tmp_path_factory, records, garbage,
                                                                                last):
     directory = tmp_path_factory.mktemp("run")

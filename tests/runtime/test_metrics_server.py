@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.worker.test_live_metrics_feed import _free_port
+from tests.runtime.test_live_metrics_feed import _free_port
 from trainer_contract import metrics as contract
 from trainer_runtime import metrics, metrics_server
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.worker import gradsync_ranks
+from tests.runtime import gradsync_ranks
 from tests.worker.launch import free_port
 
 

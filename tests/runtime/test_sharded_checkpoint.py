@@ -1,6 +1,6 @@
 """Sharded checkpoint directories (STRATEGY=fsdp) as files on disk: written whole or not at all, verified by their
 manifest, listed and pruned with the single-file kind. One process without a process group (torch.distributed's
-checkpoint runs without one); the multi-rank writes are tests/worker/test_strategies.py."""
+checkpoint runs without one); the multi-rank writes are tests/runtime/test_strategies.py."""
 
 import json
 

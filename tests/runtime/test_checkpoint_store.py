@@ -29,7 +29,7 @@ class Planted:
 
 
 class Offers:
-    """Stands in for rank 0's CheckpointMirror (tests/worker/test_checkpoint_mirror.py runs the real one against
+    """Stands in for rank 0's CheckpointMirror (tests/stager/test_checkpoint_mirror.py runs the real one against
     an S3 server): what the store offered it, in order."""
 
     def __init__(self):

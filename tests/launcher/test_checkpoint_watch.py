@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker.test_staging import stager
+from tests.stager.test_staging import stager
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, OK

@@ -1,0 +1,51 @@
+"""How every built-in program in plain PyTorch joins its gang (the MNIST worker, worker.finetune, worker.sft; the QA
+workload's is Lightning's): this process's threads and device, PRECISION checked against the device before any
+rendezvous (so that every rank exits 78 alike), and the process group."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_contract import hooks
+from trainer_runtime import precision, process_group
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.threads import threads_per_process
+
+
+@dataclass(frozen=True)
+class Gang:
+    device: torch.device
+    store: Any  # the rendezvous' store (a process group of several); None alone
+
+
+def join(config: Any, env: DistEnv, log, group_of_one: bool = True) -> Gang:
+    """This process's device and the gang's process group; ``config``'s precision and collective_timeout.
+    ``group_of_one``: a process alone gets a process group of one too (DDP and FSDP need one); its store is then
+    no rendezvous'. A precision the device cannot run raises trainer_contract.settings.ConfigError (78)."""
+    torch.set_num_threads(threads_per_process(env.local_world_size, os.environ.get("OMP_NUM_THREADS")))
+    cuda = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
+    device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    precision.require_supported(config.precision, device)
+    hooks.point("start", rank=env.rank, output_dir=config.output_dir, under_launcher=env.under_launcher, log=log)
+    backend = "nccl" if cuda else "gloo"
+    store = None
+    if env.world_size > 1:
+        process_group.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout),
+                                         device_id=device if cuda else None)
+        store = dist.distributed_c10d._get_default_store()
+    elif group_of_one:
+        process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        return Gang(device, None)
+    if env.is_rank0:
+        log(f"process group: {backend}, world size {env.world_size} ({env.nodes} nodes x {env.local_world_size}), "
+            f"{torch.get_num_threads()} threads each")
+    return Gang(device, store)
