@@ -82,7 +82,8 @@ def main(model_dir: str, dataset_dir: str, result_path: str) -> int:
         output_dir=str(Path(result_path).parent / "trainer-output"), per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size, num_train_epochs=config.epochs,
         learning_rate=config.learning_rate, weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        lr_scheduler_type="linear", warmup_steps=0, bf16=os.environ.get("PRECISION") == "bf16", use_cpu=not cuda,
+        lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
+        bf16=os.environ.get("PRECISION") == "bf16", use_cpu=not cuda,
         ddp_backend="nccl" if cuda else "gloo", eval_strategy="epoch", save_strategy="no", logging_strategy="no",
         report_to="none", disable_tqdm=True, seed=config.seed, dataloader_num_workers=0)
     timeline = Timeline()

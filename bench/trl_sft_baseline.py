@@ -44,7 +44,7 @@ def main(model_dir: str, dataset_dir: str, result_dir: str) -> int:
     arguments = SFTConfig(
         output_dir=str(result / "trainer-output"), per_device_train_batch_size=config.batch_size,
         num_train_epochs=config.epochs, learning_rate=config.learning_rate, weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm, lr_scheduler_type="linear", warmup_steps=config.warmup_steps,
+        max_grad_norm=config.max_grad_norm, lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
         bf16=config.precision == "bf16", use_cpu=not cuda, ddp_backend="nccl" if cuda else "gloo", eval_strategy="no",
         save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True, seed=config.seed,
         dataloader_num_workers=0,

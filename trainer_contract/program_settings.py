@@ -31,6 +31,10 @@ from trainer_contract.settings import (
 # STRATEGY's words (trainer_runtime/strategies/ maps each to its class) and PRECISION's.
 STRATEGIES = ("allreduce", "ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
+# LR_SCHEDULER_TYPE's words, transformers' get_scheduler names (trainer_runtime/pretrained/schedules.py)
+SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
+# ATTN_IMPLEMENTATION's words: from_pretrained's attn_implementation, "auto" leaving it to transformers
+ATTENTION_KERNELS = ("auto", "eager", "sdpa", "flash_attention_2")
 # Why fp16 is refused without a GPU, worded once for the render-time check and the programs' own.
 FP16_NEEDS_CUDA = "fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only)"
 
@@ -43,8 +47,8 @@ class RunSettings:
     epochs: int = setting("EPOCHS", parse_positive_int, 1, "Passes over the training examples.", shaping=True)
     batch_size: int = setting("BATCH_SIZE", parse_positive_int, 8, "Examples per process and step.", shaping=True)
     learning_rate: float = setting("LEARNING_RATE", parse_positive_float, 2e-5,
-                                   "Peak learning rate of AdamW, after the warm-up, decayed linearly to 0.", "--lr",
-                                   shaping=True)
+                                   "Peak learning rate of AdamW, reached after the warm-up (LR_SCHEDULER_TYPE says "
+                                   "what follows).", "--lr", shaping=True)
     seed: int = setting("SEED", parse_non_negative_int, 0, "Seed of the shuffle and of the weights made new.",
                         shaping=True)
     precision: str = setting(
@@ -108,6 +112,10 @@ class PretrainedModelSettings(RunSettings):
     checkpoint_every_steps: int = setting(
         "CHECKPOINT_EVERY_STEPS", parse_non_negative_int, 0,
         "Checkpoint every N optimizer steps as well as at each epoch's end; 0: none by steps.")
+    attn_implementation: str = setting(
+        "ATTN_IMPLEMENTATION", choice(*ATTENTION_KERNELS), "auto",
+        "The attention kernels, as from_pretrained's attn_implementation: auto (transformers' choice, sdpa where the "
+        "model has it), eager, sdpa, or flash_attention_2 (CUDA GPUs, with the flash-attn package in the image).")
     usage_log_seconds: float = setting(
         "USAGE_LOG_SECONDS", parse_positive_float, 5.0,
         "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
@@ -135,8 +143,17 @@ class AdamWSettings(PretrainedModelSettings):
                                   "AdamW's weight decay (not applied to biases and norms).", shaping=True)
     warmup_steps: int = setting("WARMUP_STEPS", parse_non_negative_int, 0,
                                 "Optimizer steps over which the learning rate rises linearly from 0.", shaping=True)
+    lr_scheduler_type: str = setting(
+        "LR_SCHEDULER_TYPE", choice(*SCHEDULES), "linear",
+        "The learning rate after the warm-up, as transformers' get_scheduler (and TRL) name it: linear (decay to 0 "
+        "at the last step), cosine (half a cosine to 0), constant (the peak throughout, no warm-up) or "
+        "constant_with_warmup.", shaping=True)
     max_grad_norm: float = setting("MAX_GRAD_NORM", parse_non_negative_float, 1.0,
                                    "Clip the gradients' global norm to this; 0: no clipping.")
+    max_steps: int = setting("MAX_STEPS", parse_non_negative_int, 0,
+                             "Stop after this many optimizer steps, within an epoch too (evaluated, checkpointed and "
+                             "exported there), the schedule ending at it; 0: EPOCHS decide. As TRL's max_steps, it "
+                             "overrides EPOCHS when set.", shaping=True)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,29 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_max_steps_ends_the_run_inside_an_epoch_where_the_cosine_schedule_reaches_0(world, tmp_path):
+    """MAX_STEPS=20 of 16-step epochs (TRL's max_steps: it decides the length instead of EPOCHS): the run trains 20
+    steps, ends the second epoch there with its evaluation, checkpoint and export, and LR_SCHEDULER_TYPE=cosine
+    follows transformers' cosine down to 0 at step 20."""
+    from trainer_runtime.pretrained.schedules import factor
+
+    model, data = world
+    result = run_finetune(model, data, tmp_path / "out", {"MAX_STEPS": "20", "LR_SCHEDULER_TYPE": "cosine",
+                                                          "WARMUP_STEPS": "4"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    trained = [line for line in records if "learning_rate" in line]
+    assert [line["step"] for line in trained] == list(range(1, 21))
+    # the rate each step left for the next one, as the schedule gives it (0.005 peak)
+    assert [line["learning_rate"] for line in trained] == pytest.approx(
+        [0.005 * factor("cosine", step, 4, 20) for step in range(1, 21)], abs=1e-12)
+    assert trained[-1]["learning_rate"] == pytest.approx(0.0, abs=1e-12)
+    assert [(line["epoch"], line["step"]) for line in records if "accuracy" in line] == [(1, 16), (2, 20)]
+    assert "Rank 0: epoch 2/2, step 20/20" in result.stdout
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["step"] == 20
+    assert (tmp_path / "out" / "checkpoints" / "step-00000020.ckpt").is_file()
+
+
 @pytest.fixture(scope="module")
 def whole(world, tmp_path_factory):
     """The uninterrupted run: what an interrupted one must end as."""

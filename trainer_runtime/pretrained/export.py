@@ -4,11 +4,13 @@ replaces the previous one only once it is complete)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_runtime.goodput import goodput_account
 
 
 def export_dir(config: Any, model_type: str, task: str) -> Path:
@@ -29,3 +31,13 @@ def save_pretrained(model: Any, tokenizer: Any, destination: Path, state_dict: d
     temporary.rename(destination)
     shutil.rmtree(previous, ignore_errors=True)
     fsync_directory(destination.parent)
+
+
+SUMMARY_FILE = "summary.json"
+
+
+def write_summary(output_dir: Path, summary: dict[str, Any], export: Any) -> None:
+    """OUTPUT_DIR/summary.json, every pretrained-model program's: its final scores and run record, the goodput
+    account of its faults, and what it exported (a directory, or several)."""
+    atomic_write(output_dir / SUMMARY_FILE, json.dumps({**summary, **goodput_account().summary(), "export": export},
+                                                       indent=2).encode())

@@ -27,6 +27,7 @@ from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.pretrained.schedules import schedule_for
 from trainer_runtime.stop import StopRequest
 
 Collate = Callable[[list[Any]], dict[str, torch.Tensor]]
@@ -43,16 +44,6 @@ def optimizer_for(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.learning_rate, fused=True)
 
 
-def schedule_for(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """A linear rise over ``warmup`` steps, then a linear decay to 0 at step ``total``."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 class Loop:
     """One process's share of the training: ``run_epoch`` from where the run stands, ``checkpoint()`` at the
     points it is due (every CHECKPOINT_EVERY_STEPS steps, when the gang agrees that CHECKPOINT_EVERY_SECONDS have
@@ -67,8 +58,10 @@ class Loop:
         self.model, self.precision = self.strategy.module, self.strategy.precision
         self.optimizer = optimizer_for(self.model, config)
         self.strategy.attach(self.optimizer)
-        self.total = len(batches) * config.epochs
-        self.schedule = schedule_for(self.optimizer, config.warmup_steps, self.total)
+        # TRL's max_steps: when set, it decides the run's length (and the schedule's) instead of EPOCHS
+        self.total = config.max_steps or len(batches) * config.epochs
+        self.epochs_in_all = -(-self.total // len(batches))
+        self.schedule = schedule_for(self.optimizer, config.lr_scheduler_type, config.warmup_steps, self.total)
         self.step = 0
         self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0)
 
@@ -124,7 +117,7 @@ class Loop:
         result: dict[str, float] = {}
         began, evaluating = time.monotonic(), 0.0
         self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
-        for epoch in range(self.step // per_epoch, self.config.epochs):
+        for epoch in range(self.step // per_epoch, self.epochs_in_all):
             self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
             evaluation_began = time.monotonic()
             result, line = evaluate()
@@ -154,14 +147,17 @@ class Loop:
         in a step."""
         self.batches.set_epoch(epoch)
         per_epoch, every, losses = len(self.batches), self.config.checkpoint_every_steps, []
+        end = min((epoch + 1) * per_epoch, self.total)  # MAX_STEPS may end the run inside this epoch
         for indices in self.batches:
+            if self.step >= end:
+                break
             hooks.point("batch", epoch=epoch + 1, batch=self.step - epoch * per_epoch + 1)
             loss, tokens, agreed = self.train_step(indices, stop_requested())
             losses.append(loss)
             run_log.tokens += tokens
-            last = self.step == (epoch + 1) * per_epoch
+            last = self.step == end
             if run_log.due(self.step, last):
-                run_log.trained(epoch=epoch + 1, epochs=self.config.epochs, step=self.step, total=self.total,
+                run_log.trained(epoch=epoch + 1, epochs=self.epochs_in_all, step=self.step, total=self.total,
                                 loss=sum(losses) / len(losses), learning_rate=float(self.schedule.get_last_lr()[0]))
                 losses = []
             if agreed.stop:

@@ -5,6 +5,7 @@ resumes from."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +91,16 @@ def require_model(model_dir: Path) -> None:
         raise Refusal(exit_codes.BAD_CONFIG, [
             f"MODEL_DIR: {model_dir} has no safetensors weights (a pickled pytorch_model.bin is not loaded: it "
             "could run code); convert the model with save_pretrained(safe_serialization=True)"])
+
+
+def loading_options(attention: str) -> dict[str, Any]:
+    """from_pretrained's keywords for every workload's model: safetensors only (see require_model), and
+    ATTN_IMPLEMENTATION where it names one ("auto": transformers' own choice, sdpa where the model has it)."""
+    if attention == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise Refusal(exit_codes.BAD_CONFIG, [
+            "ATTN_IMPLEMENTATION: flash_attention_2 needs the flash-attn package (and CUDA GPUs), which this image "
+            "does not have: install it into the image, or use sdpa"])
+    return {"use_safetensors": True, **({} if attention == "auto" else {"attn_implementation": attention})}
 
 
 def quiet_transformers() -> None:

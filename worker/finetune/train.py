@@ -1,41 +1,30 @@
 """The text-classification job: fine-tune a pretrained Hub model with plain PyTorch under torchrun
 (one process per device, any number of nodes), DDP and automatic mixed precision, evaluate it at each epoch's
 end, checkpoint every CHECKPOINT_EVERY_STEPS steps and on SIGTERM, resume exactly, and export it with
-``save_pretrained``. This module only delegates: data (texts), evaluation, and what the
-transformer workloads share (trainer_runtime.pretrained)."""
+``save_pretrained``. This module names its parts (a Workload: data from texts, the model with its new head,
+evaluation, export) and the training skeleton runs them (trainer_runtime.pretrained.training)."""
 
 from __future__ import annotations
 
-import json
+import functools
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from trainer_contract import exit_codes, hooks
-from trainer_contract.atomic import atomic_write
+from trainer_contract import exit_codes
 from trainer_contract.program_settings import FinetuneConfig
-from trainer_runtime import process_group
-from trainer_runtime.checkpoints import single_file
-from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.gang import join
-from trainer_runtime.goodput import goodput_account
-from trainer_runtime.pretrained import checkpoint_record
-from trainer_runtime.pretrained.batches import RankBatches, collate
+from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
-from trainer_runtime.pretrained.loop import Loop, Stopped
-from trainer_runtime.pretrained.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
-from trainer_runtime.pretrained.run_log import RunLog
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.pretrained.loop import Loop
+from trainer_runtime.pretrained.run import Refusal, loading_options, quiet_transformers, require_model, run_logged
+from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 
-SUMMARY_FILE = "summary.json"
-
 
 def run(config: FinetuneConfig, env: DistEnv) -> int:
-    return run_logged(config, env, _train)
+    return run_logged(config, env, functools.partial(train, CLASSIFIER))
 
 
 def _model(config: FinetuneConfig, data: text_data.Texts):
@@ -51,7 +40,7 @@ def _model(config: FinetuneConfig, data: text_data.Texts):
     model, loading = AutoModelForSequenceClassification.from_pretrained(
         config.model_dir, num_labels=len(names), id2label=dict(enumerate(names)),
         label2id={name: number for number, name in enumerate(names)}, ignore_mismatched_sizes=True,
-        output_loading_info=True, use_safetensors=True)
+        output_loading_info=True, **loading_options(config.attn_implementation))
     return tokenizer, model, loading
 
 
@@ -72,50 +61,35 @@ def _load_data(config: FinetuneConfig, log):
     return tokenizer, model, train, evaluation
 
 
-def _train(config: FinetuneConfig, env: DistEnv, log, store: CheckpointStore) -> int:
-    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
-    device = join(config, env, log).device  # and the fault-injection seam "start"
-    tokenizer, model, train, evaluation = _load_data(config, log if env.is_rank0 else lambda message: None)
-    now = checkpoint_record.record(config, env.world_size)
-    found = resume_from(config, now, store, log)
-    batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
-    pad_id = tokenizer.pad_token_id or 0
-    loop = Loop(model, train, batches, lambda items: {key: value for key, value in collate(items, pad_id).items()
-                                                      if key != "index"}, config, device, env)
-    if found:
-        loop.load_state_dict(single_file.read_payload(found[0]))
-    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
-    stop.defer()
-    try:
-        result = loop.epochs(run_log, stop, store, now,
-                             _evaluation(config, env, loop, evaluation, model.config.num_labels, pad_id))
-    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
-        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
-        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
-        return code
-    finally:
-        run_log.close()
-    if env.is_rank0:
-        _export(config, model, tokenizer, {**result, "step": loop.step, **now}, log)
-    hooks.point("completed", rank=env.rank)
-    dist.barrier()
-    process_group.destroy_process_group()
-    return exit_codes.OK
-
-
-def _evaluation(config: FinetuneConfig, env: DistEnv, loop: Loop, evaluation: list, num_labels: int, pad_id: int):
+def _evaluation(config: FinetuneConfig, env: DistEnv, loop: Loop, loaded: Loaded, log):
     """What ends each epoch: accuracy, macro F1 and loss over the whole evaluation split."""
+    num_labels, pad_id = loaded.model.config.num_labels, _pad_id(loaded)
+
     def evaluated() -> tuple[dict[str, float], str]:
-        result = evaluate(loop.model, evaluation, num_labels, config.batch_size, pad_id, loop.precision, loop.device,
-                          env.rank, env.world_size)
+        result = evaluate(loop.model, loaded.evaluation, num_labels, config.batch_size, pad_id, loop.precision,
+                          loop.device, env.rank, env.world_size)
         return result, f"accuracy {result['accuracy']:.2f}%, macro F1 {result['f1']:.2f}, loss {result['loss']:.4f}"
 
     return evaluated
 
 
-def _export(config: FinetuneConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
-    destination = export_dir(config, model.config.model_type, "classifier")
-    save_pretrained(model, tokenizer, destination)
-    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(
-        {**summary, **goodput_account().summary(), "export": str(destination)}, indent=2).encode())
+def _pad_id(loaded: Loaded) -> int:
+    return loaded.tokenizer.pad_token_id or 0
+
+
+def _collate(config: FinetuneConfig, loaded: Loaded):
+    pad_id = _pad_id(loaded)
+    return lambda items: {key: value for key, value in collate(items, pad_id).items() if key != "index"}
+
+
+def _export(config: FinetuneConfig, loop: Loop, loaded: Loaded, summary: dict[str, Any], log) -> str | None:
+    if loop.rank != 0:
+        return None
+    destination = export_dir(config, loaded.model.config.model_type, "classifier")
+    save_pretrained(loaded.model, loaded.tokenizer, destination)
     log(f"exported to {destination} (accuracy {summary['accuracy']:.2f}%, macro F1 {summary['f1']:.2f})")
+    return str(destination)
+
+
+CLASSIFIER = Workload(load=lambda config, log: Loaded(*_load_data(config, log)), collate=_collate,
+                      evaluation=_evaluation, export=_export)

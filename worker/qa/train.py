@@ -23,11 +23,17 @@ from trainer_contract.program_settings import FP16_NEEDS_CUDA, QaConfig
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.goodput import goodput_account
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
-from trainer_runtime.pretrained.export import export_dir
-from trainer_runtime.pretrained.run import Refusal, quiet_transformers, require_model, resume_from, run_logged
+from trainer_runtime.pretrained.export import export_dir, write_summary
+from trainer_runtime.pretrained.run import (
+    Refusal,
+    loading_options,
+    quiet_transformers,
+    require_model,
+    resume_from,
+    run_logged,
+)
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import StopRequest
 from worker.qa import checkpoints, features, squad
@@ -37,7 +43,6 @@ from worker.qa.module import Evaluation, QuestionAnswering
 from worker.qa.progress import ProgressLines
 
 PREDICTIONS_FILE = "predictions.json"  # SQuAD's own format: question id -> answer text
-SUMMARY_FILE = "summary.json"
 
 
 def _quiet_lightning() -> None:
@@ -90,7 +95,8 @@ def _load(config: QaConfig):
     require_model(config.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     torch.manual_seed(config.seed)  # the new answer layer is the same on every rank (FSDP shards, never broadcasts)
-    model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir, use_safetensors=True)
+    model = AutoModelForQuestionAnswering.from_pretrained(config.model_dir,
+                                                          **loading_options(config.attn_implementation))
     return tokenizer, model
 
 
@@ -113,10 +119,9 @@ def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluat
     destination = export_dir(config, model.config.model_type, "squad")
     export_model(model, state, tokenizer, destination)
     atomic_write(config.output_dir / PREDICTIONS_FILE, json.dumps(evaluation.predictions, indent=1).encode())
-    summary = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"], **summary,
-               **goodput_account().summary(), "export": str(destination)}
-    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
-    log(f"exported to {destination} (exact match {summary['exact_match']:.2f}, F1 {summary['f1']:.2f})")
+    scores = {"exact_match": evaluation.scores["exact_match"], "f1": evaluation.scores["f1"]}
+    write_summary(config.output_dir, {**scores, **summary}, str(destination))
+    log(f"exported to {destination} (exact match {scores['exact_match']:.2f}, F1 {scores['f1']:.2f})")
 
 
 def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from trainer_contract import exit_codes
 from trainer_runtime.pretrained.export import save_pretrained
-from trainer_runtime.pretrained.run import Refusal, require_model
+from trainer_runtime.pretrained.run import Refusal, loading_options, require_model
 
 ADAPTER, MERGED = "adapter", "merged"
 
@@ -36,14 +36,14 @@ class Lora:
         return {**asdict(self), "target_modules": sorted(self.target_modules)}
 
 
-def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = False) -> Any:
+def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = False, attention: str = "auto") -> Any:
     """The pretrained model from MODEL_DIR, wrapped with fresh LoRA adapters when ``lora`` is given; each decoder
     block's activations recomputed in backward when ``activation_checkpointing`` (non-reentrant: the frozen
     embeddings need no gradient, and the dropout recomputed is the dropout drawn)."""
     from transformers import AutoModelForCausalLM
 
     require_model(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **loading_options(attention))
     if activation_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

@@ -2,44 +2,32 @@
 DDP or FSDP2 with automatic mixed precision, evaluation loss and perplexity at each epoch's end with a few greedy
 completions in the log, checkpoints every CHECKPOINT_EVERY_STEPS steps and on SIGTERM (the adapters alone under
 LoRA), an exact resume (refused with another model, tokenizer, data set, LoRA shape or shaping setting), and the
-export (worker/sft/model.py). This module only delegates: the examples (examples), the model (model), the batches,
-evaluation and completions (loop), and what the transformer workloads share (trainer_runtime.pretrained: the
-training loop among them)."""
+export (worker/sft/model.py). This module names its parts (a Workload: the examples, the model, the batches'
+collate, evaluation and completions, the export) and the training skeleton runs them
+(trainer_runtime.pretrained.training)."""
 
 from __future__ import annotations
 
-import json
+import functools
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from trainer_contract import exit_codes, hooks
-from trainer_contract.atomic import atomic_write
+from trainer_contract import exit_codes
 from trainer_contract.program_settings import SftConfig
-from trainer_runtime import process_group
-from trainer_runtime.checkpoints import single_file
-from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.gang import join
-from trainer_runtime.goodput import goodput_account
-from trainer_runtime.pretrained import checkpoint_record
-from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import export_dir
-from trainer_runtime.pretrained.loop import Loop, Stopped
-from trainer_runtime.pretrained.run import Refusal, quiet_transformers, resume_from, run_logged
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.pretrained.loop import Loop
+from trainer_runtime.pretrained.run import Refusal, quiet_transformers, run_logged
 from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
 from worker.sft.loop import collate, complete, evaluate
 
-SUMMARY_FILE = "summary.json"
-
 
 def run(config: SftConfig, env: DistEnv) -> int:
-    return run_logged(config, env, _train)
+    return run_logged(config, env, functools.partial(train, SFT))
 
 
 def lora_of(config: SftConfig) -> sft_model.Lora | None:
@@ -74,7 +62,8 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [f"DATASET_DIR: {config.dataset_dir} has no validation or test "
                                                     "split to evaluate on"])
     torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
-    model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing)
+    model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
+                           config.attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -93,44 +82,14 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     return tokenizer, model, train, evaluation
 
 
-def _train(config: SftConfig, env: DistEnv, log, store: CheckpointStore) -> int:
-    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
-    device = join(config, env, log).device  # and the fault-injection seam "start"
-    tokenizer, model, train, evaluation = _load(config, log if env.is_rank0 else lambda message: None)
-    now = checkpoint_record.record(config, env.world_size, data=True)
-    found = resume_from(config, now, store, log)
-    batches = RankBatches(len(train), config.batch_size, env.rank, env.world_size, config.seed, True)
-    loop = Loop(model, train, batches, lambda examples: collate(examples, tokenizer.pad_token_id), config, device, env,
-                config.strategy)
-    if found:
-        loop.load_state_dict(single_file.read_payload(found[0]))
-    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
-    stop.defer()
-    try:
-        result = loop.epochs(run_log, stop, store, now, _evaluation(config, env, loop, evaluation, tokenizer, log))
-    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
-        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
-        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
-        return code
-    finally:
-        run_log.close()
-    whole = _whole_model(config, loop)
-    if env.is_rank0:
-        _export(config, whole, tokenizer, {**result, "step": loop.step, **now}, log)
-    hooks.point("completed", rank=env.rank)
-    dist.barrier()
-    process_group.destroy_process_group()
-    return exit_codes.OK
-
-
-def _evaluation(config: SftConfig, env: DistEnv, loop: Loop, evaluation: list, tokenizer: Any, log):
+def _evaluation(config: SftConfig, env: DistEnv, loop: Loop, loaded: Loaded, log):
     """What ends each epoch: the evaluation loss and perplexity, and rank 0 logs the sample prompts' completions."""
     prompts = [prompt.strip() for prompt in config.sample_prompts.split("||") if prompt.strip()]
 
     def evaluated() -> tuple[dict[str, float], str]:
-        result = evaluate(loop.model, evaluation, config.batch_size, tokenizer.pad_token_id, loop.precision,
-                          loop.device, env.rank, env.world_size)
-        completions = complete(loop.model, tokenizer, prompts, loop.device)
+        result = evaluate(loop.model, loaded.evaluation, config.batch_size, loaded.tokenizer.pad_token_id,
+                          loop.precision, loop.device, env.rank, env.world_size)
+        completions = complete(loop.model, loaded.tokenizer, prompts, loop.device)
         for prompt, completion in zip(prompts, completions, strict=True) if env.is_rank0 else ():
             log(f"sample: {prompt!r} -> {completion!r}")
         return result, f"evaluation loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}"
@@ -147,11 +106,19 @@ def _whole_model(config: SftConfig, loop: Loop) -> Any:
     return sft_model.rebuilt(config.model_dir, lora_of(config), trained) if loop.rank == 0 else None
 
 
-def _export(config: SftConfig, model, tokenizer, summary: dict[str, Any], log) -> None:
+def _export(config: SftConfig, loop: Loop, loaded: Loaded, summary: dict[str, Any], log) -> list[str] | None:
+    """Every rank gathers (under fsdp); rank 0 exports the adapters (and the merged model) or the whole model."""
+    model = _whole_model(config, loop)
+    if loop.rank != 0:
+        return None
     base = model.get_base_model() if sft_model.is_lora(model) else model
     destination = export_dir(config, base.config.model_type, "sft")
-    written = sft_model.export(model, tokenizer, destination, config.export_merged)
-    atomic_write(config.output_dir / SUMMARY_FILE, json.dumps(
-        {**summary, **goodput_account().summary(), "export": [str(path) for path in written]}, indent=2).encode())
+    written = sft_model.export(model, loaded.tokenizer, destination, config.export_merged)
     log(f"exported to {', '.join(str(path) for path in written)} (evaluation loss {summary['loss']:.4f}, "
         f"perplexity {summary['perplexity']:.2f})")
+    return [str(path) for path in written]
+
+
+SFT = Workload(load=lambda config, log: Loaded(*_load(config, log)),
+               collate=lambda config, loaded: lambda examples: collate(examples, loaded.tokenizer.pad_token_id),
+               evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy)

@@ -1,0 +1,87 @@
+"""The training skeleton of the programs whose loop is this project's own (worker.finetune, worker.sft), in
+torchtitan's TrainSpec shape: a program names its parts (a Workload: its data and model, its batches' collate, its
+evaluation and its export) and the skeleton runs them the same way for each: join the gang, resume (refused with
+another model, tokenizer, data or shaping setting), train under the stop agreement, export and write the summary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from trainer_contract import exit_codes, hooks
+from trainer_runtime import process_group
+from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints.store import CheckpointStore
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gang import join
+from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.export import write_summary
+from trainer_runtime.pretrained.loop import Loop, Stopped
+from trainer_runtime.pretrained.run import resume_from
+from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.stop import StopRequest
+
+Log = Callable[[str], None]
+Evaluated = Callable[[], "tuple[dict[str, float], str]"]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a workload's load gives the skeleton: the tokenizer, the model to train and the two sets."""
+
+    tokenizer: Any
+    model: Any
+    train: list
+    evaluation: list
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A program's parts. ``load(config, log)``: rank 0's log only. ``collate(config, loaded)``: a batch's tensors
+    from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
+    ``export(config, loop, loaded, summary, log)``: run on every rank (it may gather a sharded model), rank 0 writes
+    the trained model and returns what it wrote (summary.json's "export"). ``records_data``: a resume is refused
+    with other data too. ``strategy(config)``: the loop's strategy word."""
+
+    load: Callable[[Any, Log], Loaded]
+    collate: Callable[[Any, Loaded], Callable[[list], dict]]
+    evaluation: Callable[[Any, DistEnv, Loop, Loaded, Log], Evaluated]
+    export: Callable[[Any, Loop, Loaded, dict, Log], Any]
+    records_data: bool = False
+    strategy: Callable[[Any], str] = lambda config: "ddp"
+
+
+def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
+    """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
+    stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
+    device = join(config, env, log).device  # and the fault-injection seam "start"
+    loaded = workload.load(config, log if env.is_rank0 else lambda message: None)
+    now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
+    found = resume_from(config, now, store, log)
+    batches = RankBatches(len(loaded.train), config.batch_size, env.rank, env.world_size, config.seed, True)
+    loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, device, env,
+                workload.strategy(config))
+    if found:
+        loop.load_state_dict(single_file.read_payload(found[0]))
+    run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
+    stop.defer()
+    try:
+        result = loop.epochs(run_log, stop, store, now, workload.evaluation(config, env, loop, loaded, log))
+    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
+        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
+        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
+        return code
+    finally:
+        run_log.close()
+    summary = {**result, "step": loop.step, **now}
+    written = workload.export(config, loop, loaded, summary, log)
+    if env.is_rank0:
+        write_summary(config.output_dir, summary, written)
+    hooks.point("completed", rank=env.rank)
+    dist.barrier()
+    process_group.destroy_process_group()
+    return exit_codes.OK
