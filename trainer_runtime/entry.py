@@ -23,14 +23,15 @@ class _Parser(argparse.ArgumentParser):
 
 def start(argv: list[str] | None, config_class: type, prog: str, what: str, checked: Callable[[Any], str],
           run: Callable[[Any, DistEnv], int]) -> int:
-    """Parse ``argv`` and the environment into ``config_class``; ``checked(config)`` is --check-config's line,
-    ``run(config, env)`` the training's exit code."""
+    """Parse ``argv`` and the environment into ``config_class``; ``checked(config)`` is --check-config's line (a
+    ConfigError there refuses the start, --check-config's too), ``run(config, env)`` the training's exit code."""
     parser = build_parser(config_class, prog, what)
     parser.__class__ = _Parser
     try:
         args = parser.parse_args(argv)
         config = load_config(os.environ, vars(args), config_class=config_class)
         env = read_dist_env(os.environ)
+        line = checked(config)  # may refuse what this environment cannot run (before any rendezvous)
     except ConfigError as error:
         rank = os.environ.get("RANK", "0")
         for problem in error.problems:
@@ -39,7 +40,7 @@ def start(argv: list[str] | None, config_class: type, prog: str, what: str, chec
               f"`{prog} --help`", file=sys.stderr, flush=True)
         return exit_codes.BAD_CONFIG
     if args.check_config:
-        print(f"{prog.removeprefix('python -m ')}: configuration is valid: {checked(config)}", flush=True)
+        print(f"{prog.removeprefix('python -m ')}: configuration is valid: {line}", flush=True)
         return exit_codes.OK
     return run(config, env)
 
@@ -72,6 +73,22 @@ def missing_extras(prog: str, needs: dict[str, str], rank: int) -> bool:
     return True
 
 
+# Attention kernels that need a package of their own (ATTN_IMPLEMENTATION), and the package.
+KERNEL_PACKAGES = {"flash_attention_2": "flash_attn"}
+
+
+def attention_problem(attention: str) -> str | None:
+    """Why this environment cannot load a model with ATTN_IMPLEMENTATION ``attention``, or None; torch-free, so that
+    --check-config (the check-config init container) refuses it before the gang forms."""
+    import importlib.util
+
+    package = KERNEL_PACKAGES.get(attention)
+    if package is None or importlib.util.find_spec(package) is not None:
+        return None
+    return (f"ATTN_IMPLEMENTATION: {attention} needs the flash-attn package (and CUDA GPUs), which this image does "
+            "not have: install it into the image, or use sdpa")
+
+
 # What --check-config's line shows of a transformer workload's configuration, where it has the setting.
 CHECKED_SETTINGS = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
 
@@ -86,6 +103,9 @@ def workload_main(module: str, config_class: type, what: str, needs: dict[str, s
     prog = f"python -m {module}"
 
     def checked(config: Any) -> str:
+        problem = attention_problem(getattr(config, "attn_implementation", "auto"))
+        if problem:
+            raise ConfigError([problem])
         return " ".join(f"{name}={getattr(config, name)}" for name in CHECKED_SETTINGS if hasattr(config, name))
 
     def run(config: Any, env: DistEnv) -> int:

@@ -55,3 +55,21 @@ def test_every_pretrained_model_program_reads_the_setting(config_class):
     with pytest.raises(ConfigError, match="ATTN_IMPLEMENTATION: 'flex' must be one of auto, eager, sdpa, "
                                           "flash_attention_2"):
         load_config({"ATTN_IMPLEMENTATION": "flex"}, config_class=config_class)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed here")
+@pytest.mark.parametrize("module", ["worker.sft", "worker.finetune", "worker.qa"])
+def test_the_check_config_init_container_refuses_flash_attention_it_cannot_load(module):
+    """Refused by --check-config (torch-free, before the gang forms), as the pod's init container runs it."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import OUTSIDE
+
+    result = subprocess.run([sys.executable, "-m", module, "--check-config"], capture_output=True, text=True,
+                            timeout=60, cwd=OUTSIDE, env={**os.environ, "ATTN_IMPLEMENTATION": "flash_attention_2"})
+    assert result.returncode == exit_codes.BAD_CONFIG, result.stdout + result.stderr
+    assert ("Rank 0: configuration error: ATTN_IMPLEMENTATION: flash_attention_2 needs the flash-attn package (and "
+            "CUDA GPUs), which this image does not have: install it into the image, or use sdpa") in result.stderr
+    assert "torch" not in result.stderr  # no traceback, nothing of torch

@@ -5,7 +5,6 @@ resumes from."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from trainer_contract.settings import ConfigError
 from trainer_runtime import peer_failures
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.entry import attention_problem
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.run_log import say
 from trainer_runtime.stop import Terminated
@@ -96,10 +96,9 @@ def require_model(model_dir: Path) -> None:
 def loading_options(attention: str) -> dict[str, Any]:
     """from_pretrained's keywords for every workload's model: safetensors only (see require_model), and
     ATTN_IMPLEMENTATION where it names one ("auto": transformers' own choice, sdpa where the model has it)."""
-    if attention == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
-        raise Refusal(exit_codes.BAD_CONFIG, [
-            "ATTN_IMPLEMENTATION: flash_attention_2 needs the flash-attn package (and CUDA GPUs), which this image "
-            "does not have: install it into the image, or use sdpa"])
+    problem = attention_problem(attention)  # the start refused it already; a caller of its own may not have
+    if problem:
+        raise Refusal(exit_codes.BAD_CONFIG, [problem])
     return {"use_safetensors": True, **({} if attention == "auto" else {"attn_implementation": attention})}
 
 
