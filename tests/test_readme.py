@@ -9,6 +9,8 @@ from trainer_contract.config_reading import config_reference
 from trainer_contract.program_settings import TrainConfig
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# The README and the pages of docs/ it sends readers to, as one text: where a test replays a block users copy
+DOCUMENTATION = "\n".join([README] + [page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").glob("*.md"))])
 WORKER_PAGE = (ROOT / "docs" / "worker.md").read_text(encoding="utf-8")
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")  # the values' and the programs' tables
 
@@ -84,8 +86,7 @@ def test_every_gen_manifests_command_shown_with_its_output_prints_that_output():
     from tests.conftest import run_tool
 
     shown = []
-    pages = [README] + [page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").glob("*.md"))]
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", "\n".join(pages), re.S | re.M):
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", DOCUMENTATION, re.S | re.M):
         lines = block.splitlines()
         for index, line in enumerate(lines):
             if not line.startswith("$ gen-manifests"):

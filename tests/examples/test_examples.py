@@ -1,4 +1,4 @@
-"""examples/, run by local-job exactly as their values files and the README say (real torchrun, gloo)."""
+"""examples/, run by local-job exactly as their values files, the README and docs/ say (real torchrun, gloo)."""
 
 import importlib.util
 import json
@@ -107,14 +107,14 @@ def test_the_example_values_render_for_a_cluster(tmp_path):
 
 
 def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
-    """The README's block for examples/staged-mnist/, line by line in a new shell, against moto's S3 at the
+    """docs/storage.md's block for examples/staged-mnist/, line by line in a new shell, against moto's S3 at the
     127.0.0.1:9000 the values name: staged, trained, checkpoints mirrored, exported; the second local-job fetches
     and uploads nothing. (The install line is what .ci/run did to this environment.)"""
     from testbed.storage_servers import S3Server, port_is_free
-    from tests.test_readme import README
+    from tests.test_readme import DOCUMENTATION
     from trainer_contract import storage
 
-    block = re.search(r"after the quick start, with `s3-credentials.env`[^\n]*\n[^\n]*\n\n```sh\n(.*?)```", README,
+    block = re.search(r"after the quick start, with `s3-credentials.env`[^\n]*\n[^\n]*\n\n```sh\n(.*?)```", DOCUMENTATION,
                       re.S).group(1)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     assert lines[0] == ". .venv/bin/activate" and lines[1].startswith("scripts/install.sh .venv/bin/python")
@@ -146,16 +146,16 @@ def test_staged_mnist_runs_as_the_readme_writes_it(tmp_path):
 
 
 def test_own_checkpoints_reach_the_bucket_and_a_new_volume_resumes_from_them(tmp_path):
-    """examples/own-checkpoints/ (a user's torchrun program, nothing of ours in it) by the README's two lines, against
+    """examples/own-checkpoints/ (a user's torchrun program, nothing of ours in it) by docs/storage.md's two lines, against
     moto's S3 at the 127.0.0.1:9000 the values name (each local-job given its own volume root): the first cluster is
     lost at step 25 (FAIL_AT_STEP: every rank exits 78, the Job fails at once) after index 0's launcher mirrored step
     20; the second, on an empty volume, has step 20 restored into INDEXED_TRAINER_CHECKPOINT_DIR by the stage step,
     resumes from it and finishes, its newest checkpoint in the bucket and what its volume pruned gone from there."""
     from testbed.storage_servers import S3Server, port_is_free
-    from tests.test_readme import README
+    from tests.test_readme import DOCUMENTATION
     from trainer_contract import storage
 
-    block = re.search(r"like staged-mnist, in the same shell:\n\n```sh\n(.*?)```", README, re.S).group(1)
+    block = re.search(r"like staged-mnist, in the same shell:\n\n```sh\n(.*?)```", DOCUMENTATION, re.S).group(1)
     render, local_job = block.strip().splitlines()
     assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the example's S3 there"
     s3 = S3Server(port=9000)
@@ -202,13 +202,13 @@ def test_own_checkpoints_reach_the_bucket_and_a_new_volume_resumes_from_them(tmp
 
 
 def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
-    """The README's block that follows the sentence naming ``stages``, line by line in a new shell, with the tests'
-    Hub (``serve(hub)`` fills it) as the mirror the README says to give local-job (--env HF_ENDPOINT=...): each
+    """docs/workloads.md's block that follows the sentence naming ``stages``, line by line in a new shell, with the tests'
+    Hub (``serve(hub)`` fills it) as the mirror the page says to give local-job (--env HF_ENDPOINT=...): each
     command's output, and the XDG state folder local-job keeps its volume in."""
     from testbed.storage_servers import HubServer
-    from tests.test_readme import README
+    from tests.test_readme import DOCUMENTATION
 
-    block = re.search(rf"stages `{re.escape(stages)}`[^\n]*\n\n```sh\n(.*?)```", README, re.S).group(1)
+    block = re.search(rf"stages `{re.escape(stages)}`[^\n]*\n\n```sh\n(.*?)```", DOCUMENTATION, re.S).group(1)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     assert lines[0] == ". .venv/bin/activate" and lines[1].startswith("scripts/install.sh .venv/bin/python")
     hub = HubServer()
@@ -231,7 +231,7 @@ def run_readme_block(tmp_path, stages: str, serve) -> tuple[list[str], Path]:
 
 
 def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
-    """examples/bert-squad/ as the README writes it: both repositories staged once, two pods train with FSDP in
+    """examples/bert-squad/ as docs/workloads.md writes it: both repositories staged once, two pods train with FSDP in
     bf16, evaluate and export with save_pretrained; the export loads with from_pretrained."""
     transformers = pytest.importorskip("transformers")
     from testbed.qa_data import serve_squad_example
@@ -253,7 +253,7 @@ def test_bert_squad_runs_as_the_readme_writes_it(tmp_path):
 
 
 def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
-    """examples/hub-finetune/ as the README writes it: config.yaml's hyper-parameters in the rendered ConfigMap,
+    """examples/hub-finetune/ as docs/workloads.md writes it: config.yaml's hyper-parameters in the rendered ConfigMap,
     the model and IMDB's parquet staged once, two pods train with DDP and bf16 autocast on the train split,
     evaluate on the test split (the unlabelled split left alone) and export with save_pretrained."""
     transformers = pytest.importorskip("transformers")
@@ -277,7 +277,7 @@ def test_hub_finetune_runs_as_the_readme_writes_it(tmp_path):
 
 
 def test_sft_runs_as_the_readme_writes_it(tmp_path):
-    """examples/sft/ as the README writes it: config.yaml's hyper-parameters in the rendered ConfigMap, the model
+    """examples/sft/ as docs/workloads.md writes it: config.yaml's hyper-parameters in the rendered ConfigMap, the model
     and the conversations staged once, two pods fine-tune LoRA adapters on the assistant turns, evaluate on the
     test split, and export the adapter and the merged model, which load as users load them."""
     pytest.importorskip("peft")
