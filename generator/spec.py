@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainer_contract import gang_rounds, metrics, pod_environment, program_settings
+from trainer_contract import gang_rounds, metrics, pod_environment, program_settings, warm_start
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
@@ -253,8 +253,11 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED_ROLES}  # null: not rendered
     # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)
+    warm_after = values["warm_workers_after_seconds"]  # null: off (the launcher's default is on)
     in_place = {gang_rounds.RESTART_IN_PLACE_VARIABLE: values["restart_in_place"],
-                gang_rounds.MAX_RESTARTS_VARIABLE: values["max_restarts"]} if built_in else {}
+                gang_rounds.MAX_RESTARTS_VARIABLE: values["max_restarts"],
+                warm_start.WARM_AFTER_VARIABLE: warm_start.OFF if warm_after is None else warm_after,
+                } if built_in else {}
     environment = {**(NCCL_DEFAULTS if gpu["accelerator_count"] else {}), **request, **uris, **in_place,
                    metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
     return dict(sorted((key, environment_text(value)) for key, value in environment.items() if value is not None))

@@ -57,8 +57,9 @@ from trainer_contract.gang_rounds import (
 from trainer_contract.launcher import write_termination_message
 from trainer_contract.settings import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
-from trainer_launcher.programs import KeptRun, kept_run
+from trainer_launcher.programs import KeptRun, kept_run, warm_imports
 from trainer_launcher.recovery import InPlaceRecovery
+from trainer_launcher.warm_workers import WarmWorkers
 
 _said: list[str] = []
 _signalled: list[int] = []  # the signals this launcher received during the round (not its workers' own deaths)
@@ -269,24 +270,33 @@ def in_place_recovery(args, ledger: GangLedger | None, environ=os.environ) -> In
 
 
 def run_rounds(args, recovery: InPlaceRecovery) -> int:
-    """Rounds of torchrun until one completes or a failure ends the pod (trainer_launcher/recovery.py)."""
-    while True:
-        try:
-            code = recovery.enter(join_timeout(args), lambda: wait_for_leader(args))
-        except SignalException as stopped:
-            return recovery.end(stopped_between_rounds(args, stopped))
-        if code is not None:
-            return recovery.end(code)
-        _signalled.clear()
-        code = run_training(args)
-        if code == exit_codes.OK:
-            return recovery.end(code)
-        try:
-            ending = recovery.after(code, signalled=bool(_signalled))
-        except SignalException as stopped:
-            return recovery.end(stopped_between_rounds(args, stopped))
-        if ending is not None:
-            return ending
+    """Rounds of torchrun until one completes or a failure ends the pod (trainer_launcher/recovery.py); a built-in
+    program's later rounds start their workers warm (trainer_launcher/warm_workers.py)."""
+    module = args.training_script if args.module else None
+    with WarmWorkers(module, warm_imports(module)) as warm:
+        while True:
+            code = _round(args, recovery, warm)
+            if code is not None:
+                return code
+
+
+def _round(args, recovery: InPlaceRecovery, warm: WarmWorkers) -> int | None:
+    """One round; the code the pod ends with, or None for the next round."""
+    try:
+        code = recovery.enter(join_timeout(args), lambda: wait_for_leader(args))
+    except SignalException as stopped:
+        return recovery.end(stopped_between_rounds(args, stopped))
+    if code is not None:
+        return recovery.end(code)
+    warm.start()
+    _signalled.clear()
+    code = run_training(args)
+    if code == exit_codes.OK:
+        return recovery.end(code)
+    try:
+        return recovery.after(code, signalled=bool(_signalled))
+    except SignalException as stopped:
+        return recovery.end(stopped_between_rounds(args, stopped))
 
 
 def stopped_between_rounds(args, stopped: SignalException) -> int:

@@ -48,6 +48,20 @@ def register(module: str, factory: Callable[[Sequence[str]], KeptRun]) -> None:
     _FACTORIES[module] = factory
 
 
+# module run by torchrun -> what it imports to train, which a warm worker has imported already
+# (trainer_launcher/warm_workers.py)
+_WARM_IMPORTS: dict[str, tuple[str, ...]] = {}
+
+
+def register_warm_imports(module: str, imports: tuple[str, ...]) -> None:
+    _WARM_IMPORTS[module] = imports
+
+
+def warm_imports(module: str | None) -> tuple[str, ...] | None:
+    """What ``module`` imports to train, for its warm workers; None: a program of its own (no stand-in)."""
+    return _WARM_IMPORTS.get(module or "")
+
+
 def kept_run(module: str | None, program_args: Sequence[str]) -> KeptRun | None:
     """The run ``module`` keeps (its settings read from ``program_args`` and the environment), or None. Raises
     trainer_contract.settings.ConfigError for malformed settings."""

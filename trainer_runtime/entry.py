@@ -13,6 +13,7 @@ from typing import Any
 from trainer_contract import exit_codes
 from trainer_contract.config_reading import build_parser, load_config
 from trainer_contract.settings import ConfigError
+from trainer_contract.warm_start import run_warm
 from trainer_runtime.distenv import DistEnv, read_dist_env
 
 
@@ -25,6 +26,9 @@ def start(argv: list[str] | None, config_class: type, prog: str, what: str, chec
           run: Callable[[Any, DistEnv], int]) -> int:
     """Parse ``argv`` and the environment into ``config_class``; ``checked(config)`` is --check-config's line (a
     ConfigError there refuses the start, --check-config's too), ``run(config, env)`` the training's exit code."""
+    warm = run_warm(prog.removeprefix("python -m "))  # a later round's worker, forked by the pod's warm server
+    if warm is not None:
+        return warm
     parser = build_parser(config_class, prog, what)
     parser.__class__ = _Parser
     try:

@@ -9,6 +9,10 @@ from trainer_launcher.launch import main
 from worker.mnist.kept_run import MnistRun
 
 programs.register(BUILT_IN_WORKER, MnistRun.from_args)
+# what each built-in program imports to train (its entry imports it only then: --check-config stays torch-free)
+for _program, _training in {BUILT_IN_WORKER: "worker.mnist.train", "worker.finetune": "worker.finetune.train",
+                            "worker.sft": "worker.sft.train", "worker.qa": "worker.qa.train"}.items():
+    programs.register_warm_imports(_program, (_training,))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from trainer_contract import hooks
 from trainer_contract.settings import ConfigError
+from trainer_contract.warm_start import launcher_pid
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
@@ -93,8 +94,9 @@ class FaultInjector:
                  parent_is_launcher: bool = True):
         self.rank, self.attempt, self.log = rank, attempt, log
         self.faults = [f for f in faults if f.rank in (None, rank) and f.attempt in (None, attempt)]
-        # the "pod" actions signal torchrun; without it (plain `python -m worker`) they act on this process
-        self.pod = os.getppid() if parent_is_launcher else os.getpid()
+        # the "pod" actions signal torchrun (also from a warm worker, whose parent is the warm server); without it
+        # (plain `python -m worker`) they act on this process
+        self.pod = launcher_pid() if parent_is_launcher else os.getpid()
         self.checkpoints = 0
         self.written = 0
         self.in_checkpoint = False

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from tests.generator.helpers import run_main
-from trainer_contract import gang_rounds, metrics
+from trainer_contract import gang_rounds, metrics, warm_start
 from trainer_contract.config_reading import load_config
 from trainer_contract.pod_environment import reserved
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, TrainConfig, program_variables, shown_defaults
@@ -34,9 +34,9 @@ def configmap_data(*sets):
 ])
 def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(sets, expected):
     data = configmap_data(*sets)
-    # where, the metrics' port and the launcher's in-place restarts: no hyper-parameters
+    # where, the metrics' port and the launcher's in-place restarts and warm workers: no hyper-parameters
     placed = ("DATA_DIR", "OUTPUT_DIR", metrics.PORT_VARIABLE, gang_rounds.RESTART_IN_PLACE_VARIABLE,
-              gang_rounds.MAX_RESTARTS_VARIABLE)
+              gang_rounds.MAX_RESTARTS_VARIABLE, warm_start.WARM_AFTER_VARIABLE)
     assert {key: data[key] for key in data if key not in placed} == expected
 
 

@@ -103,9 +103,11 @@ FAULTS_AFTER_PROGRESS = "; ".join(f"sigkill@batch={epoch}.3,rank={epoch % 2},att
 
 def test_faults_after_progress_do_not_spend_max_restarts(tmp_path):
     """Four faults, each after the round published a newer checkpoint, with max_restarts 1: a long job under
-    recurring faults, not a crash loop; the Job completes, every epoch recorded once."""
+    recurring faults, not a crash loop; the Job completes, every epoch recorded once. The pods' warm workers warm
+    up at the first checkpoint: the later rounds' workers are forked from them (trainer_launcher/warm_workers.py)."""
     claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=5", "config_map.BATCH_SIZE=32")
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=5", "config_map.BATCH_SIZE=32",
+                       "warm_workers_after_seconds=0")
     result, log, status = run_local_job(tmp_path, manifests, claim, timeout=500, env=fault_env(FAULTS_AFTER_PROGRESS))
     assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
     assert status["condition"]["type"] == "Complete" and status["restarts"] == {"0": 0, "1": 0}
@@ -115,6 +117,9 @@ def test_faults_after_progress_do_not_spend_max_restarts(tmp_path):
                 f"counted: fault after progress (checkpoint {checkpoint} published in this round; 0 of at most 1 "
                 "restarts spent)") in log
     assert "round 5 of the gang: new workers" in log
+    # each pod's server got ready once; the last rounds' workers started warm, and a killed warm worker is a 137 too
+    assert len(re.findall(r"\] launcher: warm workers ready for -m worker", log)) == 2, log[-5000:]
+    assert re.search(r"\] launcher: worker rank 1 started warm \(pid \d+", log), log[-5000:]
     output = claim / "runs" / "mnist-train"
     assert recorded_epochs(output) == [1, 2, 3, 4, 5]
     # what each fault cost, said by rank 0 as it resumes, and the run's goodput in its summary
