@@ -51,9 +51,9 @@ TORCH_IMPORTS = ("torch", "torch.distributed", "torch._dynamo")
 
 
 class WarmWorkers:
-    """The launcher's side: this pod's server for ``-m module``, started with the first round (it warms up once the
-    round's progress note exists) and stopped with the launcher; its socket named in the environment torchrun's
-    workers inherit. Nothing for a program of the user's (``imports`` None) or where warm workers are off (values
+    """The launcher's side: this pod's server for ``-m module``, started with the first round (it warms up
+    warm_workers_after_seconds after the gang's next checkpoint) and stopped with the launcher; its socket named in
+    the environment torchrun's workers inherit. Nothing for a program of the user's (``imports`` None) or where warm workers are off (values
     warm_workers_after_seconds null)."""
 
     def __init__(self, module: str | None, imports: tuple[str, ...] | None, environ=os.environ):
@@ -91,8 +91,8 @@ class Request:
     def __init__(self, payload: bytes, module: str):
         try:
             value = json.loads(payload)
-        except ValueError as error:
-            raise ValueError(f"not JSON: {error}") from None
+        except (ValueError, RecursionError) as error:  # RecursionError: nesting deeper than the parser's stack
+            raise ValueError(f"not JSON: {type(error).__name__}") from None
         if not isinstance(value, dict) or value.get("module") != module:
             raise ValueError(f"not a request for -m {module}")
         argv, env, cwd, launcher = value.get("argv"), value.get("env"), value.get("cwd"), value.get("launcher")
@@ -202,7 +202,14 @@ class Server:
             tell(f"warm workers: a request refused: {error}")
             connection.close()
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as error:  # no memory, no process left: this stand-in runs its worker cold
+            tell(f"warm workers: cannot fork a worker ({error}); it starts cold")
+            for fd in fds:
+                os.close(fd)
+            connection.close()
+            return
         if pid == 0:
             self.listener.close()
             for other in self.workers.values():

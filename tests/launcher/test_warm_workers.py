@@ -4,6 +4,7 @@ on, and takes the worker with it when it dies; without a server it runs cold."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainer_contract.gang_rounds import PROGRESS_VARIABLE
 from trainer_contract.warm_start import (
@@ -23,7 +26,7 @@ from trainer_contract.warm_start import (
     address,
     warm_after_seconds,
 )
-from trainer_launcher.warm_workers import REQUEST_SECONDS, WarmWorkers
+from trainer_launcher.warm_workers import REQUEST_SECONDS, Request, WarmWorkers
 
 # The program: its entry stands in when a server takes it, as trainer_runtime/entry.start does; ACTION says what the
 # worker does: exit=N, signal=N, sleep (until signalled: SIGTERM exits 143 after a line), pid (print it, sleep).
@@ -164,7 +167,7 @@ def test_the_server_ends_with_its_launcher(program, tmp_path):
     progress.write_text("1 ckpt-1 0\n")
     launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
-        from trainer_launcher.warm_workers import REQUEST_SECONDS, WarmWorkers
+        from trainer_launcher.warm_workers import REQUEST_SECONDS, Request, WarmWorkers
         warm = WarmWorkers("probe", (), dict(os.environ, {PROGRESS_VARIABLE}={str(progress)!r},
                                              {WARM_AFTER_VARIABLE}="0"))
         warm.start()
@@ -186,3 +189,26 @@ def test_the_server_ends_with_its_launcher(program, tmp_path):
                                                ("inf", WARM_AFTER_SECONDS)])
 def test_the_delay_before_warming(text, seconds):
     assert warm_after_seconds({} if text is None else {WARM_AFTER_VARIABLE: text}) == seconds
+
+
+REQUEST_FIELDS = st.fixed_dictionaries({}, optional={
+    "module": st.sampled_from(["probe", "worker", ""]) | st.integers(),
+    "argv": st.lists(st.text(max_size=5), max_size=3) | st.text(max_size=5) | st.lists(st.integers(), max_size=2),
+    "env": st.dictionaries(st.text(max_size=5), st.text(max_size=5) | st.integers(), max_size=3),
+    "cwd": st.text(max_size=5) | st.none(),
+    "launcher": st.integers() | st.text(max_size=3)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), REQUEST_FIELDS.map(lambda value: json.dumps(value).encode()),
+                 st.integers(1, 100_000).map(lambda depth: b"[" * depth + b"]" * depth)))
+def test_a_request_parses_whole_or_is_refused_with_a_reason(payload):
+    """Whatever a peer sends, the server gets a checked request or a ValueError, never another error (which would
+    end the server) and never a request with fields of the wrong type."""
+    try:
+        request = Request(payload, "probe")
+    except ValueError:
+        return
+    assert all(isinstance(item, str) for item in request.argv)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in request.env.items())
+    assert isinstance(request.cwd, str) and isinstance(request.launcher, int)
