@@ -23,8 +23,9 @@ import socket
 import sys
 
 SOCKET_VARIABLE = "INDEXED_TRAINER_WARM_SOCKET"  # the server's socket (abstract namespace), set by the launcher
-# values warm_workers_after_seconds: seconds of training after the gang's first checkpoint before the server imports
-# anything (it pays off on long runs, where a fault is likely; a run that ends sooner never pays for it), or "off"
+# values warm_workers_after_seconds: seconds of training after the gang's first checkpoint since the server started
+# before it imports anything (it pays off on long runs, where a fault is likely; a run that ends sooner never pays
+# for it), or "off"
 WARM_AFTER_VARIABLE = "INDEXED_TRAINER_WARM_AFTER_SECONDS"
 WARM_AFTER_SECONDS = 30.0  # where the variable is unset (a launcher under a render that predates it)
 OFF = "off"
