@@ -26,7 +26,8 @@ def build_parser(config_class: type, prog: str, what: str) -> argparse.ArgumentP
     )
     for item in config_fields(config_class):
         parser.add_argument(flag_name(item), dest=item.name, default=None, metavar="VALUE",
-                            help=f"{item.metadata['help']} [env {item.metadata['env']}]")
+                            # argparse expands %-formats in a help: a setting's "2%" must stay text
+                            help=f"{item.metadata['help']} [env {item.metadata['env']}]".replace("%", "%%"))
     parser.add_argument("--check-config", action="store_true",
                         help="Validate the variables and flags (and, under torchrun, the ranks against JOB_COMPLETION_INDEX), then exit (0, or 78).")
     return parser

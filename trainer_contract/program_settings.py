@@ -345,10 +345,33 @@ class SftConfig(ShardedSettings, AdamWSettings):
                                   "evaluation; empty: none.")
 
 
-# The programs this project ships (`-m MODULE`), each with its variables: the generator checks a built-in
-# program's config_map against its own dataclass, shows its defaults and runs its --check-config before the gang.
-BUILT_IN_PROGRAMS: dict[str, type] = {"worker": TrainConfig, "worker.qa": QaConfig, "worker.finetune": FinetuneConfig,
-                                     "worker.sft": SftConfig}
+@dataclass(frozen=True)
+class BuiltInProgram:
+    """A program this project ships, ``python -m <module>``: its settings, ``--help``'s description, the module
+    whose ``run(config, env)`` trains (imported only then: --check-config and --help stay torch-free), what that
+    imports (module -> the extra that brings it) and the settings --check-config's line shows."""
+
+    module: str
+    config: type
+    what: str
+    training: str
+    needs: dict[str, str]
+    shown: tuple[str, ...] = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
+
+
+PROGRAMS: tuple[BuiltInProgram, ...] = (
+    BuiltInProgram("worker", TrainConfig, "Train the MNIST CNN", "worker.mnist.train", {"torch": "worker"},
+                   ("epochs", "batch_size", "learning_rate", "data_dir", "output_dir")),
+    BuiltInProgram("worker.qa", QaConfig, "Fine-tune a model for SQuAD question answering", "worker.qa.train",
+                   {"torch": "worker", "transformers": "hf", "lightning": "lightning"}),
+    BuiltInProgram("worker.finetune", FinetuneConfig, "Fine-tune a model for text classification (DDP + AMP)",
+                   "worker.finetune.train", {"torch": "worker", "transformers": "hf", "pyarrow": "hf"}),
+    BuiltInProgram("worker.sft", SftConfig, "Supervised fine-tuning of a causal LM (LoRA or full; DDP + AMP)",
+                   "worker.sft.train", {"torch": "worker", "transformers": "hf", "pyarrow": "hf", "peft": "hf"}),
+)
+# Each with its variables: the generator checks a built-in program's config_map against its own dataclass, shows
+# its defaults and runs its --check-config before the gang.
+BUILT_IN_PROGRAMS: dict[str, type] = {program.module: program.config for program in PROGRAMS}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainer_contract import exit_codes
 from trainer_contract.config_reading import build_parser, load_config
+from trainer_contract.program_settings import PROGRAMS
 from trainer_contract.settings import ConfigError
 from trainer_contract.warm_start import run_warm
 from trainer_runtime.distenv import DistEnv, read_dist_env
@@ -93,28 +94,23 @@ def attention_problem(attention: str) -> str | None:
             "not have: install it into the image, or use sdpa")
 
 
-# What --check-config's line shows of a transformer workload's configuration, where it has the setting.
-CHECKED_SETTINGS = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
-
-
-def workload_main(module: str, config_class: type, what: str, needs: dict[str, str], argv: list[str] | None = None
-                  ) -> int:
-    """The ``__main__`` of a transformer workload (worker.qa, worker.finetune): its variables, --check-config, then
-    ``<module>.train``'s ``run`` once the extras it ``needs`` (module -> extra) are there; imported only then, so
-    that --check-config and --help stay fast."""
+def program_main(module: str, argv: list[str] | None = None) -> int:
+    """The ``__main__`` of built-in program ``module`` (trainer_contract.program_settings.PROGRAMS): its variables,
+    --check-config, then its training module's ``run`` once the extras it needs are there."""
     import importlib
 
+    program = next(program for program in PROGRAMS if program.module == module)
     prog = f"python -m {module}"
 
     def checked(config: Any) -> str:
         problem = attention_problem(getattr(config, "attn_implementation", "auto"))
         if problem:
             raise ConfigError([problem])
-        return " ".join(f"{name}={getattr(config, name)}" for name in CHECKED_SETTINGS if hasattr(config, name))
+        return " ".join(f"{name}={getattr(config, name)}" for name in program.shown if hasattr(config, name))
 
     def run(config: Any, env: DistEnv) -> int:
-        if missing_extras(prog, needs, env.rank):
+        if missing_extras(prog, program.needs, env.rank):
             return exit_codes.BAD_CONFIG
-        return importlib.import_module(f"{module}.train").run(config, env)
+        return importlib.import_module(program.training).run(config, env)
 
-    return start(argv, config_class, prog, what, checked, run)
+    return start(argv, program.config, prog, program.what, checked, run)

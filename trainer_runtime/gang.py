@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer_contract import hooks
+from trainer_contract import gang_ledger, hooks
 from trainer_runtime import precision, process_group
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.threads import threads_per_process
@@ -49,3 +49,18 @@ def join(config: Any, env: DistEnv, log, group_of_one: bool = True) -> Gang:
         log(f"process group: {backend}, world size {env.world_size} ({env.nodes} nodes x {env.local_world_size}), "
             f"{torch.get_num_threads()} threads each")
     return Gang(device, store)
+
+
+def record_attempt(env: DistEnv, output_dir) -> None:
+    """Under the indexed-trainer launcher: rank 0 records which launcher is each node of this attempt
+    (trainer_contract.gang_ledger), so that the launcher of index 0 knows a pod that vanished without waiting.
+    A collective: every rank calls it, once the process group is up."""
+    token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
+    if token is None or not env.under_launcher:
+        return
+    tokens: list = [(env.group_rank, token)]
+    if env.world_size > 1:
+        tokens = [None] * env.world_size
+        dist.all_gather_object(tokens, (env.group_rank, token))
+    if env.is_rank0:
+        gang_ledger.record_attempt(output_dir, dict(tokens))

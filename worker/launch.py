@@ -4,15 +4,15 @@ knowing the built-in worker's run on the volume (worker.mnist.kept_run) for ``-m
 import sys
 
 from trainer_contract.launcher import BUILT_IN_WORKER
+from trainer_contract.program_settings import PROGRAMS
 from trainer_launcher import programs
 from trainer_launcher.launch import main
 from worker.mnist.kept_run import MnistRun
 
 programs.register(BUILT_IN_WORKER, MnistRun.from_args)
 # what each built-in program imports to train (its entry imports it only then: --check-config stays torch-free)
-for _program, _training in {BUILT_IN_WORKER: "worker.mnist.train", "worker.finetune": "worker.finetune.train",
-                            "worker.sft": "worker.sft.train", "worker.qa": "worker.qa.train"}.items():
-    programs.register_warm_imports(_program, (_training,))
+for _program in PROGRAMS:
+    programs.register_warm_imports(_program.module, (_program.training,))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,10 +3,14 @@
 import pytest
 
 from trainer_contract.config_reading import load_config
-from trainer_contract.program_settings import TrainConfig
-from trainer_contract.settings import ConfigError
+from trainer_contract.program_settings import PROGRAMS, TrainConfig
+from trainer_contract.settings import ConfigError, config_fields
 from trainer_runtime.distenv import read_dist_env
-from worker.__main__ import main
+from trainer_runtime.entry import program_main
+
+
+def main(argv: list[str]) -> int:
+    return program_main("worker", argv)
 
 
 def test_defaults_apply_without_environment():
@@ -54,3 +58,14 @@ def test_node_rank_must_equal_the_completion_index():
 
 def test_without_torchrun_it_is_one_process():
     assert read_dist_env({}).world_size == 1
+
+
+@pytest.mark.parametrize("module", [program.module for program in PROGRAMS])
+def test_every_built_in_program_prints_its_help(module, capsys):
+    """--help lists every variable with its help, "%" included (argparse formats a help: "2%" once crashed it)."""
+    with pytest.raises(SystemExit) as leaving:
+        program_main(module, ["--help"])
+    assert leaving.value.code == 0
+    shown = capsys.readouterr().out
+    config_class = next(program.config for program in PROGRAMS if program.module == module)
+    assert all(f"[env {item.metadata['env']}]" in " ".join(shown.split()) for item in config_fields(config_class))

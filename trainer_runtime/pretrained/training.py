@@ -16,7 +16,7 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.gang import join
+from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import write_summary
@@ -59,6 +59,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     device = join(config, env, log).device  # and the fault-injection seam "start"
+    record_attempt(env, config.output_dir)
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
     found = resume_from(config, now, store, log)

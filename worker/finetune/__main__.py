@@ -1,24 +1,7 @@
-"""A built-in program: fine-tune a pretrained model for text classification, DDP + AMP.
+"""python -m worker.finetune (under torchrun in a pod): fine-tune a pretrained model for text classification;
+`--help` lists its variables (docs/workloads.md). The program's table: trainer_contract.program_settings.PROGRAMS."""
 
-    torchrun --standalone --nproc-per-node 2 -m worker.finetune      # two processes on this machine
-    python -m worker.finetune --check-config                         # validate the environment only (exit 0 or 78)
-
-Settings come from environment variables (the Job's ConfigMap) and flags; `python -m worker.finetune --help` lists them.
-Needs the `hf` extra: pip install 'indexed-trainer[worker,hf]'.
-"""
-
-from __future__ import annotations
-
-from trainer_contract.program_settings import FinetuneConfig
-from trainer_runtime.entry import leave, workload_main
-
-# what the workload imports, and the extra that brings it
-NEEDS = {"torch": "worker", "transformers": "hf", "pyarrow": "hf"}
-
-
-def main(argv: list[str] | None = None) -> int:
-    return workload_main("worker.finetune", FinetuneConfig, "Fine-tune a model for text classification (DDP + AMP)", NEEDS, argv)
-
+from trainer_runtime.entry import leave, program_main
 
 if __name__ == "__main__":
-    leave(main())
+    leave(program_main("worker.finetune"))

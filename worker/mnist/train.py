@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer_contract import exit_codes, gang_ledger, hooks
+from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
@@ -23,7 +23,7 @@ from trainer_runtime import peer_failures, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.gang import join
+from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
@@ -75,7 +75,7 @@ class Trainer:
             mirror=mirror_from(os.environ, cfg, self.log) if self.env.is_rank0 else None,
             every_seconds=cfg.checkpoint_every_seconds)
         self.start = self.decide_start()
-        self.record_gang()
+        record_attempt(self.env, cfg.output_dir)
         self._load_data(store)
         self._build_model()
         self.log0(f"{len(self.images)} training images, {self.test_count} test images, "
@@ -148,20 +148,6 @@ class Trainer:
                 self.log(f"RESUME=false: the run that was in {self.config.output_dir} is kept, whole, in {moved}; "
                          "this run starts from the beginning")
         return verdict
-
-    def record_gang(self) -> None:
-        """Under the indexed-trainer launcher: rank 0 records which launcher is each node of this attempt
-        (trainer_contract.gang_ledger), so that the launcher of index 0 knows a pod that vanished without waiting."""
-        token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
-        if token is None or not self.env.under_launcher:
-            return
-        tokens: list = [None] * self.env.world_size
-        if self.distributed:
-            dist.all_gather_object(tokens, (self.env.group_rank, token))
-        else:
-            tokens = [(self.env.group_rank, token)]
-        if self.env.is_rank0:
-            gang_ledger.record_attempt(self.config.output_dir, dict(tokens))
 
     def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
                        result: dict | None = None) -> TrainingState:

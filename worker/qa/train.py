@@ -23,6 +23,7 @@ from trainer_contract.program_settings import FP16_NEEDS_CUDA, QaConfig
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.gang import record_attempt
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import export_dir, write_summary
@@ -107,12 +108,23 @@ def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines
                                        clock=CheckpointClock(config.checkpoint_every_seconds, votes=env.is_rank0))
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
-                     callbacks=[progress, saving], logger=False, enable_checkpointing=False,
+                     callbacks=[progress, saving, _RecordsAttempt(env, config.output_dir)], logger=False, enable_checkpointing=False,
                      # torchrun's ranks, even inside a Slurm step (Lightning would otherwise read SLURM_PROCID)
                      plugins=[checkpoints.AtomicCheckpointIO(),
                               TorchElasticEnvironment() if env.under_launcher else LightningEnvironment()],
                      enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                      num_sanity_val_steps=0, default_root_dir=config.output_dir)
+
+
+class _RecordsAttempt(L.Callback):
+    """trainer_runtime.gang.record_attempt once Lightning's process group is up, as the other programs do."""
+
+    def __init__(self, env: DistEnv, output_dir: Path):
+        self.env, self.output_dir = env, output_dir
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            record_attempt(self.env, self.output_dir)
 
 
 def _export(config: QaConfig, model, tokenizer, state: dict, evaluation: Evaluation, summary: dict, log) -> None:
