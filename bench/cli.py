@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
 from bench.digits import default_data_dir
-from bench.stats import alternate, render_rows, verdict
+from bench.stats import alternate, mnist_bench_parser, render_rows, verdict
 from trainer_contract.program_settings import STRATEGIES
 
 
@@ -174,11 +173,7 @@ def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the 10,000 digits the worker ships)")
-    parser.add_argument("--quick", action="store_true", help="a few steps of everything, to check the benchmark runs")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
+    parser = mnist_bench_parser("python -m bench", __doc__, "a few steps of everything, to check the benchmark runs", 3)
     parser.add_argument("--target", type=float, default=0.98, help="test accuracy for time-to-accuracy")
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     args = parser.parse_args(argv)

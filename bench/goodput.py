@@ -21,7 +21,6 @@ within 0.01 of the clean run's). Targets: goodput >= 0.95 at a fault per 60 s, >
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -36,7 +35,7 @@ from pathlib import Path
 from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, follow, local_job, manifests
 from bench.recovery import kill_index
-from bench.stats import BIN, clean_env, render_rows, verdict
+from bench.stats import BIN, clean_env, mnist_bench_parser, render_rows, say_machine, verdict
 from trainer_contract.gang_timeline import PHASES
 
 KINDS = ("worker", "preempt", "lost")
@@ -222,11 +221,7 @@ def rows(summary: dict, backoff: float) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.goodput", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")
-    parser.add_argument("--quick", action="store_true", help="a short run, three faults, each 3 s after the last recovery, once")
-    parser.add_argument("--repeats", type=int)
+    parser = mnist_bench_parser("python -m bench.goodput", __doc__, "a short run, three faults, each 3 s after the last recovery, once", None)
     parser.add_argument("--intervals", type=float, nargs="+", help="seconds between faults (default: 60 20)")
     parser.add_argument("--backoff-seconds", type=float,
                         help=f"the Job controller's back-off local-job applies (default {BACKOFF_SECONDS:g})")
@@ -238,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"results": results, "summary": summary}, indent=2))
     print(render_rows(rows(summary, results["backoff"])))
-    print(f"\n({os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", file=sys.stderr)
+    say_machine()
     return 0
 
 

@@ -17,7 +17,6 @@ recreated every pod would pay again, back-off aside).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, local_job, local_job_start, manifests, timeline
-from bench.stats import BIN, clean_env, render_rows, verdict
+from bench.stats import BIN, clean_env, mnist_bench_parser, render_rows, say_machine, verdict
 
 # what each measured recovery is: the fault, and whether warm workers are on (the default)
 VARIANTS = {"process": ("process", True), "process_cold": ("process", False), "pod": ("pod", True)}
@@ -159,16 +158,12 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")
-    parser.add_argument("--quick", action="store_true", help="world size 2, once")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = mnist_bench_parser("python -m bench.recovery", __doc__, "world size 2, once", 3)
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     args = parser.parse_args(argv)
     results = measure(args.data_dir or default_data_dir(), args.quick, args.repeats, tuple(args.worlds))
     print(render_rows(rows(results)))
-    print(f"\n({os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", file=sys.stderr)
+    say_machine()
     return 0
 
 

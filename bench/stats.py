@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import statistics
@@ -116,3 +117,17 @@ def render_rows(rows: list[tuple[str, ...]]) -> str:
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def mnist_bench_parser(prog: str, doc: str | None, quick: str, repeats: int | None) -> argparse.ArgumentParser:
+    """What every bench of the MNIST worker takes: --data-dir (default: the worker's digits), --quick, --repeats."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, help="directory with MNIST/raw/ (default: the worker's digits)")
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--repeats", type=int, default=repeats, help="alternating repetitions per figure (median)")
+    return parser
+
+
+def say_machine() -> None:
+    """Under a bench's table: where and when it was measured."""
+    print(f"\n({os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", file=sys.stderr)

@@ -26,3 +26,25 @@ def gaps_by_time(written: list[tuple[int, float]], per_epoch: int) -> list[float
     checkpoints whatever the clock says)."""
     return [later[1] - earlier[1] for earlier, later in zip(written, written[1:], strict=False)
             if later[0] % per_epoch]
+
+
+def killed_after_checkpoints_by_time(run, output: Path, by_time: dict, every: float, per_epoch: int,
+                                     kill_at: str, dies_before: int) -> tuple[int, dict]:
+    """``run(output, settings)`` with CHECKPOINT_EVERY_SECONDS=``every`` and slow steps, rank 1 killed at batch
+    ``kill_at`` (epoch.batch, before step ``dies_before``): two or more checkpoints came mid-epoch, each at least
+    ``every`` after the one before, and epoch 1's end checkpointed. The newest step checkpointed, from which the
+    caller's resumed run must go on, and the settings to resume with (the same: the kill was for the first start
+    only)."""
+    from tests.worker.launch import fault_env
+
+    fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch={kill_at},rank=1,attempt=0")
+    settings = {**by_time, **fault}
+    killed = run(output, settings)
+    assert killed.returncode != 0
+    written = written_by_step(output / "checkpoints")
+    mid_epoch = [step for step, _ in written if step % per_epoch]
+    assert len(mid_epoch) >= 2 and per_epoch in dict(written), written
+    assert min(gaps_by_time(written, per_epoch)) >= every, written
+    newest = written[-1][0]
+    assert per_epoch < newest < dies_before, written  # after epoch 1's end, before the kill
+    return newest, settings

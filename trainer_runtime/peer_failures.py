@@ -21,6 +21,10 @@ from trainer_contract import exit_codes
 _GLOO_TRANSPORT = re.compile(r"\[[^\]\s]*/gloo/transport/[^\]\s]*:\d+\]")
 
 
+class PeerLost(RuntimeError):
+    """A peer this rank waited for went away, gave up or did not answer in time (PEER_LOST: this rank a victim)."""
+
+
 def is_communication_error(exc: BaseException) -> bool:
     """A failure of the gang's communication, by type (torch.distributed's DistError family) or, for gloo,
     by the transport's own source location; never by loose words."""
@@ -37,6 +41,8 @@ def is_timeout(exc: BaseException) -> bool:
 
 def exit_for(exc: BaseException, is_rank0: bool) -> tuple[int, str] | None:
     """The exit code and the line that says it, for a communication failure; None for this rank's own."""
+    if isinstance(exc, PeerLost):
+        return exit_codes.PEER_LOST, f"error: {exc}"
     if not is_communication_error(exc):
         return None
     first_line = _first_line(exc) or type(exc).__name__

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainer_contract.settings import config_fields, shaping_settings
+
 
 def changed_setting(variable: str, what: str, recorded: Any, now: Any) -> str:
     """One line: ``variable`` of the run recorded as ``what`` (a checkpoint, the finished run) differs."""
@@ -18,3 +20,25 @@ def ways_out(output_dir: Path | str, *, put_back: str = "value(s)", kept: str = 
     old one, in parentheses)."""
     return (f"either put the old {put_back} back, or start a new run: another OUTPUT_DIR (now {output_dir}) or "
             f"RESUME=false{f' ({kept})' if kept else ''}")
+
+
+def variable_of(config_class: type, key: str) -> str:
+    """The environment variable of setting ``key``."""
+    return next(item.metadata["env"] for item in config_fields(config_class) if item.name == key)
+
+
+def shown(value: Any) -> str:
+    """A recorded value as its variable is written (true, not True; earlier versions recorded "True")."""
+    return str(value).lower() if isinstance(value, bool) or value in ("True", "False") else str(value)
+
+
+def differs(recorded: Any, now: Any) -> bool:
+    return str(recorded) != str(now)  # by text: earlier versions recorded str(value)
+
+
+def changed_settings(recorded: dict[str, Any], now: dict[str, Any], config_class: type, what: str) -> list[str]:
+    """One line per shaping setting (declared ``shaping`` in trainer_contract/program_settings.py) of ``recorded``
+    (the run's record, as ``what`` names it) that differs from ``now``."""
+    return [changed_setting(variable_of(config_class, key), what, shown(recorded[key]), shown(now[key]))
+            for key in shaping_settings(config_class) if key in recorded and key in now
+            and differs(recorded[key], now[key])]

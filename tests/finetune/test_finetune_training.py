@@ -6,19 +6,15 @@ step reseeds it), checkpoints and stops on SIGTERM, and refuses to resume with a
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 
 import pytest
 
 from testbed.qa_data import make_model
 from testbed.text_data import make_texts
-from tests.checkpoint_cadence import gaps_by_time, slow_steps, written_by_step
-from tests.conftest import OUTSIDE
+from tests.checkpoint_cadence import killed_after_checkpoints_by_time
 from tests.exports import same_weights
-from tests.worker.launch import fault_env
+from tests.worker.launch import fault_env, resumed_with_a_changed_model, run_workload
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")
@@ -36,12 +32,7 @@ def world(tmp_path_factory):
 
 
 def run_finetune(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
-    env.update(SETTINGS, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
-    env.update(extra or {})
-    return subprocess.run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m",
-                           "worker.finetune"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
+    return run_workload("worker.finetune", SETTINGS, model, data, output, extra, timeout)
 
 
 def logits(model, data):
@@ -158,17 +149,10 @@ def test_checkpoints_by_time_come_mid_epoch_and_a_run_killed_after_one_resumes_f
     model, data = world
     every = 0.3  # seconds: every third step or so (a step lasts 0.1 s or more)
     by_time = {"CHECKPOINT_EVERY_STEPS": "0", "CHECKPOINT_EVERY_SECONDS": str(every), "KEEP_CHECKPOINTS": "100"}
-    fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch=2.8,rank=1,attempt=0")  # dies before step 24
-    killed = run_finetune(model, data, tmp_path / "out", {**by_time, **fault})
-    assert killed.returncode != 0
-    written = written_by_step(tmp_path / "out" / "checkpoints")
-    mid_epoch = [step for step, _ in written if step % 16]
-    assert len(mid_epoch) >= 2 and 16 in dict(written), written
-    assert min(gaps_by_time(written, 16)) >= every, written
-    newest = written[-1][0]
-    assert 16 < newest < 24, written  # after epoch 1's end, before the kill
-
-    resumed = run_finetune(model, data, tmp_path / "out", {**by_time, **fault})
+    newest, settings = killed_after_checkpoints_by_time(
+        lambda output, settings: run_finetune(model, data, output, settings), tmp_path / "out", by_time, every, 16,
+        kill_at="2.8", dies_before=24)
+    resumed = run_finetune(model, data, tmp_path / "out", settings)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"Rank 0: resuming from step-{newest:08d}.ckpt" in resumed.stdout
     assert f"Rank 0: training from step {newest} of 48" in resumed.stdout
@@ -198,14 +182,7 @@ def test_sigterm_checkpoints_the_step_reached_and_the_next_start_goes_on_from_it
 
 def test_resuming_with_another_model_or_batch_size_is_refused_naming_each(world, tmp_path):
     model, data = world
-    assert run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1"}).returncode == 0
-    changed = tmp_path / "model"
-    shutil.copytree(model, changed)
-    config = json.loads((changed / "config.json").read_text())
-    config["layer_norm_eps"] = 1e-6
-    (changed / "config.json").write_text(json.dumps(config))
-    result = run_finetune(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
-    assert result.returncode == 78, result.stdout[-3000:]
+    result = resumed_with_a_changed_model(run_finetune, model, data, tmp_path, "config.json", "layer_norm_eps", 1e-6)
     assert "configuration error: MODEL_DIR: checkpoint step-00000016.ckpt was trained from another model" \
         in result.stdout
     assert "configuration error: BATCH_SIZE: checkpoint step-00000016.ckpt was trained with BATCH_SIZE=16, now 8" \

@@ -63,14 +63,16 @@ def test_a_rank_waiting_for_the_data_says_so_while_it_waits(monkeypatch):
 
     import torch.distributed as dist
 
-    from worker.mnist import data
+    from trainer_runtime import prepared_once
 
-    monkeypatch.setattr(data, "WAIT_REPORT_SECONDS", 0.2)
+    monkeypatch.setattr(prepared_once, "WAIT_REPORT_SECONDS", 0.2)
     store = dist.HashStore()  # the store the process group's ranks share, in one process
     timer = threading.Timer(0.9, store.set, args=("verdict", json.dumps({"ok": True, "source": "mnist"})))
     timer.start()
     lines = []
-    assert data._wait_for(store, "verdict", 60, "global rank 0", lines.append) == {"ok": True, "source": "mnist"}
+    preparation = prepared_once.Preparation("prepare the data", "preparing the data", "verdict", "global rank 0", 60,
+                                            "DOWNLOAD_TIMEOUT")
+    assert prepared_once.wait_for(store, preparation, lines.append) == {"ok": True, "source": "mnist"}
     timer.join()
     assert 3 <= len(lines) <= 5, lines
     assert lines[0] == "waiting for global rank 0 to prepare the data: 0 s of DOWNLOAD_TIMEOUT=60 s"

@@ -5,15 +5,12 @@ resume with other data or another LoRA shape is refused naming each."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from testbed.sft_data import make_chat_data, make_model
-from tests.conftest import OUTSIDE
-from tests.worker.launch import fault_env
+from tests.worker.launch import fault_env, run_workload
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("peft")
@@ -30,12 +27,7 @@ def world(tmp_path_factory):
 
 
 def run_sft(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
-    env.update(SETTINGS, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
-    env.update(extra or {})
-    return subprocess.run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m",
-                           "worker.sft"], env=env, capture_output=True, text=True, timeout=timeout, cwd=OUTSIDE)
+    return run_workload("worker.sft", SETTINGS, model, data, output, extra, timeout)
 
 
 @pytest.fixture(scope="module")

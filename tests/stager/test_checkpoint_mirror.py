@@ -378,12 +378,14 @@ def restored_then_resumed(run, module: str, uri: str, environ: dict, settings: d
 
 
 def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dict, settings: dict, tmp_path: Path,
-                                        *, fault_at: str, mirrored: int, total: int) -> Path:
+                                        *, whole: dict, fault_at: str, mirrored: int, total: int) -> Path:
     """The bucket round trip of built-in program ``module`` (``run(volume, settings)`` under the launcher, mirroring
-    to ``uri``): rank 0 stalls before batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``,
-    then dies; on another, empty volume the stage step restores that step and the run trains to ``total``. The
-    bucket holds what each volume holds at each end. The second volume, for the caller's comparison with a run
-    that was never killed."""
+    to ``uri``): first a run never killed, with ``whole``'s settings, into tmp_path/whole; then rank 0 stalls before
+    batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``, then dies; on another, empty volume
+    the stage step restores that step and the run trains to ``total``. The bucket holds what each volume holds at
+    each end. The second volume, for the caller's comparison with tmp_path/whole."""
+    uninterrupted = run(tmp_path / "whole", whole)
+    assert uninterrupted.returncode == 0, uninterrupted.stdout[-3000:]
     first, second = tmp_path / "first-volume", tmp_path / "second-volume"
     killed = run(first, {**settings, **fault_env(f"sleep=2@batch={fault_at},rank=0; sigkill@batch={fault_at},rank=0")})
     assert killed.returncode != 0

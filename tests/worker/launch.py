@@ -40,6 +40,18 @@ def worker_env(data_dir: Path, output_dir: Path, **settings) -> dict:
     return env
 
 
+def run_workload(module: str, settings: dict, model: Path, data: Path, output: Path, extra: dict | None = None,
+                 timeout: float = 300) -> subprocess.CompletedProcess:
+    """Built-in workload ``module`` under the pod's launcher, two processes (gloo, CPU): ``settings``, then the
+    model, data and output directories, then ``extra``."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
+    env.update(settings, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m", module], env,
+               timeout)
+
+
 def torchrun_command(nproc: int) -> list[str]:
     return [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", "-m", "worker"]
 
@@ -90,3 +102,21 @@ def kill_tree(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
 def recorded_epochs(output_dir: Path) -> list[int]:
     """The epochs rank 0 recorded in OUTPUT_DIR/metrics.jsonl, in order (a lost or repeated one shows)."""
     return [json.loads(line)["epoch"] for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def resumed_with_a_changed_model(run, model: Path, data: Path, tmp_path: Path, file: str, key: str, value
+                                 ) -> subprocess.CompletedProcess:
+    """``run(model, data, output, settings)`` for one epoch, then again into the same output with a copy of
+    ``model`` whose ``file`` (JSON) has ``key`` set to ``value`` and BATCH_SIZE 8: what a resume that must be
+    refused (78) said."""
+    import shutil
+
+    assert run(model, data, tmp_path / "out", {"EPOCHS": "1"}).returncode == 0
+    changed = tmp_path / "model"
+    shutil.copytree(model, changed)
+    config = json.loads((changed / file).read_text())
+    config[key] = value
+    (changed / file).write_text(json.dumps(config))
+    result = run(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
+    assert result.returncode == 78, result.stdout[-3000:]
+    return result

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.digests import file_digest
-from trainer_contract.settings import config_fields, shaping_settings
+from trainer_contract.settings import shaping_settings
 from trainer_runtime import run_record
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
 
@@ -60,10 +60,6 @@ def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
             "world_size": world_size, "config": {key: getattr(config, key) for key in shaping_settings(type(config))}}
 
 
-def _env_name(config: Any, key: str) -> str:
-    return next(item.metadata["env"] for item in config_fields(type(config)) if item.name == key)
-
-
 def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: Any) -> list[str]:
     """Why checkpoint ``name`` (recorded) cannot be resumed with ``now``: one line each, then the ways out."""
     problems = [f"MODEL_DIR: checkpoint {name} was trained from another {what} (revision {recorded[key]}, now "
@@ -73,9 +69,8 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
     if "data_revision" in now and recorded.get("data_revision") != now["data_revision"]:
         problems.append(f"DATASET_DIR: checkpoint {name} was trained on other data (revision "
                         f"{recorded.get('data_revision')}, now {now['data_revision']} in {config.dataset_dir})")
-    problems += [run_record.changed_setting(_env_name(config, key), f"checkpoint {name}", value, now["config"][key])
-                 for key, value in recorded.get("config", {}).items()
-                 if key in now["config"] and str(value) != str(now["config"][key])]
+    problems += run_record.changed_settings(recorded.get("config", {}), now["config"], type(config),
+                                            f"checkpoint {name}")
     if recorded.get("world_size") != now["world_size"]:
         problems.append(f"WORLD_SIZE: checkpoint {name} was taken with {recorded.get('world_size')} processes, now "
                         f"{now['world_size']}: each process's share of the epoch would change")

@@ -1,17 +1,17 @@
-"""Evaluation at each epoch's end: every process scores its share of the held-out texts; the counts (a confusion
-matrix and the summed loss) are added up across the gang, so the accuracy, macro F1 and loss are those of the
-whole split at any world size."""
+"""Evaluation at each epoch's end (trainer_runtime.sharded_evaluation): every process scores its share of the
+held-out texts; the counts (a confusion matrix and the summed loss) are added up across the gang, so the accuracy,
+macro F1 and loss are those of the whole split at any world size."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer_runtime.precision import Precision
 from trainer_runtime.pretrained.batches import collate
+from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
 
 
 def scores(confusion: torch.Tensor, loss_sum: float) -> dict[str, float]:
@@ -27,23 +27,18 @@ def scores(confusion: torch.Tensor, loss_sum: float) -> dict[str, float]:
             "loss": loss_sum / max(total, 1.0)}
 
 
-@torch.no_grad()
 def evaluate(model: torch.nn.Module, examples: list[dict[str, Any]], num_labels: int, batch_size: int, pad_id: int,
              precision: Precision, device: torch.device, rank: int, world_size: int) -> dict[str, float]:
-    model.eval()
-    confusion = torch.zeros(num_labels * num_labels, dtype=torch.float64, device=device)
-    loss_sum = torch.zeros(1, dtype=torch.float64, device=device)
-    mine = examples[rank::world_size]
-    for start in range(0, len(mine), batch_size):
-        batch = {key: value.to(device) for key, value in collate(mine[start:start + batch_size], pad_id).items()
-                 if key != "index"}
-        labels = batch.pop("labels")
-        with precision.autocast():
-            logits = model(**batch).logits.float()
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
-        confusion += torch.bincount(labels * num_labels + logits.argmax(-1), minlength=num_labels ** 2).double()
-    if world_size > 1:
-        dist.all_reduce(confusion)
-        dist.all_reduce(loss_sum)
-    model.train()
-    return scores(confusion.view(num_labels, num_labels).cpu(), float(loss_sum.item()))
+    counts = torch.zeros(num_labels * num_labels + 1, dtype=torch.float64, device=device)  # confusion, loss sum
+    with evaluating(model):
+        for (part,), counted in rank_batches(batch_size, rank, world_size, examples):
+            batch = {key: value.to(device) for key, value in collate(part, pad_id).items() if key != "index"}
+            labels = batch.pop("labels")
+            with precision.autocast():
+                logits = model(**batch).logits.float()
+            if counted:
+                counts[:-1] += torch.bincount(labels * num_labels + logits.argmax(-1),
+                                              minlength=num_labels ** 2).double()
+                counts[-1] += F.cross_entropy(logits, labels, reduction="sum").double()
+    counts = gang_sum(counts, world_size).cpu()
+    return scores(counts[:-1].view(num_labels, num_labels), float(counts[-1]))

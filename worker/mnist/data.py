@@ -3,9 +3,7 @@ normalized images as one tensor and takes whole batches of its shard by indexing
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from pathlib import Path
 
 import torch
@@ -13,15 +11,12 @@ import torch
 from trainer_contract import hooks
 from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.prepared_once import Preparation, prepared_once
 from worker.mnist import idx, mnist_sample
 from worker.mnist.mnist_files import OFFICIAL_MIRRORS, DataError, check_raw_files, download, raw_dir, read_checksums
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training images, as everyone normalizes them
 FULL, SAMPLE = "mnist", "mnist-sample"  # what a run trains on: DATA_DIR's MNIST, or worker.mnist.mnist_sample
-
-
-class PeerLost(Exception):
-    """A peer did not answer in time or went away (exit_codes.PEER_LOST)."""
 
 
 def _prepare_source(config: TrainConfig, log) -> str:
@@ -61,37 +56,24 @@ def _prepare_files(config: TrainConfig, log) -> None:
 
 
 def prepare(config: TrainConfig, env: DistEnv, store, log) -> str:
-    """One rank per copy of DATA_DIR prepares it; the others wait for its verdict through the store.
-
-    With a shared DATA_DIR that is global rank 0, else local rank 0 of each pod. The store (the process
-    group's own) carries the outcome, so nobody relies on file locks, which many NFS servers ignore, and
-    waiting is bounded by DOWNLOAD_TIMEOUT with a clear message instead of a 30-minute barrier.
-    """
-    preparer = env.rank == 0 if config.data_shared else env.local_rank == 0
-    scope = "all" if config.data_shared else f"node-{env.group_rank}"
-    key = f"indexed-trainer/data/{env.restart_count}/{scope}"
+    """One rank per copy of DATA_DIR prepares it (trainer_runtime.prepared_once): global rank 0 with a shared
+    DATA_DIR, else local rank 0 of each pod; the others wait for its verdict, at most DOWNLOAD_TIMEOUT."""
     if store is None:  # a single process
         return _prepare_source(config, log)
-    if preparer:
-        hooks.point("download")  # tests: the preparing rank dies while the others wait
-        try:
-            source = _prepare_source(config, log)
-        except DataError as exc:
-            store.set(key, json.dumps({"ok": False, "error": str(exc)}))
-            raise
-        except BaseException:  # SIGTERM (trainer_runtime.stop.Terminated) or a crash: the others need not wait it out
-            store.set(key, json.dumps({"ok": False, "stopped": True}))
-            raise
-        store.set(key, json.dumps({"ok": True, "source": source}))
-        return source
+    preparer = env.rank == 0 if config.data_shared else env.local_rank == 0
+    scope = "all" if config.data_shared else f"node-{env.group_rank}"
     who = "global rank 0" if config.data_shared else f"local rank 0 of node {env.group_rank}"
-    verdict = _wait_for(store, key, config.download_timeout, who, log)
-    if verdict.get("stopped"):
-        raise PeerLost(f"{who} was stopped while preparing the data")
-    if not verdict["ok"]:  # the preparing rank exits 69 and counts the failure; this rank is its victim
-        raise PeerLost(f"{who} could not prepare the data: {verdict['error']}")
-    if verdict.get("source") == SAMPLE:
-        return SAMPLE
+    key = f"indexed-trainer/data/{env.restart_count}/{scope}"
+    preparation = Preparation("prepare the data", "preparing the data", key, who, config.download_timeout,
+                              "DOWNLOAD_TIMEOUT")
+
+    def prepared() -> str:
+        hooks.point("download")  # tests: the preparing rank dies while the others wait
+        return _prepare_source(config, log)
+
+    source = prepared_once(preparation, store, preparer, prepared, DataError, log)
+    if preparer or source == SAMPLE:
+        return source
     try:  # the files must be visible here too: DATA_SHARED=true with a DATA_DIR that is not really shared?
         check_raw_files(raw_dir(config.data_dir))
     except DataError as exc:
@@ -100,30 +82,6 @@ def prepare(config: TrainConfig, env: DistEnv, store, log) -> str:
         raise DataError(f"{who} prepared the data but {raw_dir(config.data_dir)} here does not hold it ({exc}); "
                         f"{hint}") from None
     return FULL
-
-
-WAIT_REPORT_SECONDS = 15.0  # a line this often while a rank waits for the data, so a long wait is never silent
-
-
-def _wait_for(store, key: str, timeout: float, who: str, log) -> dict:
-    """The verdict under ``key`` in the store, waited for at most ``timeout`` seconds in short polls: a blocking
-    store.wait would hold off SIGTERM (Python runs signal handlers between its own instructions) for the whole
-    wait."""
-    began = time.monotonic()
-    deadline, report = began + timeout, began + WAIT_REPORT_SECONDS
-    while True:
-        now = time.monotonic()
-        if now >= report:
-            log(f"waiting for {who} to prepare the data: {now - began:.0f} s of DOWNLOAD_TIMEOUT={timeout:g} s")
-            report += WAIT_REPORT_SECONDS
-        try:
-            if store.check([key]):
-                return json.loads(store.get(key))
-        except Exception as exc:  # DistNetworkError: its host (torchrun of pod 0) is gone
-            raise PeerLost(f"{who} went away while preparing the data ({type(exc).__name__}: {exc})") from None
-        if time.monotonic() >= deadline:
-            raise PeerLost(f"{who} did not finish preparing the data within DOWNLOAD_TIMEOUT={timeout:g} s")
-        time.sleep(0.2)
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:

@@ -11,12 +11,11 @@ finished run before any rendezvous.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from trainer_contract.program_settings import TrainConfig
-from trainer_contract.settings import shaping_settings
 from trainer_runtime import run_record
 
 # Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:
@@ -26,29 +25,14 @@ MODEL_SUMMARY = "model.json"
 MODEL_WEIGHTS = "model.pt"
 
 
-def env_name(field_name: str) -> str:
-    return next(f.metadata["env"] for f in fields(TrainConfig) if f.name == field_name)
-
-
 def recorded_config(config: TrainConfig) -> dict[str, Any]:
     """The configuration as a checkpoint and model.json record it: numbers, booleans, null, paths as text."""
     return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()}
 
 
-def _differs(recorded: Any, now: Any) -> bool:
-    return str(recorded) != str(now)  # by text: earlier versions recorded str(value)
-
-
-def _shown(value: Any) -> str:
-    """A recorded value as the variable is written (true, not True)."""
-    return str(value).lower() if isinstance(value, bool) or value in ("True", "False") else str(value)
-
-
 def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -> list[str]:
     """One problem line per shaping setting that differs from ``recorded``, then the ways out; [] if none."""
-    now = recorded_config(config)
-    problems = [run_record.changed_setting(env_name(key), what, _shown(recorded[key]), _shown(now[key]))
-                for key in shaping_settings(TrainConfig) if key in recorded and _differs(recorded[key], now[key])]
+    problems = run_record.changed_settings(recorded, recorded_config(config), TrainConfig, what)
     if problems:
         problems.append(run_record.ways_out(config.output_dir, kept=NEW_RUN_KEEPS))
     return problems
@@ -78,8 +62,8 @@ def describe(summary: dict, config: TrainConfig) -> str:
     accuracy = summary.get("accuracy")
     result = f"test accuracy {accuracy:.4f}" if accuracy is not None else "no test accuracy recorded"
     recorded, now = summary.get("config") or {}, recorded_config(config)
-    differences = [f"{env_name(key)}={_shown(recorded[key])}" for key in NOTED
-                   if key in recorded and _differs(recorded[key], now[key])]
+    differences = [f"{run_record.variable_of(TrainConfig, key)}={run_record.shown(recorded[key])}" for key in NOTED
+                   if key in recorded and run_record.differs(recorded[key], now[key])]
     asked = (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone "
              "for these)") if differences else ""
     return (f"the run in {config.output_dir} is already complete ({summary.get('epochs')} epochs, {result}{asked}): "

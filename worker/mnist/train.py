@@ -27,6 +27,7 @@ from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
+from trainer_runtime.sharded_evaluation import evaluating, rank_batches
 from trainer_runtime.stop import StopRequest, Terminated
 from trainer_stager.checkpoint_mirror import mirror_from
 from worker.mnist import data, export, previous_runs, resume, settings
@@ -94,9 +95,7 @@ class Trainer:
         images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
         test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
         self.images, self.labels = images.to(self.device), labels.to(self.device)
-        # each rank evaluates its own slice of the test set; the counts are summed
-        self.test_images = test_images[env.rank::env.world_size].to(self.device)
-        self.test_labels = test_labels[env.rank::env.world_size].to(self.device)
+        self.test_images, self.test_labels = test_images.to(self.device), test_labels.to(self.device)
         self.test_count = len(test_images)
         self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
 
@@ -245,16 +244,14 @@ class Trainer:
         return (None if loss is None else loss.detach()), agreed
 
     def evaluate(self) -> tuple[int, int]:
-        self.model.eval()
-        correct = 0
-        # the same number of forward passes on every rank: under fsdp each one gathers parameters from all
-        largest_shard = -(-self.test_count // self.env.world_size)
-        with torch.no_grad(), self.parallel.precision.autocast():  # no_grad: FSDP2 cannot run in inference_mode
-            for start in range(0, largest_shard, EVAL_CHUNK):
-                logits = self.model(self.test_images[start:start + EVAL_CHUNK])
-                correct += int((logits.argmax(1) == self.test_labels[start:start + EVAL_CHUNK]).sum())
-        self.model.train()
-        return correct, len(self.test_images)
+        """This rank's test images right and counted (trainer_runtime.sharded_evaluation)."""
+        correct = tested = 0
+        with evaluating(self.model), self.parallel.precision.autocast():
+            for (images, labels), counted in rank_batches(EVAL_CHUNK, self.env.rank, self.env.world_size,
+                                                          self.test_images, self.test_labels):
+                hits = int((self.model(images).argmax(1) == labels).sum())
+                correct, tested = (correct + hits, tested + len(labels)) if counted else (correct, tested)
+        return correct, tested
 
     def end_epoch(self, epoch: int, tally: EpochTally, scheduler, carried_loss: float,
                   carried_samples: float) -> dict:
@@ -376,9 +373,6 @@ def run(config: TrainConfig, env: DistEnv) -> int:
     except data.DataError as exc:
         trainer.log(f"error: data unavailable: {exc}")
         return exit_codes.DATA_UNAVAILABLE
-    except data.PeerLost as exc:
-        trainer.log(f"error: {exc}")
-        return exit_codes.PEER_LOST
     except (dist.DistError, RuntimeError) as exc:
         failure = peer_failures.exit_for(exc, env.is_rank0)
         if failure is None:

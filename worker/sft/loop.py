@@ -8,9 +8,9 @@ import math
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from trainer_runtime.precision import Precision
+from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
 from worker.sft.examples import IGNORE, Example, chat
 
 
@@ -24,29 +24,23 @@ def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
                                             for e, pad in zip(examples, pads, strict=True)])}
 
 
-@torch.no_grad()
 def evaluate(model: torch.nn.Module, examples: list[Example], batch_size: int, pad_id: int, precision: Precision,
              device: torch.device, rank: int, world_size: int) -> dict[str, float]:
-    """The mean loss per supervised token over the whole split (every process its share), and its perplexity.
-    Every rank runs the same number of forwards (a sharded model gathers its weights in each): a rank whose share
-    is shorter runs its last ones on a stand-in example it does not count."""
-    model.eval()
+    """The mean loss per supervised token over the whole split (trainer_runtime.sharded_evaluation), and its
+    perplexity."""
     totals = torch.zeros(2, dtype=torch.float64, device=device)  # summed token losses, supervised tokens
-    mine = examples[rank::world_size]
-    for start in range(0, math.ceil(len(examples) / world_size), batch_size):
-        part = mine[start:start + batch_size]
-        batch = {key: value.to(device) for key, value in collate(part or examples[:1], pad_id).items()}
-        labels = batch.pop("labels")
-        with precision.autocast():
-            logits = model(**batch).logits.float()
-        shifted = labels[:, 1:]
-        losses = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), shifted.reshape(-1),
-                                                   ignore_index=IGNORE, reduction="sum")
-        if part:
-            totals += torch.stack([losses.double(), (shifted != IGNORE).sum().double()])
-    if world_size > 1:
-        dist.all_reduce(totals)
-    model.train()
+    with evaluating(model):
+        for (part,), counted in rank_batches(batch_size, rank, world_size, examples):
+            batch = {key: value.to(device) for key, value in collate(part, pad_id).items()}
+            labels = batch.pop("labels")
+            with precision.autocast():
+                logits = model(**batch).logits.float()
+            shifted = labels[:, 1:]
+            losses = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                       shifted.reshape(-1), ignore_index=IGNORE, reduction="sum")
+            if counted:
+                totals += torch.stack([losses.double(), (shifted != IGNORE).sum().double()])
+    totals = gang_sum(totals, world_size)
     loss = float(totals[0] / totals[1].clamp(min=1))
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 

@@ -1,0 +1,79 @@
+"""Something every rank needs but one rank should make (a dataset downloaded, a cache built): that rank prepares it
+and publishes its verdict in the rendezvous' store; the others wait for the verdict, not for a file.
+
+The store (the process group's own) carries the outcome, so nobody relies on file locks, which many NFS servers
+ignore; a waiting rank says what it waits for every WAIT_REPORT_SECONDS, and its wait is bounded by the timeout
+with a line naming the setting, instead of a 30-minute barrier. A preparer that fails or is stopped says so at
+once: its peers exit as its victims (trainer_runtime.peer_failures.PeerLost, 75), not after the timeout."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_runtime.peer_failures import PeerLost
+
+WAIT_REPORT_SECONDS = 15.0  # a line this often while a rank waits, so a long wait is never silent
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What is prepared (``what``: "prepare the data", ``doing``: "preparing the data"), under which store key, by
+    whom (``who``, for the waiting ranks' lines), within how many seconds (``timeout``, the setting
+    ``timeout_name``)."""
+
+    what: str
+    doing: str
+    key: str
+    who: str
+    timeout: float
+    timeout_name: str
+
+
+def prepared_once(preparation: Preparation, store: Any, preparer: bool, prepare: Callable[[], Any],
+                  failure: type[Exception], log: Callable[[str], None]) -> Any:
+    """``prepare()``'s result (JSON) on every rank: run here when ``preparer``, else waited for in ``store``. A
+    ``failure`` raised by the preparer is raised there and becomes its peers' PeerLost naming it."""
+    if preparer:
+        try:
+            result = prepare()
+        except failure as exc:
+            store.set(preparation.key, json.dumps({"ok": False, "error": str(exc)}))
+            raise
+        except BaseException:  # a stop (trainer_runtime.stop.Terminated) or a crash: the others need not wait it out
+            store.set(preparation.key, json.dumps({"ok": False, "stopped": True}))
+            raise
+        store.set(preparation.key, json.dumps({"ok": True, "result": result}))
+        return result
+    verdict = wait_for(store, preparation, log)
+    if verdict.get("stopped"):
+        raise PeerLost(f"{preparation.who} was stopped while {preparation.doing}")
+    if not verdict["ok"]:  # the preparing rank exits with its own code; this rank is its victim
+        raise PeerLost(f"{preparation.who} could not {preparation.what}: {verdict['error']}")
+    return verdict["result"]
+
+
+def wait_for(store: Any, preparation: Preparation, log: Callable[[str], None]) -> dict:
+    """The verdict under the preparation's key, waited for in short polls: a blocking store.wait would hold off
+    SIGTERM (Python runs signal handlers between its own instructions) for the whole wait."""
+    who, timeout = preparation.who, preparation.timeout
+    began = time.monotonic()
+    deadline, report = began + timeout, began + WAIT_REPORT_SECONDS
+    while True:
+        now = time.monotonic()
+        if now >= report:
+            log(f"waiting for {who} to {preparation.what}: {now - began:.0f} s of {preparation.timeout_name}="
+                f"{timeout:g} s")
+            report += WAIT_REPORT_SECONDS
+        try:
+            if store.check([preparation.key]):
+                return json.loads(store.get(preparation.key))
+        except Exception as exc:  # DistNetworkError: its host (torchrun of pod 0) is gone
+            raise PeerLost(f"{who} went away while {preparation.doing} "
+                           f"({type(exc).__name__}: {exc})") from None
+        if time.monotonic() >= deadline:
+            raise PeerLost(f"{who} did not finish {preparation.doing} within {preparation.timeout_name}={timeout:g} s")
+        time.sleep(0.2)
