@@ -115,10 +115,6 @@ def read_state(root: Path, now: datetime | None = None) -> JobState:
     return state if alive or state.exit_code is not None else replace(state, exit_code=1)
 
 
-def status_lines(root: Path, now: datetime | None = None) -> list[str]:
-    return read_state(root, now).lines
-
-
 def live_metrics(status: dict, alive: bool, timeout: float = 2.0) -> str | None:
     """Index 0's live metrics, scraped from the port local-job gave its pod (the container's port named
     metrics), as one line; None when it serves none (not started, ended, metrics off)."""

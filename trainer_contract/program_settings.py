@@ -73,7 +73,8 @@ class RunSettings:
     keep_checkpoints: int = setting("KEEP_CHECKPOINTS", parse_positive_int, 2, "Checkpoints kept on the volume.")
     resume: bool = setting("RESUME", parse_boolean, True,
                            "Resume from the newest valid checkpoint in OUTPUT_DIR/checkpoints (refused if a shaping "
-                           "setting changed).")
+                           "setting changed); false: the run in OUTPUT_DIR is moved, whole, to "
+                           "OUTPUT_DIR/previous-runs/ and this one starts from the beginning.")
     tensorboard: bool = setting(
         "TENSORBOARD", parse_boolean, True,
         "Rank 0 writes TensorBoard event files to OUTPUT_DIR/tensorboard (`tensorboard --logdir OUTPUT_DIR`).")

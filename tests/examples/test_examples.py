@@ -4,15 +4,13 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import BIN, OUTSIDE, ROOT, ROOT_ALLOWANCE
-from tests.localjob.test_local_job_runs import pod_processes
-from tests.worker.launch import read_until
+from tests.localjob.test_local_job_runs import lose_a_pod_when
 
 pytestmark = pytest.mark.slow
 EXAMPLES = ROOT / "examples"
@@ -41,16 +39,7 @@ def local_job(tmp_path, example: str) -> list[str]:
 def test_toy_ddp_snapshots_on_the_volume_and_resumes_after_a_killed_pod(tmp_path):
     process = subprocess.Popen(local_job(tmp_path, "toy-ddp"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=OUTSIDE, start_new_session=True)
-    seen = []
-    try:
-        assert read_until(process, "Epoch 20 | Training snapshot saved", 240, seen), "".join(seen[-40:])
-        for pid in pod_processes("toy-ddp-1-"):  # the node running pod 1 is lost
-            os.kill(pid, signal.SIGKILL)
-        rest = process.communicate(timeout=300)[0]
-    finally:
-        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
-    log = "".join(seen) + rest
-    assert process.returncode == 0, log[-5000:]
+    log = lose_a_pod_when(process, "Epoch 20 | Training snapshot saved", 240, "toy-ddp-1-")  # pod 1's node is lost
     resumed = [int(n) for n in re.findall(r"Resuming training from snapshot at Epoch (\d+)", log)]
     assert resumed and min(resumed) >= 20  # the gang came back and went on from the volume's snapshot
     assert "[RANK0] done: 60 epochs" in log and "[RANK1] done: 60 epochs" in log

@@ -6,6 +6,7 @@ step reseeds it), checkpoints and stops on SIGTERM, and refuses to resume with a
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -116,6 +117,29 @@ def whole(world, tmp_path_factory):
     result = run_finetune(*world, output)
     assert result.returncode == 0, result.stdout[-3000:]
     return output
+
+
+def test_resume_false_sets_the_earlier_run_aside_whole_and_the_new_run_keeps_its_own(world, whole, tmp_path):
+    """RESUME=false in an OUTPUT_DIR holding a finished run of 48 steps: that run moves, file for file, to
+    previous-runs/ before anything is written; the new run's checkpoint is not pruned for the old run's higher step,
+    its metrics.jsonl and summary are its own (as the MNIST worker's, trainer_runtime.previous_runs)."""
+    model, data = world
+    out = shutil.copytree(whole, tmp_path / "out")
+
+    def files(root):
+        return sorted(str(path.relative_to(root)) for path in root.rglob("*")
+                      if path.is_file() and path.relative_to(root).parts[0] not in ("logs", ".gang", "previous-runs"))
+
+    before = files(out)
+    fresh = run_finetune(model, data, out, {"EPOCHS": "1", "RESUME": "false", "KEEP_CHECKPOINTS": "1"})
+    assert fresh.returncode == 0, fresh.stdout[-3000:]
+    (kept,) = (out / "previous-runs").iterdir()
+    assert f"Rank 0: RESUME=false: the run that was in {out} is kept, whole, in {kept}" in fresh.stdout
+    assert files(kept) == before and "checkpoints/step-00000048.ckpt" in before
+    assert [path.name for path in (out / "checkpoints").iterdir()] == ["step-00000016.ckpt"]
+    assert json.loads((out / "summary.json").read_text())["step"] == 16
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in records if "accuracy" not in line] == list(range(1, 17))
 
 
 def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, whole, tmp_path):

@@ -94,6 +94,24 @@ def pod_processes(prefix: str) -> list[int]:
     return pids
 
 
+def lose_a_pod_when(process: subprocess.Popen, needle: str, timeout: float, pod: str, processes: int = 1) -> str:
+    """When ``needle`` shows in local-job's output: every process of pod ``pod`` (at least ``processes``) SIGKILLed
+    at once, as when its node is lost; local-job's whole output once it ends, which must be a success."""
+    seen: list[str] = []
+    try:
+        assert read_until(process, needle, timeout, seen), "".join(seen[-50:])
+        victims = pod_processes(pod)
+        assert len(victims) >= processes, victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    return log
+
+
 def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
     claim = volume(tmp_path, SMALL)
     manifests = render("replicas=2", "config_map.EPOCHS=4", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
@@ -101,18 +119,8 @@ def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
     process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE,
                                start_new_session=True)
-    seen = []
-    try:
-        assert read_until(process, "Rank 1: epoch: 2/4, batch: 10/64", 180, seen), "".join(seen[-50:])
-        victims = pod_processes("mnist-train-1-")
-        assert len(victims) >= 2  # torchrun and its worker
-        for pid in victims:  # the node is lost: every process of the pod dies at once
-            os.kill(pid, signal.SIGKILL)
-        rest = process.communicate(timeout=300)[0]
-    finally:
-        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
-    log = "".join(seen) + rest
-    assert process.returncode == 0, log[-5000:]
+    # the node is lost: every process of the pod (torchrun and its worker) dies at once
+    log = lose_a_pod_when(process, "Rank 1: epoch: 2/4, batch: 10/64", 180, "mnist-train-1-", processes=2)
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["condition"]["type"] == "Complete"
     # only the lost pod was recreated: the survivor waited in place for its replacement

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from localjob.status import status_lines
+from localjob.status import read_state
 from tests.conftest import BIN, OUTSIDE, ROOT
 
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=timezone.utc)
@@ -63,7 +63,7 @@ LOGS = {
 def test_a_run_shows_its_pods_progress_eta_warnings_and_last_error(tmp_path, case, pid, expected_head):
     pid = pid or dead_pid()
     publish(tmp_path, PODS, pid, logs=LOGS)
-    lines = status_lines(tmp_path, NOW)
+    lines = read_state(tmp_path, NOW).lines
     assert lines[0] == expected_head
     running = "Running for 2 min 05 s" if case == "running" else "Running (LocalJobGone)"
     assert f"index 0: mnist-train-0-aaaaa {running}" in lines

@@ -10,7 +10,8 @@ from trainer_contract import exit_codes
 from trainer_contract.config_reading import load_config
 from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfig
 from trainer_contract.settings import ConfigError
-from trainer_runtime.pretrained.run import Refusal, loading_options
+from trainer_runtime.failures import Refusal
+from trainer_runtime.pretrained.run import loading_options
 
 transformers = pytest.importorskip("transformers")
 

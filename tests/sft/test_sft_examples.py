@@ -150,7 +150,7 @@ def test_a_chat_template_that_loops_is_stopped_and_refused_by_name(tmp_path, mon
     runs. One that loops (10^10 iterations here) is stopped after the time limit and refused, exit 78."""
     import time
 
-    from trainer_runtime.pretrained.run import Refusal
+    from trainer_runtime.failures import Refusal
     from worker.sft import examples
 
     looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHAT_TEMPLATE

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from testbed.sft_data import make_model  # noqa: E402
-from trainer_runtime.pretrained.run import Refusal  # noqa: E402
+from trainer_runtime.failures import Refusal  # noqa: E402
 from worker.sft import model as sft_model  # noqa: E402
 
 LORA = sft_model.Lora(rank=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))

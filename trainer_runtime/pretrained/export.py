@@ -12,11 +12,13 @@ from typing import Any
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from trainer_runtime.goodput import goodput_account
 
+TRAINED = "_trained"
+
 
 def export_dir(config: Any, model_type: str, task: str) -> Path:
     """EXPORT_DIR when export.storage_uri set it, else <OUTPUT_DIR>/<model type>_<task>_trained (the seed's
     bert_squad_trained/)."""
-    return config.export_dir or config.output_dir / f"{model_type}_{task}_trained"
+    return config.export_dir or config.output_dir / f"{model_type}_{task}{TRAINED}"
 
 
 def save_pretrained(model: Any, tokenizer: Any, destination: Path, state_dict: dict[str, Any] | None = None) -> None:
@@ -34,6 +36,9 @@ def save_pretrained(model: Any, tokenizer: Any, destination: Path, state_dict: d
 
 
 SUMMARY_FILE = "summary.json"
+# What a pretrained-model run writes into OUTPUT_DIR beside every run's entries (a RESUME=false start sets them
+# aside: trainer_runtime.previous_runs): its summary first, its default exports
+RUN_FILES = (SUMMARY_FILE, f"*{TRAINED}")
 
 
 def write_summary(output_dir: Path, summary: dict[str, Any], export: Any) -> None:

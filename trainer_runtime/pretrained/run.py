@@ -13,22 +13,16 @@ from typing import Any
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import exit_codes
 from trainer_contract.settings import ConfigError
-from trainer_runtime import peer_failures
+from trainer_runtime import previous_runs
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.entry import attention_problem
+from trainer_runtime.failures import NAMED, Refusal, exit_for
 from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained.export import RUN_FILES
 from trainer_runtime.pretrained.run_log import say
-from trainer_runtime.stop import Terminated
 from trainer_runtime.usage_log import UsageLog
 from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
-
-
-class Refusal(Exception):
-    def __init__(self, code: int, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.code, self.problems = code, problems
-
 
 Train = Callable[[Any, DistEnv, Callable[[str], None], CheckpointStore], int]
 
@@ -49,21 +43,11 @@ def run_logged(config: Any, env: DistEnv, train: Train) -> int:
         store = CheckpointStore(config.checkpoint_dir, layout.OPTIMIZER_STEP, keep=config.keep_checkpoints, log=log,
                                 mirror=mirror)
         return train(config, env, log, store)
-    except (Refusal, ConfigError) as refusal:  # ConfigError: a refused checkpoint (safe_load.UnsafeCheckpoint)
-        code = refusal.code if isinstance(refusal, Refusal) else exit_codes.BAD_CONFIG
-        for problem in refusal.problems:
-            log(f"{'configuration error' if code == exit_codes.BAD_CONFIG else 'error'}: {problem}")
-        log(f"exiting with code {code} ({exit_codes.meaning(code)})")
-        return code
-    except Terminated as terminated:  # during set-up (a StopRequest's), before anything worth saving
-        log(f"stopped: {terminated} before training started; nothing to save")
-        return exit_codes.TERMINATED
-    except RuntimeError as error:  # torch.distributed's DistError is one: a peer's death makes this rank a victim
-        failure = peer_failures.exit_for(error, env.is_rank0)
-        if failure is None:
+    except NAMED as failure:
+        code = exit_for(failure, env.is_rank0, log)
+        if code is None:
             raise
-        log(failure[1])
-        return failure[0]
+        return code
     finally:
         if mirror is not None:
             mirror.close()
@@ -118,12 +102,18 @@ def quiet_transformers() -> None:
                             module=r"transformers\.")
 
 
-def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore,
-                log: Callable[[str], None]) -> tuple[Path, dict] | None:
+def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: Callable[[str], None],
+                is_rank0: bool, run_files: tuple[str, ...] = RUN_FILES) -> tuple[Path, dict] | None:
     """The newest checkpoint in the store that verifies when RESUME is on, with its record; refused when it was
-    made otherwise than ``now``."""
+    made otherwise than ``now``. RESUME=false: rank 0 sets the run in OUTPUT_DIR aside first (``run_files``
+    beside every run's entries: trainer_runtime.previous_runs), before any rank can write (the others meet it in the
+    first step's collective)."""
     store.remove_stale_temporaries()
     if not config.resume:
+        moved = previous_runs.set_aside(config.output_dir, run_files) if is_rank0 else None
+        if moved is not None:
+            log(f"RESUME=false: the run that was in {config.output_dir} is kept, whole, in {moved}; this run starts "
+                "from the beginning")
         return None
     found = store.newest(checkpoint_record.read_record)
     if found is None:

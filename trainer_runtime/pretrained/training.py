@@ -62,7 +62,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     record_attempt(env, config.output_dir)
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
-    found = resume_from(config, now, store, log)
+    found = resume_from(config, now, store, log, env.is_rank0)
     batches = RankBatches(len(loaded.train), config.batch_size, env.rank, env.world_size, config.seed, True)
     loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, device, env,
                 workload.strategy(config))

@@ -14,10 +14,11 @@ import torch
 from trainer_contract import exit_codes
 from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
 from trainer_runtime.pretrained.loop import Loop
-from trainer_runtime.pretrained.run import Refusal, loading_options, quiet_transformers, require_model, run_logged
+from trainer_runtime.pretrained.run import loading_options, quiet_transformers, require_model, run_logged
 from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate

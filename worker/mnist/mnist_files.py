@@ -59,14 +59,6 @@ def check_idx(path: Path) -> int:
     return shape[0]
 
 
-def _sha256(path: Path) -> str:
-    return file_digest(path, "sha256")
-
-
-def _md5(path: Path) -> str:
-    return file_digest(path, "md5")
-
-
 def check_raw_files(directory: Path) -> dict[str, int]:
     """Check the four decompressed files; return their item counts. Raises DataError naming the first bad one."""
     counts = {}
@@ -87,17 +79,9 @@ def check_raw_files(directory: Path) -> dict[str, int]:
         except (OSError, ValueError, KeyError) as exc:
             raise DataError(f"{marker}: unreadable ({exc})") from None
         for name, digest in recorded.items():
-            if _sha256(directory / name) != digest:
+            if file_digest(directory / name, "sha256") != digest:
                 raise DataError(f"{name}: its SHA-256 no longer matches the one recorded when it was downloaded")
     return counts
-
-
-def data_ready(data_dir: Path) -> bool:
-    try:
-        check_raw_files(raw_dir(data_dir))
-        return True
-    except DataError:
-        return False
 
 
 def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
@@ -148,7 +132,7 @@ def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str,
                 try:
                     _fetch(url, compressed, timeout)
                     kind, want = expected[archive]
-                    got = _md5(compressed) if kind == "md5" else _sha256(compressed)
+                    got = file_digest(compressed, kind)
                     if got != want:
                         raise DataError(f"{url}: {kind} {got} does not match the expected {want}")
                     raw = staging / archive.removesuffix(".gz")
@@ -160,7 +144,7 @@ def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str,
                     continue
                 finally:
                     compressed.unlink(missing_ok=True)
-                digests[raw.name] = _sha256(raw)
+                digests[raw.name] = file_digest(raw, "sha256")
                 log(f"downloaded {url} ({raw.stat().st_size} bytes, {time.monotonic() - started:.1f} s)")
                 break
             else:

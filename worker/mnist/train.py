@@ -19,18 +19,19 @@ from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
 from trainer_contract.settings import ConfigError
-from trainer_runtime import peer_failures, process_group, strategies
+from trainer_runtime import previous_runs, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import NAMED, Refusal, exit_for
 from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.sharded_evaluation import evaluating, rank_batches
-from trainer_runtime.stop import StopRequest, Terminated
+from trainer_runtime.stop import StopRequest
 from trainer_stager.checkpoint_mirror import mirror_from
-from worker.mnist import data, export, previous_runs, resume, settings
+from worker.mnist import data, export, resume, settings
 from worker.mnist.metrics import EpochTally, epoch_record
 from worker.mnist.model import MnistCNN, parameter_count
 
@@ -91,9 +92,12 @@ class Trainer:
 
     def _load_data(self, store) -> None:
         cfg, env = self.config, self.env
-        self.data_source = data.prepare(cfg, env, store, self.log)
-        images, labels = data.load_split(cfg.data_dir, train=True, limit=cfg.train_samples, source=self.data_source)
-        test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
+        try:
+            self.data_source = data.prepare(cfg, env, store, self.log)
+            images, labels = data.load_split(cfg.data_dir, True, limit=cfg.train_samples, source=self.data_source)
+            test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
+        except data.DataError as exc:
+            raise Refusal(exit_codes.DATA_UNAVAILABLE, [f"data unavailable: {exc}"]) from None
         self.images, self.labels = images.to(self.device), labels.to(self.device)
         self.test_images, self.test_labels = test_images.to(self.device), test_labels.to(self.device)
         self.test_count = len(test_images)
@@ -142,7 +146,7 @@ class Trainer:
         if verdict.set_aside_previous and self.env.is_rank0:
             # before any rank can write: the others wait for rank 0 in the first collective of the data or
             # the training
-            moved = previous_runs.set_aside(self.config.output_dir)
+            moved = previous_runs.set_aside(self.config.output_dir, (settings.MODEL_SUMMARY, settings.MODEL_WEIGHTS))
             if moved is not None:
                 self.log(f"RESUME=false: the run that was in {self.config.output_dir} is kept, whole, in {moved}; "
                          "this run starts from the beginning")
@@ -357,28 +361,16 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         return exit_codes.OK
     except AlreadyComplete:
         return exit_codes.OK
-    except ConfigError as error:
-        for problem in error.problems:
-            trainer.log(f"configuration error: {problem}")
-        trainer.log(f"exiting with code {exit_codes.BAD_CONFIG} (bad configuration); nothing was written")
-        return exit_codes.BAD_CONFIG
-    except Terminated as terminated:
-        trainer.log(f"stopped: {terminated} before training started; nothing to save")
-        return exit_codes.TERMINATED
     except Stopped as stopped:
         failed = False  # its checkpoint is written (synchronously)
         trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
                                    else "a peer was asked to stop; the gang restarts from the checkpoint"))
         return stopped.exit_code
-    except data.DataError as exc:
-        trainer.log(f"error: data unavailable: {exc}")
-        return exit_codes.DATA_UNAVAILABLE
-    except (dist.DistError, RuntimeError) as exc:
-        failure = peer_failures.exit_for(exc, env.is_rank0)
-        if failure is None:
+    except NAMED as failure:
+        code = exit_for(failure, env.is_rank0, trainer.log)
+        if code is None:
             raise
-        trainer.log(failure[1])
-        return failure[0]
+        return code
     finally:
         trainer.stop.defer()  # a second signal must not interrupt the clean-up
         trainer.close(failed)

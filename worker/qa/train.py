@@ -23,12 +23,12 @@ from trainer_contract.program_settings import FP16_NEEDS_CUDA, QaConfig
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import record_attempt
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
-from trainer_runtime.pretrained.export import export_dir, write_summary
+from trainer_runtime.pretrained.export import RUN_FILES, export_dir, write_summary
 from trainer_runtime.pretrained.run import (
-    Refusal,
     loading_options,
     quiet_transformers,
     require_model,
@@ -149,7 +149,7 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     except (squad.DatasetError, ValueError) as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     now = checkpoint_record.record(config, env.world_size)
-    found = resume_from(config, now, store, log)
+    found = resume_from(config, now, store, log, env.is_rank0, (*RUN_FILES, PREDICTIONS_FILE))
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)
     pad = tokenizer.pad_token_id or 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trainer_contract import exit_codes
-from trainer_runtime.pretrained.run import Refusal
+from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained.tables import DatasetError
 
 IGNORE = -100

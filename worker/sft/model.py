@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract import exit_codes
+from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained.export import save_pretrained
-from trainer_runtime.pretrained.run import Refusal, loading_options, require_model
+from trainer_runtime.pretrained.run import loading_options, require_model
 
 ADAPTER, MERGED = "adapter", "merged"
 

@@ -16,9 +16,10 @@ import torch
 from trainer_contract import exit_codes
 from trainer_contract.program_settings import SftConfig
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
-from trainer_runtime.pretrained.run import Refusal, quiet_transformers, run_logged
+from trainer_runtime.pretrained.run import quiet_transformers, run_logged
 from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
 from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.sft import examples as sft_examples
