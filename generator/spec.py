@@ -6,6 +6,7 @@ target's. No template reads the values themselves.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -14,7 +15,9 @@ from trainer_contract import gang_rounds, metrics, pod_environment, program_sett
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
+    ALLOW_PATTERNS_VARIABLES,
     EXPORT_VARIABLE,
+    IGNORE_PATTERNS_VARIABLES,
     PATH_VARIABLES,
     STAGED_ROLES,
     UNPACK_LIMIT_VARIABLES,
@@ -240,6 +243,17 @@ def _storage(values: Mapping[str, Any]) -> dict[Role, StorageUri]:
     return sources
 
 
+def _hub_patterns(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The stager's allow and ignore patterns of each staged role, as JSON (null: not rendered)."""
+    rendered: dict[str, Any] = {}
+    for role in STAGED_ROLES:
+        for variables, key in ((ALLOW_PATTERNS_VARIABLES, "allow_patterns"), (IGNORE_PATTERNS_VARIABLES,
+                                                                               "ignore_patterns")):
+            patterns = values["initializer"][role].get(key)
+            rendered[variables[role]] = None if patterns is None else json.dumps(patterns)
+    return rendered
+
+
 def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], *, built_in: bool,
                  shown: Mapping[str, str], metrics_port: int | None) -> dict[str, str]:
     """Every process's variables: the GPU request, the stager's URIs, the launcher's in-place restarts, the metrics
@@ -252,6 +266,7 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     uris |= {URI_SOURCE_VARIABLES[role]: uri.describe for role, uri in sources.items() if uri.scheme == "secret"}
     uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED_ROLES}  # null: not rendered
+    uris |= _hub_patterns(values)
     # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)
     warm_after = values["warm_workers_after_seconds"]  # null: off (the launcher's default is on)
     in_place = {gang_rounds.RESTART_IN_PLACE_VARIABLE: values["restart_in_place"],

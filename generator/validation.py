@@ -37,6 +37,7 @@ from trainer_contract.settings import variable_choices, variable_problem
 from trainer_contract.storage import (
     CREDENTIAL_VARIABLES,
     ENDPOINT_VARIABLES,
+    STAGED_ROLES,
     StorageUriError,
     credential_parameters,
     holds_credentials,
@@ -265,8 +266,21 @@ def name_length_problem(name: str, replicas: int | None) -> str | None:
 def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
-    return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_metrics_problems(spec)) + [
+    return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_pattern_problems(values, spec)) + \
+        list(_metrics_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
+
+
+def _pattern_problems(values: dict, spec: JobSpec) -> Iterable[str]:
+    """allow_patterns and ignore_patterns select the files of a Hub repository (a Secret's URI may name one)."""
+    for role in STAGED_ROLES:
+        source = spec.storage.get(role)
+        for key in ("allow_patterns", "ignore_patterns"):
+            if values["initializer"][role].get(key) is not None and (source is None or source.scheme
+                                                                     not in ("hf", "secret")):
+                has = "no storage_uri" if source is None else f"storage_uri {source.text}"
+                yield (f"initializer.{role}.{key}: selects files of an hf:// repository, and the {role} has {has}: "
+                       "remove it")
 
 
 def _metrics_problems(spec: JobSpec) -> Iterable[str]:

@@ -51,6 +51,16 @@ COMPLETE_OBJECT = ".indexed-trainer-complete.json"
 # What an https:// archive of each staged role may unpack to at most, in bytes (the stager's environment; unset:
 # the volume's free space is the bound). The members' declared sizes are checked before anything is unpacked.
 UNPACK_LIMIT_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_MAX_BYTES", "dataset": "INDEXED_TRAINER_DATASET_MAX_BYTES"}
+# Which files of a Hub repository a staged role fetches (initializer.<role>.allow_patterns and ignore_patterns, as
+# huggingface_hub's snapshot_download takes them: fnmatch globs, "dir/" for a folder; JSON lists in the stager's
+# environment). Unset, a model fetches what from_pretrained loads (MODEL_FILES): a repository's pickled or
+# other-framework weights and its consolidated originals (Llama's original/*.pth) stay on the Hub; a dataset, every
+# file.
+ALLOW_PATTERNS_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_ALLOW_PATTERNS",
+                            "dataset": "INDEXED_TRAINER_DATASET_ALLOW_PATTERNS"}
+IGNORE_PATTERNS_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_IGNORE_PATTERNS",
+                             "dataset": "INDEXED_TRAINER_DATASET_IGNORE_PATTERNS"}
+MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 # The key that signs each checkpoint's listing in the bucket (checkpoint.signing_secret): the mirror signs, the
 # restore accepts only a listing signed with it. From a Secret (Kubernetes) or the environment sbatch runs in.
 SIGNING_KEY_VARIABLE = "INDEXED_TRAINER_CHECKPOINT_SIGNING_KEY"

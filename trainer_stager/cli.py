@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import json
 import os
 import shutil
 import sys
@@ -23,6 +24,9 @@ from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_contract.storage import (
+    ALLOW_PATTERNS_VARIABLES,
+    IGNORE_PATTERNS_VARIABLES,
+    MODEL_FILES,
     PATH_VARIABLES,
     STAGED_ROLES,
     UNPACK_LIMIT_VARIABLES,
@@ -87,17 +91,24 @@ def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) 
 def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
     what = uri.named(role)
     marker = place.marker_of(where)
+    patterns = hub_patterns(environ, role) if uri.scheme == "hf" else None
     if marker is not None:
         if marker.get("uri") not in (uri.source, uri.text):  # the text: an earlier version's marker
             raise StagingError(f"{what}: {where} holds {shown(str(marker.get('uri')))!r}, another source, staged by an earlier "
                                "version, by hand or from the Secret's earlier URI: remove it from the volume (or "
                                "set another storage_uri)", retryable=False)
+        if "patterns" in marker and marker["patterns"] != patterns:  # an earlier version's marker: every file
+            raise StagingError(f"{what}: {where} was staged with other patterns ({marker['patterns']}, now "
+                               f"{patterns}): remove it from the volume to stage it again, or put the patterns back",
+                               retryable=False)
         say(f"{what} is already staged at {where} (since {marker.get('staged_at', '?')}): nothing fetched")
         return
     started = time.monotonic()
     fetch = _fetcher(uri)
     if uri.is_archive:
         fetch = functools.partial(fetch, unpack_limit=unpack_limit(environ, role))
+    if patterns is not None:
+        fetch = functools.partial(fetch, patterns=patterns)
 
     def attempt() -> dict:
         temporary = place.temporary_for(where)
@@ -113,13 +124,38 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str])
               **done["source"]}
     place.publish(done["temporary"], where, record)
     seconds = time.monotonic() - started
-    say(f"{what} staged at {where} in {seconds:.1f} s")
+    left_out = done["source"].get("left_out") or {}
+    say(f"{what} staged at {where} in {seconds:.1f} s" + (
+        f"; {left_out['files']} files of the repository ({left_out['bytes']} bytes) left out by the patterns "
+        f"{done['source']['patterns']}" if left_out.get("files") else ""))
 
 
 def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
     """``action()`` tried as index 0 tries a source: retryable failures again after a back-off."""
     attempts, first_delay = int(environ.get(ATTEMPTS_VARIABLE, "4")), float(environ.get(DELAY_VARIABLE, "2"))
     return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
+
+
+def hub_patterns(environ: Mapping[str, str], role: Role) -> dict[str, list[str] | None]:
+    """Which files of a Hub repository ``role`` fetches (ALLOW_PATTERNS_VARIABLES, IGNORE_PATTERNS_VARIABLES); a
+    model's allow-list defaults to MODEL_FILES, what from_pretrained loads."""
+    allow = _patterns(environ, ALLOW_PATTERNS_VARIABLES[role])
+    return {"allow": list(MODEL_FILES) if allow is None and role == "model" else allow,
+            "ignore": _patterns(environ, IGNORE_PATTERNS_VARIABLES[role])}
+
+
+def _patterns(environ: Mapping[str, str], name: str) -> list[str] | None:
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) and item and "\0" not in item for item in value):
+        raise StagingError(f"{name}={text[:200]!r}: write a JSON list of glob patterns (e.g. [\"*.safetensors\", "
+                           "\"*.json\"])", retryable=False)
+    return value
 
 
 def unpack_limit(environ: Mapping[str, str], role: Role) -> int | None:

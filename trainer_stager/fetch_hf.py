@@ -48,18 +48,28 @@ def classify(uri: StorageUri, error: Exception) -> StagingError:
                         retryable=True)
 
 
-def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
-    """The repository's files at the revision into ``into``; the commit and each file's size and digest."""
+def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, list[str] | None] | None = None
+          ) -> dict:
+    """The repository's files at the revision into ``into``, those ``patterns`` (allow, ignore: as
+    snapshot_download takes them) select; the commit and each file's size and digest, and what was left out."""
     from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.utils import filter_repo_objects
 
     api = HfApi()
+    patterns = patterns or {"allow": None, "ignore": None}
     try:
         info = api.repo_info(uri.repo, repo_type=uri.repo_type, revision=uri.revision, files_metadata=True)
-        siblings = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
-        for sibling in siblings:  # the listing is the Hub's word: a name that would land outside is refused
+        listed = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
+        for sibling in listed:  # the listing is the Hub's word: a name that would land outside is refused
             if not inside_name(sibling.rfilename):
                 raise StagingError(f"{uri.text}: the Hub lists a file named {sibling.rfilename[:200]!r}, which would "
                                    "land outside the directory: refused (check HF_ENDPOINT)", retryable=False)
+        siblings = list(filter_repo_objects(listed, allow_patterns=patterns["allow"],
+                                            ignore_patterns=patterns["ignore"], key=lambda sibling: sibling.rfilename))
+        if listed and not siblings:
+            raise StagingError(f"{uri.text}: none of its {len(listed)} files matches the patterns (allow "
+                               f"{patterns['allow']}, ignore {patterns['ignore']}): check allow_patterns and "
+                               "ignore_patterns", retryable=False)
         progress.total = sum(sibling.size or 0 for sibling in siblings)
         check_room(into, progress.total)
 
@@ -83,8 +93,10 @@ def fetch(uri: StorageUri, into: Path, progress: Progress) -> dict:
     except Exception as error:  # huggingface_hub's and httpx's errors: classified, never a traceback
         raise classify(uri, error) from None
     shutil.rmtree(into / ".cache", ignore_errors=True)  # hf_hub_download's own bookkeeping
+    left_out = [sibling for sibling in listed if sibling not in siblings]
     return {"repo": uri.repo, "repo_type": uri.repo_type, "revision": uri.revision, "commit": info.sha,
-            "files": files}
+            "files": files, "patterns": patterns,
+            "left_out": {"files": len(left_out), "bytes": sum(sibling.size or 0 for sibling in left_out)}}
 
 
 def inside_name(name: object) -> bool:

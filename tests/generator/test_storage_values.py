@@ -4,6 +4,8 @@ variables, MODEL_DIR / DATASET_DIR and a stage step on every target; credentials
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 import yaml
 
@@ -133,6 +135,34 @@ def test_an_unpacking_limit_reaches_the_stage_step_on_both_targets():
     assert storage.UNPACK_LIMIT_VARIABLES["model"] not in config  # null: not rendered
     script = run_main("--target", "slurm", *sets)
     assert script.exit_code == 0 and "export INDEXED_TRAINER_DATASET_MAX_BYTES=5000000000\n" in script.stdout
+
+
+def test_hub_patterns_reach_the_stage_step_as_json_on_both_targets():
+    sets = ["initializer.model.storage_uri=hf://meta-llama/Llama-3.1-8B-Instruct",
+            "initializer.model.ignore_patterns=['original/', \"it's *.bin\"]"]
+    _, config = _job_and_config(*sets)
+    assert config[storage.IGNORE_PATTERNS_VARIABLES["model"]] == '["original/", "it\'s *.bin"]'
+    assert storage.ALLOW_PATTERNS_VARIABLES["model"] not in config  # null: the stager's default (MODEL_FILES)
+    script = run_main("--target", "slurm", *[item for pair in zip(["--set"] * 2, sets, strict=True) for item in pair])
+    # quoted for the shell: the stager reads exactly the JSON
+    assert script.exit_code == 0
+    line = next(line for line in script.stdout.splitlines() if "IGNORE_PATTERNS" in line)
+    assert shlex.split(line.removeprefix("export ")) == \
+        ['INDEXED_TRAINER_MODEL_IGNORE_PATTERNS=["original/", "it\'s *.bin"]']
+
+
+@pytest.mark.parametrize("sets, problem", [
+    (["initializer.model.storage_uri=s3://team-models/bert", "initializer.model.allow_patterns=['*.json']"],
+     "initializer.model.allow_patterns: selects files of an hf:// repository, and the model has storage_uri "
+     "s3://team-models/bert: remove it"),
+    (["initializer.dataset.ignore_patterns=['*.csv']"],
+     "initializer.dataset.ignore_patterns: selects files of an hf:// repository, and the dataset has no storage_uri"),
+    (["initializer.model.storage_uri=hf://org/m", "initializer.model.allow_patterns=['']"],
+     "initializer.model.allow_patterns[0]"),
+])
+def test_hub_patterns_without_a_hub_repository_or_empty_are_refused_naming_the_key(sets, problem):
+    result = run_main(*[item for one in sets for item in ("--set", one)])
+    assert result.exit_code != 0 and result.stdout == "" and problem in result.stderr, result.stderr
 
 
 def test_a_signing_secret_reaches_the_stage_step_and_the_trainer_and_slurm_asks_for_it():

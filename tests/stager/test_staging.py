@@ -187,6 +187,51 @@ def test_a_marker_of_another_source_in_the_place_is_refused_not_taken_for_it(hub
     assert not hub.fetched()
 
 
+# What a Llama-style repository holds beside what from_pretrained loads: consolidated originals, pickled weights
+EXTRA_FILES = {"original/consolidated.00.pth": os.urandom(200_000), "original/params.json": b"{}",
+               "pytorch_model.bin": os.urandom(100_000), "README.md": b"# tiny\n"}
+
+
+def test_a_hub_model_stages_what_from_pretrained_loads_unless_its_patterns_say_otherwise(hub, tmp_path):
+    commit = hub.add("org/llama-like", {**TINY_MODEL, **EXTRA_FILES})
+    environ = {**sources("model", "hf://org/llama-like", tmp_path / "default"), "HF_ENDPOINT": hub.url}
+    result = stager(environ)
+    assert result.returncode == 0, result.stdout + result.stderr
+    place = Path(environ["MODEL_DIR"])
+    assert sorted(str(path.relative_to(place)) for path in place.rglob("*") if path.is_file()) == \
+        sorted([*TINY_MODEL, "original/params.json", storage.MARKER])  # *.json: the small params.json too
+    assert "3 files of the repository (300007 bytes) left out by the patterns" in result.stdout
+    assert sorted(hub.fetched()) == sorted(f"/org/llama-like/resolve/{commit}/{name}"
+                                           for name in [*TINY_MODEL, "original/params.json"])
+    assert json.loads((place / storage.MARKER).read_text())["patterns"] == {"allow": list(storage.MODEL_FILES),
+                                                                           "ignore": None}
+    # everything but the originals, as a user's own program may want
+    chosen = {**sources("model", "hf://org/llama-like", tmp_path / "chosen"), "HF_ENDPOINT": hub.url,
+              storage.ALLOW_PATTERNS_VARIABLES["model"]: '["*"]', storage.IGNORE_PATTERNS_VARIABLES["model"]:
+              '["original/"]'}
+    assert stager(chosen).returncode == 0
+    place = Path(chosen["MODEL_DIR"])
+    assert sorted(path.name for path in place.iterdir()) == sorted([*TINY_MODEL, "pytorch_model.bin", "README.md",
+                                                                    storage.MARKER])
+    # other patterns for a place already staged: refused, naming how to stage it again (never a partial set)
+    again = stager({**chosen, storage.IGNORE_PATTERNS_VARIABLES["model"]: '[]'})
+    assert again.returncode == BAD_CONFIG and "was staged with other patterns" in again.stdout, again.stdout
+
+
+@pytest.mark.parametrize("setting, words", [
+    ('{"*.json": 1}', "write a JSON list of glob patterns"),
+    ('["*.nothing"]', "none of its 7 files matches the patterns"),
+])
+def test_malformed_or_empty_patterns_are_refused_with_one_line(hub, tmp_path, setting, words):
+    hub.add("org/llama-like", {**TINY_MODEL, **EXTRA_FILES})
+    environ = {**sources("model", "hf://org/llama-like", tmp_path), "HF_ENDPOINT": hub.url,
+               storage.ALLOW_PATTERNS_VARIABLES["model"]: setting}
+    result = stager(environ)
+    assert result.returncode == BAD_CONFIG and words in result.stdout, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr and not hub.fetched()
+    assert not Path(environ["MODEL_DIR"]).exists()
+
+
 def test_a_hub_listing_a_file_outside_the_directory_is_refused_before_any_download(hub, tmp_path):
     hub.add("org/evil", {"config.json": b"{}", "../../escaped.txt": b"planted"})
     environ = {**sources("model", "hf://org/evil", tmp_path / "volume"), "HF_ENDPOINT": hub.url}
