@@ -210,10 +210,11 @@ def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
         return None
     sees = f"sees {seen}" if seen else "sees none"
     gpus = f"{asked} GPU" + ("s" if asked != 1 else "")
-    if environ.get(pod_environment.CPU_FALLBACK_VARIABLE, "true").strip().lower() == "false":
+    if environ.get(pod_environment.CPU_FALLBACK_VARIABLE, "false").strip().lower() != "true":  # the values' default
         say(f"configuration error: this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}, and "
             f"resources.gpu.cpu_fallback is false: not training on the CPU; exiting {exit_codes.GPU_MISSING}, not "
-            "retried (check the node's driver and device plugin, or allow the fallback)")
+            "retried (check the node's driver and device plugin and the image's CUDA, or set "
+            "resources.gpu.cpu_fallback: true to train on the CPU)")
         return exit_codes.GPU_MISSING
     message = (f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
                "(set resources.gpu.cpu_fallback: false to fail instead)")

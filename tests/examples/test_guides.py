@@ -1,5 +1,5 @@
 """docs/guides.md's commands as written: the CSV guide run by local-job (4 processes on the CPUs where the values
-ask for 4 GPUs; moto's S3 at the 127.0.0.1:9000 its values name standing in for MinIO; the tests' Hub for the
+ask for 4 GPUs and its render for this machine allows the CPU fallback; moto's S3 at the 127.0.0.1:9000 its values name standing in for MinIO; the tests' Hub for the
 Hugging Face Hub), the Slurm guide rendered (two 8-GPU nodes are not here: tests/slurm/test_on_slurm.py runs its
 values, with the test cluster's partition and no GPUs, on the real Slurm)."""
 
@@ -31,7 +31,7 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
     from testbed.storage_servers import HubServer, S3Server, port_is_free
     from testbed.text_data import rows
 
-    render, run = commands("csv-on-one-node")
+    render, render_on_cpus, run = commands("csv-on-one-node")
     assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the guide's S3 there"
     s3, hub = S3Server(port=9000), HubServer()
     try:
@@ -50,9 +50,13 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
         (tmp_path / "examples").symlink_to(ROOT / "examples")
         env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE,
                "XDG_STATE_HOME": str(tmp_path / "state")}
-        rendered = subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=120)
-        assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
+        for command in (render, render_on_cpus):
+            rendered = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                      timeout=120)
+            assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
+        # the cluster's render fails a pod without its GPUs; the one for this machine trains on the CPUs
+        assert '"INDEXED_TRAINER_CPU_FALLBACK": "false"' in (tmp_path / "reviews.yaml").read_text()
+        assert '"INDEXED_TRAINER_CPU_FALLBACK": "true"' in (tmp_path / "reviews-on-cpus.yaml").read_text()
         ran = subprocess.run(["bash", "-c", f"{run} --env HF_ENDPOINT={hub.url}"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=900)
         log = ran.stdout + ran.stderr

@@ -10,6 +10,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from tests.worker.launch import free_port, read_until, run, start, worker_env
 from trainer_contract import exit_codes
+from trainer_launcher import launch
 from trainer_launcher.launch import container_code, root_cause
 
 
@@ -139,3 +140,17 @@ def test_sigterm_after_the_run_completed_exits_0(tmp_path, small_dir):
     output = "".join(seen) + process.communicate(timeout=60)[0]
     assert process.returncode == 0, output[-3000:]
     assert "launcher: SIGTERM received after the run completed; exiting 0" in output
+
+
+@pytest.mark.parametrize("environ, seen, expected", [
+    ({}, 0, None),  # a CPU job is not checked
+    ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "false"}, 2, None),
+    ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "false"}, 1, exit_codes.GPU_MISSING),
+    ({"INDEXED_TRAINER_GPUS": "2"}, 0, exit_codes.GPU_MISSING),  # no word on the fallback: the values' default
+    ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "True "}, 0, None),
+    ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "yes"}, 0, exit_codes.GPU_MISSING),
+])
+def test_a_gpu_shortfall_fails_unless_the_fallback_is_asked_for(environ, seen, expected, capsys):
+    assert launch.gpu_shortfall(environ, seen) == expected
+    said = capsys.readouterr()
+    assert ("resources.gpu.cpu_fallback is false" in said.out + said.err) == (expected is not None)

@@ -1,6 +1,6 @@
-"""A GPU job on a machine without GPUs (this one): the launcher says so at start in one line and the pods train on
-the CPU, or, with resources.gpu.cpu_fallback: false, the Job fails at once with GPU_MISSING (79), not retried.
-local-job's status shows the warning while the Job runs and after."""
+"""A GPU job on a machine without GPUs (this one): by default the Job fails at once with GPU_MISSING (79), not
+retried; with resources.gpu.cpu_fallback: true the launcher says so at start in one line and the pods train on the
+CPU. local-job's status shows the warning while the Job runs and after."""
 
 import json
 import re
@@ -30,8 +30,8 @@ def status(tmp_path) -> list[str]:
 
 def test_the_pods_say_once_that_they_train_on_the_cpu_and_the_status_shows_it(tmp_path):
     claim = volume(tmp_path, SMALL)
-    manifests = gen_manifests("resources.gpu.accelerator_count=1", "config_map.EPOCHS=2",
-                              "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=10")
+    manifests = gen_manifests("resources.gpu.accelerator_count=1", "resources.gpu.cpu_fallback=true",
+                              "config_map.EPOCHS=2", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=10")
     (tmp_path / "job.yaml").write_bytes(manifests)
     process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, start_new_session=True)
@@ -57,11 +57,11 @@ def test_the_pods_say_once_that_they_train_on_the_cpu_and_the_status_shows_it(tm
     assert json.loads((tmp_path / "root" / "status.json").read_text())["condition"]["type"] == "Complete"
 
 
-def test_without_cpu_fallback_the_job_fails_at_once_and_is_not_retried(tmp_path):
+def test_by_default_the_job_fails_at_once_and_is_not_retried(tmp_path):
+    """No GPU job trains on CPUs unnoticed: resources.gpu.cpu_fallback is false unless the values say true."""
     claim = volume(tmp_path, SMALL)
-    result, log, job_status = run_local_job(
-        tmp_path, gen_manifests("resources.gpu.accelerator_count=2", "resources.gpu.cpu_fallback=false"), claim,
-        timeout=120)
+    result, log, job_status = run_local_job(tmp_path, gen_manifests("resources.gpu.accelerator_count=2"), claim,
+                                            timeout=120)
     assert result.returncode == 1, log[-3000:]
     assert job_status["condition"]["reason"] == "PodFailurePolicy"
     assert f"failed with exit code {exit_codes.GPU_MISSING} matching FailJob rule" in job_status["condition"]["message"]
