@@ -25,7 +25,7 @@ from generator.targets.labels import LABEL_NAME, label_key_problem, label_proble
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
 from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
-from trainer_contract.quantities import cpu_quantity, gib_quantity
+from trainer_contract.quantities import cpu_quantity, gib_quantity, parse_quantity
 
 # The labels the Service selects the Job's pods by (values may not override them).
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
@@ -92,6 +92,7 @@ class KubernetesOptions:
     image_pull_secrets: tuple[str, ...]
     accelerator_label: str
     resource_name: str
+    extra_resources: Mapping[str, str | int]
     shared_volume: SharedVolume
     shm_gib: float
     ttl_seconds_after_finished: int | None
@@ -115,7 +116,7 @@ def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
     return KubernetesOptions(
         namespace=values["namespace"], image=values["image"], image_pull_policy=values["image_pull_policy"],
         image_pull_secrets=tuple(values["image_pull_secrets"]), accelerator_label=gpu["accelerator_label"],
-        resource_name=gpu["resource_name"],
+        resource_name=gpu["resource_name"], extra_resources=dict(values["resources"].get("extra") or {}),
         shared_volume=SharedVolume(volume["size"], volume["storage_class"], volume["access_mode"],
                                    volume["existing_claim"]),
         shm_gib=values["shm_size"], ttl_seconds_after_finished=values["ttl_seconds_after_finished"],
@@ -149,10 +150,34 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
             f"queue_name: {describe_value(options.queue_name)} is not a valid label value: letters, digits, "
             "'-', '_' and '.', starting and ending with a letter or digit"
         )
+    yield from _extra_resource_problems(options)
     yield from _toleration_problems(options.tolerations)
     yield from _volume_problems(spec.extra_volumes)
     yield from _size_problems(spec, options)
     yield from netpol.option_problems(spec, options.network_policy)
+
+
+def _extra_resource_problems(options: KubernetesOptions) -> Iterable[str]:
+    """resources.extra as the API server takes a container's resources: a qualified name (an extended resource's with
+    a domain, or hugepages-<size>), a whole number (hugepages: a quantity); not what the values' own keys say."""
+    own = {"cpu": "resources.cpu", "memory": "resources.memory",
+           options.resource_name: "resources.gpu.accelerator_count"}
+    for name, amount in sorted(options.extra_resources.items()):
+        where = f"resources.extra.{name}"
+        if name in own:
+            yield f"{where}: set {own[name]} instead"
+        elif label_key_problem(name) or ("/" not in name and not name.startswith("hugepages-")):
+            yield (f"{where}: not a resource name: an extended resource has a domain prefix (rdma/ib, "
+                   "example.com/device), or hugepages-<size>")
+        elif name.startswith("hugepages-"):
+            try:
+                positive = parse_quantity(amount) > 0
+            except ValueError:
+                positive = False
+            if not positive:
+                yield f"{where}: {describe_value(amount)} is not a positive quantity (e.g. 1Gi)"
+        elif not (isinstance(amount, int) or str(amount).isdigit()) or int(amount) < 1:
+            yield f"{where}: {describe_value(amount)}: an extended resource is asked for in whole units (e.g. 1)"
 
 
 def _toleration_problems(tolerations: tuple[Toleration, ...]) -> Iterable[str]:

@@ -72,6 +72,9 @@ MATRIX = {
                        "{namespace: storage, pod_labels: {app: minio}, ports: [9000]}]",
                        "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
                        "checkpoint.storage_uri=s3://team-checkpoints/mnist", "storage_secret=s3-credentials"],
+    # a multi-node GPU job on InfiniBand: the RDMA device plugin's resource and huge pages beside the GPUs
+    "rdma-and-hugepages": ["replicas=2", "resources.gpu.accelerator_count=8",
+                           "resources.extra={rdma/ib: 1, hugepages-2Mi: 1Gi}"],
 }
 
 
@@ -183,6 +186,28 @@ def test_cpu_job_has_no_gpu_limit_and_gpu_job_has_one():
     assert all(isinstance(value, str) for part in resources.values() for value in part.values())
     assert "--nproc-per-node=4" in pod["containers"][0]["args"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100"}
+
+
+def test_extra_resources_are_requested_and_limited_beside_the_gpus():
+    pod = job_of(render("resources.gpu.accelerator_count=8", "resources.extra={rdma/ib: 1, hugepages-2Mi: 1Gi}"))
+    resources = pod["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "8", "hugepages-2Mi": "1Gi",
+                                   "rdma/ib": "1"}
+    assert resources["requests"] == {"cpu": "2", "memory": "4Gi", "hugepages-2Mi": "1Gi", "rdma/ib": "1"}
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("{nvidia.com/gpu: 8}", "resources.extra.nvidia.com/gpu: set resources.gpu.accelerator_count instead"),
+    ("{memory: 8}", "resources.extra.memory: set resources.memory instead"),
+    ("{ib: 1}", "resources.extra.ib: not a resource name: an extended resource has a domain prefix"),
+    ("{rdma/ib: '0.5'}", 'resources.extra.rdma/ib: "0.5": an extended resource is asked for in whole units'),
+    ("{hugepages-1Gi: lots}", 'resources.extra.hugepages-1Gi: "lots" is not a positive quantity'),
+])
+def test_extra_resources_the_api_server_would_refuse_are_refused_naming_the_key(extra, problem):
+    from tests.generator.helpers import run_main
+
+    result = run_main("--set", f"resources.extra={extra}")
+    assert result.exit_code != 0 and result.stdout == "" and problem in result.stderr, result.stderr
 
 
 def test_pods_meet_the_restricted_pod_security_standard():
