@@ -341,6 +341,11 @@ class SftConfig(ShardedSettings, AdamWSettings):
                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.", shaping=True)
     export_merged: bool = setting("EXPORT_MERGED", parse_boolean, False,
                                   "Export the merged model (base + adapters) beside the adapter.")
+    chat_template_path: Path | None = setting(
+        "CHAT_TEMPLATE_PATH", parse_optional_path, None,
+        "TRL's chat_template_path: the chat template the messages column is rendered with (and the export keeps), "
+        "instead of the tokenizer's own: a Jinja file, or a directory holding a tokenizer with one; empty: the "
+        "tokenizer's.", shaping=True)
     sample_prompts: str = setting("SAMPLE_PROMPTS", str, "",
                                   "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
                                   "evaluation; empty: none.")

@@ -18,7 +18,7 @@ SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
                                  "text_column", "text_pair_column", "label_column"}),
     (SftConfig, SCHEDULE | {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "max_seq_length",
                             "packing", "prompt_column", "completion_column", "messages_column", "lora_rank",
-                            "lora_alpha", "lora_dropout", "lora_target_modules"}),
+                            "lora_alpha", "lora_dropout", "lora_target_modules", "chat_template_path"}),
 ])
 def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(config, shaping):
     assert set(shaping_settings(config)) == shaping

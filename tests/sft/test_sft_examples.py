@@ -160,3 +160,41 @@ def test_a_chat_template_that_loops_is_stopped_and_refused_by_name(tmp_path, mon
     with pytest.raises(Refusal, match="the chat template took more than 1 s to render 2 turn") as refused:
         conversation(slow, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], 64)
     assert refused.value.code == 78 and time.monotonic() - began < 10
+
+
+# A template of another shape than the tokenizer's ChatML: "### role" headers, a blank line after each turn.
+OTHER_TEMPLATE = ("{% for message in messages %}### {{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n\n"
+                  "{% endfor %}{% if add_generation_prompt %}### assistant\n{% endif %}")
+
+
+def test_chat_template_path_renders_the_conversation_with_a_file_or_a_tokenizers_own(tmp_path):
+    from worker.sft.examples import chat_template_from
+
+    (tmp_path / "other.jinja").write_text(OTHER_TEMPLATE)
+    plain = make_tokenizer(tmp_path / "plain", chat_template=None)  # conversations need a template: this one has none
+    plain.chat_template = chat_template_from(tmp_path / "other.jinja")
+    messages = [{"role": "user", "content": "capital of france?"}, {"role": "assistant", "content": "paris"}]
+    example = conversation(plain, messages, max_length=256)
+    assert plain.decode(example.input_ids) == "### user\ncapital of france?<|im_end|>\n\n### assistant\nparis<|im_end|>\n\n"
+    assert supervised_text(plain, example) == "paris<|im_end|>\n\n"
+    make_tokenizer(tmp_path / "chatml")  # a tokenizer directory: its own template, as save_pretrained wrote it
+    assert chat_template_from(tmp_path / "chatml") == CHAT_TEMPLATE
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda root: root / "missing.jinja", "is not a file, nor a directory holding chat_template.jinja"),
+    (lambda root: make_tokenizer(root / "bare", chat_template=None) and root / "bare", "holds no chat template"),
+    (lambda root: (root / "t.jinja").write_text("{% for m in messages %}") and root / "t.jinja",
+     "is not a Jinja template: line 1:"),
+    (lambda root: (root / "big.jinja").write_bytes(b"x" * (1 << 20 | 1)) and root / "big.jinja", "is over 1048576"),
+])
+def test_a_chat_template_path_without_a_template_is_refused_naming_the_variable(tmp_path, make, words):
+    from trainer_contract import exit_codes
+    from trainer_runtime.failures import Refusal
+    from worker.sft.examples import chat_template_from
+
+    path = make(tmp_path)
+    with pytest.raises(Refusal) as refused:
+        chat_template_from(path)
+    assert refused.value.code == exit_codes.BAD_CONFIG
+    assert refused.value.problems[0].startswith(f"CHAT_TEMPLATE_PATH: {path} ") and words in refused.value.problems[0]

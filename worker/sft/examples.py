@@ -18,11 +18,13 @@ value torch's cross-entropy skips); the model shifts labels itself (Hugging Face
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from trainer_contract import exit_codes
@@ -137,6 +139,43 @@ def _time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+CHAT_TEMPLATE_BYTES = 1 << 20  # a template is text; more is no template
+TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")  # where a tokenizer directory keeps it
+
+
+def chat_template_from(path: Path) -> str:
+    """CHAT_TEMPLATE_PATH's template (TRL's chat_template_path): a Jinja file, or a tokenizer directory's own
+    (chat_template.jinja, else tokenizer_config.json's chat_template); refused (78) when there is none or Jinja
+    cannot compile it. Only read: transformers renders it in Jinja's sandbox, as every template."""
+    def refused(why: str) -> Refusal:
+        return Refusal(exit_codes.BAD_CONFIG, [f"CHAT_TEMPLATE_PATH: {path} {why}"])
+
+    candidates = [path / name for name in TEMPLATE_FILES] if path.is_dir() else [path]
+    found = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if found is None:
+        raise refused("is not a file, nor a directory holding chat_template.jinja or tokenizer_config.json")
+    if found.stat().st_size > CHAT_TEMPLATE_BYTES:
+        raise refused(f"is over {CHAT_TEMPLATE_BYTES} bytes: not a chat template")
+    try:
+        text = found.read_text(encoding="utf-8")
+        template = json.loads(text).get("chat_template") if found.name == "tokenizer_config.json" else text
+    except (UnicodeDecodeError, ValueError, AttributeError) as error:
+        raise refused(f"is unreadable ({type(error).__name__})") from None
+    if isinstance(template, list):  # several named templates: the default one, as transformers picks it
+        template = next((item.get("template") for item in template if isinstance(item, dict)
+                         and item.get("name") == "default"), None)
+    if not isinstance(template, str) or not template.strip():
+        raise refused(f"holds no chat template ({found.name})")
+    from jinja2 import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        ImmutableSandboxedEnvironment().parse(template)
+    except TemplateSyntaxError as error:
+        raise refused(f"is not a Jinja template: line {error.lineno}: {error.message}") from None
+    return template
 
 
 def chat(tokenizer: Any, turns: list[dict[str, str]], **options: Any) -> str:

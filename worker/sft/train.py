@@ -66,6 +66,8 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
                            config.attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
+    if config.chat_template_path is not None:  # rendered with it and exported with it (save_pretrained keeps it)
+        tokenizer.chat_template = sft_examples.chat_template_from(config.chat_template_path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
