@@ -150,7 +150,8 @@ def test_sigterm_after_the_run_completed_exits_0(tmp_path, small_dir):
     ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "True "}, 0, None),
     ({"INDEXED_TRAINER_GPUS": "2", "INDEXED_TRAINER_CPU_FALLBACK": "yes"}, 0, exit_codes.GPU_MISSING),
 ])
-def test_a_gpu_shortfall_fails_unless_the_fallback_is_asked_for(environ, seen, expected, capsys):
+def test_a_gpu_shortfall_fails_unless_the_fallback_is_asked_for(environ, seen, expected, capsys, monkeypatch):
+    monkeypatch.setattr(launch, "_warned", [])  # the pod's warnings, which its termination message repeats
     assert launch.gpu_shortfall(environ, seen) == expected
     said = capsys.readouterr()
     assert ("resources.gpu.cpu_fallback is false" in said.out + said.err) == (expected is not None)

@@ -74,6 +74,26 @@ def test_it_learns_and_exports_the_adapter_and_the_merged_model(world, tmp_path)
         assert torch.allclose(adapter.eval()(input_ids=ids).logits, merged.eval()(input_ids=ids).logits, atol=1e-4)
 
 
+def test_chat_template_path_trains_on_its_rendering_and_the_export_keeps_it(world, tmp_path):
+    """CHAT_TEMPLATE_PATH as a pod gets it: the conversations are rendered with that template, whose shape the
+    run reads, and the exported tokenizer carries it; a resume with another path is refused."""
+    from transformers import AutoTokenizer
+
+    model, data = world
+    template = ("{% for message in messages %}### {{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+                "{% endfor %}{% if add_generation_prompt %}### assistant\n{% endif %}")
+    (tmp_path / "plain.jinja").write_text(template)
+    short = {"EPOCHS": "1", "TRAIN_SAMPLES": "16", "EVAL_SAMPLES": "8", "SAMPLE_PROMPTS": "",
+             "CHAT_TEMPLATE_PATH": str(tmp_path / "plain.jinja")}
+    result = run_sft(model, data, tmp_path / "out", short)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    exported = AutoTokenizer.from_pretrained(tmp_path / "out" / "llama_sft_trained" / "adapter")
+    assert exported.chat_template == template
+    (tmp_path / "other.jinja").write_text(template.replace("### ", "## "))
+    again = run_sft(model, data, tmp_path / "out", {**short, "CHAT_TEMPLATE_PATH": str(tmp_path / "other.jinja")})
+    assert again.returncode == 78 and "CHAT_TEMPLATE_PATH: checkpoint step-" in again.stdout, again.stdout[-3000:]
+
+
 def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, uninterrupted, tmp_path):
     model, data = world
     fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)

@@ -57,7 +57,13 @@ def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
     the data set's files too (DATASET_DIR's digest)."""
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
-            "world_size": world_size, "config": {key: getattr(config, key) for key in shaping_settings(type(config))}}
+            "world_size": world_size, "config": {key: _recorded(getattr(config, key))
+                                                 for key in shaping_settings(type(config))}}
+
+
+def _recorded(value: Any) -> Any:
+    """A setting as a record keeps it: JSON's values (summary.json) and nothing safe_load's allow-list refuses."""
+    return str(value) if isinstance(value, Path) else value
 
 
 def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: Any) -> list[str]:
