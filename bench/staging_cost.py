@@ -92,7 +92,7 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
 def _stager(uri: str, place: Path, extra: dict[str, str]) -> tuple[Callable[[], float], Callable[[], float]]:
     """The stager into an empty ``place`` (timed), and the stager again where it has staged."""
     env = {"PATH": os.environ["PATH"], "HOME": str(place.parent), "JOB_COMPLETION_INDEX": "0",
-           storage.URI_VARIABLES["model"]: uri, storage.PATH_VARIABLES["model"]: str(place), **extra}
+           storage.URI_VARIABLES["model"]: uri, storage.STAGED["model"].path: str(place), **extra}
     command = [str(BIN / "python"), "-m", "worker.staging"]
 
     def fresh() -> float:

@@ -15,12 +15,8 @@ from trainer_contract import gang_rounds, metrics, pod_environment, program_sett
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
 from trainer_contract.storage import (
-    ALLOW_PATTERNS_VARIABLES,
     EXPORT_VARIABLE,
-    IGNORE_PATTERNS_VARIABLES,
-    PATH_VARIABLES,
-    STAGED_ROLES,
-    UNPACK_LIMIT_VARIABLES,
+    STAGED,
     URI_SOURCE_VARIABLES,
     URI_VARIABLES,
     Role,
@@ -149,7 +145,7 @@ class JobSpec:
     def staged(self) -> dict[Role, StorageUri]:
         """The sources staged onto the shared location before training (a path source is already there)."""
         return {role: uri for role, uri in self.storage.items()
-                if role in STAGED_ROLES and uri.scheme != "path"}
+                if role in STAGED and uri.scheme != "path"}
 
     @property
     def runs_stager(self) -> bool:
@@ -179,10 +175,10 @@ class JobSpec:
     def placement(self, shared: str) -> dict[str, str]:
         """Where data and results go by default, under the location every node shares, and where the model and
         dataset are staged (config_map overrides)."""
-        staged = {PATH_VARIABLES[role]: uri.staged_path(shared, role) for role, uri in self.storage.items()
-                  if role in STAGED_ROLES}
+        staged = {STAGED[role].path: uri.staged_path(shared, role) for role, uri in self.storage.items()
+                  if role in STAGED}
         # a staged dataset is the data (the built-in worker reads DATA_DIR/MNIST/raw/)
-        data = staged.get(PATH_VARIABLES["dataset"], f"{shared}/data")
+        data = staged.get(STAGED["dataset"].path, f"{shared}/data")
         output = f"{shared}/runs/{self.name}"
         export = {EXPORT_VARIABLE: f"{output}/export"} if "export" in self.storage else {}
         own = {CHECKPOINT_DIR_VARIABLE: f"{output}/checkpoints"} if self.mirrors_own_checkpoints else {}
@@ -246,11 +242,10 @@ def _storage(values: Mapping[str, Any]) -> dict[Role, StorageUri]:
 def _hub_patterns(values: Mapping[str, Any]) -> dict[str, Any]:
     """The stager's allow and ignore patterns of each staged role, as JSON (null: not rendered)."""
     rendered: dict[str, Any] = {}
-    for role in STAGED_ROLES:
-        for variables, key in ((ALLOW_PATTERNS_VARIABLES, "allow_patterns"), (IGNORE_PATTERNS_VARIABLES,
-                                                                               "ignore_patterns")):
+    for role in STAGED:
+        for key in ("allow_patterns", "ignore_patterns"):  # the values' keys are the variables' fields
             patterns = values["initializer"][role].get(key)
-            rendered[variables[role]] = None if patterns is None else json.dumps(patterns)
+            rendered[getattr(STAGED[role], key)] = None if patterns is None else json.dumps(patterns)
     return rendered
 
 
@@ -264,8 +259,8 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     uris = {URI_VARIABLES[role]: uri.text for role, uri in sources.items() if uri.scheme != "secret"}
     # a URI from a Secret is named by the Secret and key in every line, never by its text
     uris |= {URI_SOURCE_VARIABLES[role]: uri.describe for role, uri in sources.items() if uri.scheme == "secret"}
-    uris |= {UNPACK_LIMIT_VARIABLES[role]: values["initializer"][role].get("max_unpacked_bytes")
-             for role in STAGED_ROLES}  # null: not rendered
+    uris |= {STAGED[role].unpack_limit: values["initializer"][role].get("max_unpacked_bytes")
+             for role in STAGED}  # null: not rendered
     uris |= _hub_patterns(values)
     # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)
     warm_after = values["warm_workers_after_seconds"]  # null: off (the launcher's default is on)

@@ -37,7 +37,7 @@ from trainer_contract.settings import variable_choices, variable_problem
 from trainer_contract.storage import (
     CREDENTIAL_VARIABLES,
     ENDPOINT_VARIABLES,
-    STAGED_ROLES,
+    STAGED,
     StorageUriError,
     credential_parameters,
     holds_credentials,
@@ -273,7 +273,7 @@ def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
 
 def _pattern_problems(values: dict, spec: JobSpec) -> Iterable[str]:
     """allow_patterns and ignore_patterns select the files of a Hub repository (a Secret's URI may name one)."""
-    for role in STAGED_ROLES:
+    for role in STAGED:
         source = spec.storage.get(role)
         for key in ("allow_patterns", "ignore_patterns"):
             if values["initializer"][role].get(key) is not None and (source is None or source.scheme

@@ -136,6 +136,21 @@ def _export_dir(task: str):
                    f"OUTPUT_DIR/<model type>_{task}_trained.")
 
 
+def _model_dir(detail: str, model: str = "model"):
+    return changed(PretrainedModelSettings, "model_dir", help=f"The pretrained {model} and its tokenizer, as "
+                   f"`save_pretrained` writes them ({detail}); initializer.model.storage_uri stages it here.")
+
+
+def _dataset_dir(what: str):
+    return changed(PretrainedModelSettings, "dataset_dir", help=f"{what}; initializer.dataset.storage_uri stages it "
+                   "here.")
+
+
+def _strategy(default: str, help: str):
+    """STRATEGY as a program with a choice of ddp and fsdp declares it: its default first."""
+    return changed(ShardedSettings, "strategy", default, help, choice(default, *({"ddp", "fsdp"} - {default})))
+
+
 @dataclass(frozen=True)
 class AdamWSettings(PretrainedModelSettings):
     """AdamW's decay, warm-up and clipping, for the programs whose loop is this project's own."""
@@ -230,22 +245,17 @@ class QaConfig(ShardedSettings, PretrainedModelSettings):
     learning_rate: float = changed(RunSettings, "learning_rate", 3e-5, "Peak learning rate of AdamW, decayed "
                                    "linearly to 0.")
     seed: int = changed(RunSettings, "seed", help="Seed of the shuffle and of the new answer layer.")
-    strategy: str = changed(
-        ShardedSettings, "strategy", "fsdp",
-        "fsdp (FSDP2 through Lightning: parameters, gradients and optimizer state sharded per transformer layer) "
-        "or ddp (DistributedDataParallel).", choice("fsdp", "ddp"))
+    strategy: str = _strategy("fsdp", "fsdp (FSDP2 through Lightning: parameters, gradients and optimizer state "
+                              "sharded per transformer layer) or ddp (DistributedDataParallel).")
     train_samples: int = changed(RunSettings, "train_samples", help="Train on the first N questions; 0: all.")
     eval_samples: int = changed(PretrainedModelSettings, "eval_samples",
                                 help="Evaluate on the first N questions; 0: all.")
     output_dir: Path = _output_dir("squad")
     export_dir: Path | None = _export_dir("squad")
-    model_dir: Path = changed(
-        PretrainedModelSettings, "model_dir", help="The pretrained model and its tokenizer, as `save_pretrained` "
-        "writes them (any AutoModelForQuestionAnswering); initializer.model.storage_uri stages it here.")
-    dataset_dir: Path = changed(
-        PretrainedModelSettings, "dataset_dir", help="SQuAD-format data: train-v1.1.json and dev-v1.1.json (or "
-        "train.json and validation.json), or the Hub dataset's parquet files (plain_text/train-*.parquet, "
-        "plain_text/validation-*.parquet); initializer.dataset.storage_uri stages it here.")
+    model_dir: Path = _model_dir("any AutoModelForQuestionAnswering")
+    dataset_dir: Path = _dataset_dir(
+        "SQuAD-format data: train-v1.1.json and dev-v1.1.json (or train.json and validation.json), or the Hub "
+        "dataset's parquet files (plain_text/train-*.parquet, plain_text/validation-*.parquet)")
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length", 384,
                                   "Tokens per feature: question and a window of its context.")
     doc_stride: int = setting("DOC_STRIDE", parse_positive_int, 128, "Tokens the windows of a long context share.",
@@ -269,14 +279,11 @@ class FinetuneConfig(AdamWSettings):
     eval_samples: int = changed(PretrainedModelSettings, "eval_samples", help="Evaluate on the first N texts; 0: all.")
     output_dir: Path = _output_dir("classifier")
     export_dir: Path | None = _export_dir("classifier")
-    model_dir: Path = changed(
-        PretrainedModelSettings, "model_dir", help="The pretrained model and its tokenizer, as `save_pretrained` "
-        "writes them (any AutoModelForSequenceClassification; a new classification head is made for the dataset's "
-        "labels); initializer.model.storage_uri stages it here.")
-    dataset_dir: Path = changed(
-        PretrainedModelSettings, "dataset_dir", help="Labelled texts: a train split and a validation (or test) "
-        "split, each as parquet (the Hub's plain_text/train-*.parquet), CSV or JSON lines files named after the "
-        "split; initializer.dataset.storage_uri stages it here.")
+    model_dir: Path = _model_dir("any AutoModelForSequenceClassification; a new classification head is made for the "
+                                 "dataset's labels")
+    dataset_dir: Path = _dataset_dir(
+        "Labelled texts: a train split and a validation (or test) split, each as parquet (the Hub's "
+        "plain_text/train-*.parquet), CSV or JSON lines files named after the split")
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length", 128,
                                   "Tokens per text (longer ones are cut).")
     checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 500)
@@ -297,21 +304,17 @@ class SftConfig(ShardedSettings, AdamWSettings):
 
     learning_rate: float = changed(RunSettings, "learning_rate", 2e-4)
     seed: int = changed(RunSettings, "seed", help="Seed of the shuffle, the dropout and the adapters.")
-    strategy: str = changed(
-        ShardedSettings, "strategy", "ddp",
-        "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the model, its gradients and "
-        "optimizer state sharded per decoder block; for a model one GPU cannot hold).", choice("ddp", "fsdp"))
+    strategy: str = _strategy("ddp", "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the "
+                              "model, its gradients and optimizer state sharded per decoder block; for a model one "
+                              "GPU cannot hold).")
     precision: str = changed(RunSettings, "precision", help="fp32, bf16 (autocast; under fsdp its mixed-precision "
                              "policy, on CPUs and GPUs) or fp16 (CUDA only).")
     output_dir: Path = _output_dir("sft")
     export_dir: Path | None = _export_dir("sft")
-    model_dir: Path = changed(
-        PretrainedModelSettings, "model_dir", help="The pretrained causal LM and its tokenizer, as `save_pretrained` "
-        "writes them (safetensors); initializer.model.storage_uri stages it here.")
-    dataset_dir: Path = changed(
-        PretrainedModelSettings, "dataset_dir", help="A train split and a validation (or test) split as parquet, "
-        "CSV or JSON lines files named after the split, with prompt and completion columns or a messages column "
-        "(chat); initializer.dataset.storage_uri stages it here.")
+    model_dir: Path = _model_dir("safetensors", model="causal LM")
+    dataset_dir: Path = _dataset_dir(
+        "A train split and a validation (or test) split as parquet, CSV or JSON lines files named after the split, "
+        "with prompt and completion columns or a messages column (chat)")
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length",
                                   help="Tokens per example (longer ones are cut), or per block with PACKING.")
     checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 200)

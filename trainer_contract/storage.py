@@ -35,8 +35,6 @@ STAGED_DIR = "staged"
 # Written last into a staged directory, after every file is verified and the directory renamed into place:
 # its presence is what "staged" means, to a rerun and to the indexes that wait.
 MARKER = ".indexed-trainer-staged.json"
-# What the program reads: where its model and dataset are.
-PATH_VARIABLES = {"model": "MODEL_DIR", "dataset": "DATASET_DIR"}
 # What the stager reads: the URIs as the values give them (rendered into the ConfigMap with the rest).
 URI_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_URI", "dataset": "INDEXED_TRAINER_DATASET_URI",
                  "export": "INDEXED_TRAINER_EXPORT_URI", "checkpoint": "INDEXED_TRAINER_CHECKPOINT_URI"}
@@ -48,24 +46,38 @@ URI_SOURCE_VARIABLES = {role: f"{variable}_SOURCE" for role, variable in URI_VAR
 # file: a reader takes the export as complete only when it is there.
 EXPORT_VARIABLE = "EXPORT_DIR"
 COMPLETE_OBJECT = ".indexed-trainer-complete.json"
-# What an https:// archive of each staged role may unpack to at most, in bytes (the stager's environment; unset:
-# the volume's free space is the bound). The members' declared sizes are checked before anything is unpacked.
-UNPACK_LIMIT_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_MAX_BYTES", "dataset": "INDEXED_TRAINER_DATASET_MAX_BYTES"}
-# Which files of a Hub repository a staged role fetches (initializer.<role>.allow_patterns and ignore_patterns, as
-# huggingface_hub's snapshot_download takes them: fnmatch globs, "dir/" for a folder; JSON lists in the stager's
-# environment). Unset, a model fetches what from_pretrained loads (MODEL_FILES): a repository's pickled or
-# other-framework weights and its consolidated originals (Llama's original/*.pth) stay on the Hub; a dataset, every
-# file.
-ALLOW_PATTERNS_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_ALLOW_PATTERNS",
-                            "dataset": "INDEXED_TRAINER_DATASET_ALLOW_PATTERNS"}
-IGNORE_PATTERNS_VARIABLES = {"model": "INDEXED_TRAINER_MODEL_IGNORE_PATTERNS",
-                             "dataset": "INDEXED_TRAINER_DATASET_IGNORE_PATTERNS"}
+# What a model stages from a Hub repository unless its allow_patterns say otherwise: what from_pretrained loads.
 MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 # The key that signs each checkpoint's listing in the bucket (checkpoint.signing_secret): the mirror signs, the
 # restore accepts only a listing signed with it. From a Secret (Kubernetes) or the environment sbatch runs in.
 SIGNING_KEY_VARIABLE = "INDEXED_TRAINER_CHECKPOINT_SIGNING_KEY"
-# The roles that are read before training (staged) and those written after (uploaded): uploads go to S3 only.
-STAGED_ROLES: tuple[Role, ...] = ("model", "dataset")
+
+
+@dataclass(frozen=True)
+class StagedVariables:
+    """The environment of a role staged onto the volume before training."""
+
+    path: str  # what the program reads: where the role's files are (MODEL_DIR)
+    # what an https:// archive may unpack to at most, in bytes (unset: the volume's free space is the bound); the
+    # members' declared sizes are checked before anything is unpacked
+    unpack_limit: str
+    # which files of a Hub repository it fetches (initializer.<role>.allow_patterns and ignore_patterns, as
+    # huggingface_hub's snapshot_download takes them: fnmatch globs, "dir/" for a folder; JSON lists). Unset, a
+    # model fetches what from_pretrained loads (MODEL_FILES): a repository's pickled or other-framework weights and
+    # its consolidated originals (Llama's original/*.pth) stay on the Hub; a dataset, every file.
+    allow_patterns: str
+    ignore_patterns: str
+
+
+def _staged(role: str, path: str) -> StagedVariables:
+    prefix = f"INDEXED_TRAINER_{role.upper()}"
+    return StagedVariables(path, f"{prefix}_MAX_BYTES", f"{prefix}_ALLOW_PATTERNS", f"{prefix}_IGNORE_PATTERNS")
+
+
+# The roles that are read before training (staged), their variables, and those written after (uploaded): uploads
+# go to S3 only.
+STAGED: dict[Role, StagedVariables] = {"model": _staged("model", "MODEL_DIR"),
+                                       "dataset": _staged("dataset", "DATASET_DIR")}
 UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 # The libraries' own credential variables: only ever from a Secret (or, on Slurm, the submitting environment),

@@ -24,12 +24,8 @@ from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_contract.storage import (
-    ALLOW_PATTERNS_VARIABLES,
-    IGNORE_PATTERNS_VARIABLES,
     MODEL_FILES,
-    PATH_VARIABLES,
-    STAGED_ROLES,
-    UNPACK_LIMIT_VARIABLES,
+    STAGED,
     URI_SOURCE_VARIABLES,
     URI_VARIABLES,
     Role,
@@ -137,11 +133,11 @@ def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
 
 
 def hub_patterns(environ: Mapping[str, str], role: Role) -> dict[str, list[str] | None]:
-    """Which files of a Hub repository ``role`` fetches (ALLOW_PATTERNS_VARIABLES, IGNORE_PATTERNS_VARIABLES); a
+    """Which files of a Hub repository ``role`` fetches (its allow_patterns and ignore_patterns variables); a
     model's allow-list defaults to MODEL_FILES, what from_pretrained loads."""
-    allow = _patterns(environ, ALLOW_PATTERNS_VARIABLES[role])
+    allow = _patterns(environ, STAGED[role].allow_patterns)
     return {"allow": list(MODEL_FILES) if allow is None and role == "model" else allow,
-            "ignore": _patterns(environ, IGNORE_PATTERNS_VARIABLES[role])}
+            "ignore": _patterns(environ, STAGED[role].ignore_patterns)}
 
 
 def _patterns(environ: Mapping[str, str], name: str) -> list[str] | None:
@@ -159,8 +155,8 @@ def _patterns(environ: Mapping[str, str], name: str) -> list[str] | None:
 
 
 def unpack_limit(environ: Mapping[str, str], role: Role) -> int | None:
-    """What an archive of ``role`` may unpack to (UNPACK_LIMIT_VARIABLES), or None (the volume's free space)."""
-    name = UNPACK_LIMIT_VARIABLES[role]
+    """What an archive of ``role`` may unpack to (its unpack_limit variable), or None (the volume's free space)."""
+    name = STAGED[role].unpack_limit
     text = environ.get(name, "").strip()
     if not text:
         return None
@@ -210,15 +206,15 @@ def run(environ: Mapping[str, str], program: type) -> int:
     """Stage, then restore ``program``'s newest checkpoint (a config class of BUILT_IN_PROGRAMS, or
     OwnProgramCheckpoints) when asked."""
     index = index_of(environ)
-    for role in STAGED_ROLES:
+    for role in STAGED:
         text = environ.get(URI_VARIABLES[role])
         if not text:
             continue
         uri = parse(text, role, known_as=environ.get(URI_SOURCE_VARIABLES[role]))
-        where = Path(environ.get(PATH_VARIABLES[role]) or uri.staged_path(os.getcwd(), role))
+        where = Path(environ.get(STAGED[role].path) or uri.staged_path(os.getcwd(), role))
         if uri.scheme == "path":
             if where != Path(uri.staged_path(os.getcwd(), role)):  # a path from a Secret (storage_uri_secret)
-                raise StagingError(f"{uri.named(role)}: a path on the shared volume, while {PATH_VARIABLES[role]} is "
+                raise StagingError(f"{uri.named(role)}: a path on the shared volume, while {STAGED[role].path} is "
                                    f"{where}: give the path as storage_uri itself (no Secret needed)",
                                    retryable=False)
             if not where.exists():

@@ -131,8 +131,8 @@ def test_an_unpacking_limit_reaches_the_stage_step_on_both_targets():
     sets = ["--set", "initializer.dataset.storage_uri=https://data.example/squad.tar.gz",
             "--set", "initializer.dataset.max_unpacked_bytes=5000000000"]
     _, config = _job_and_config(*[item for item in sets[1::2]])
-    assert config[storage.UNPACK_LIMIT_VARIABLES["dataset"]] == "5000000000"
-    assert storage.UNPACK_LIMIT_VARIABLES["model"] not in config  # null: not rendered
+    assert config[storage.STAGED["dataset"].unpack_limit] == "5000000000"
+    assert storage.STAGED["model"].unpack_limit not in config  # null: not rendered
     script = run_main("--target", "slurm", *sets)
     assert script.exit_code == 0 and "export INDEXED_TRAINER_DATASET_MAX_BYTES=5000000000\n" in script.stdout
 
@@ -141,8 +141,8 @@ def test_hub_patterns_reach_the_stage_step_as_json_on_both_targets():
     sets = ["initializer.model.storage_uri=hf://meta-llama/Llama-3.1-8B-Instruct",
             "initializer.model.ignore_patterns=['original/', \"it's *.bin\"]"]
     _, config = _job_and_config(*sets)
-    assert config[storage.IGNORE_PATTERNS_VARIABLES["model"]] == '["original/", "it\'s *.bin"]'
-    assert storage.ALLOW_PATTERNS_VARIABLES["model"] not in config  # null: the stager's default (MODEL_FILES)
+    assert config[storage.STAGED["model"].ignore_patterns] == '["original/", "it\'s *.bin"]'
+    assert storage.STAGED["model"].allow_patterns not in config  # null: the stager's default (MODEL_FILES)
     script = run_main("--target", "slurm", *[item for pair in zip(["--set"] * 2, sets, strict=True) for item in pair])
     # quoted for the shell: the stager reads exactly the JSON
     assert script.exit_code == 0

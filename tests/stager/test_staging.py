@@ -39,7 +39,7 @@ def stager(environ: dict[str, str], *, index: int = 0, wait: bool = True, timeou
 def sources(role: str, text: str, volume: Path) -> dict[str, str]:
     uri = storage.parse(text, role)
     return {storage.URI_VARIABLES[role]: text,
-            storage.PATH_VARIABLES[role]: uri.staged_path(str(volume), role)}
+            storage.STAGED[role].path: uri.staged_path(str(volume), role)}
 
 
 @pytest.fixture
@@ -207,14 +207,14 @@ def test_a_hub_model_stages_what_from_pretrained_loads_unless_its_patterns_say_o
                                                                            "ignore": None}
     # everything but the originals, as a user's own program may want
     chosen = {**sources("model", "hf://org/llama-like", tmp_path / "chosen"), "HF_ENDPOINT": hub.url,
-              storage.ALLOW_PATTERNS_VARIABLES["model"]: '["*"]', storage.IGNORE_PATTERNS_VARIABLES["model"]:
+              storage.STAGED["model"].allow_patterns: '["*"]', storage.STAGED["model"].ignore_patterns:
               '["original/"]'}
     assert stager(chosen).returncode == 0
     place = Path(chosen["MODEL_DIR"])
     assert sorted(path.name for path in place.iterdir()) == sorted([*TINY_MODEL, "pytorch_model.bin", "README.md",
                                                                     storage.MARKER])
     # other patterns for a place already staged: refused, naming how to stage it again (never a partial set)
-    again = stager({**chosen, storage.IGNORE_PATTERNS_VARIABLES["model"]: '[]'})
+    again = stager({**chosen, storage.STAGED["model"].ignore_patterns: '[]'})
     assert again.returncode == BAD_CONFIG and "was staged with other patterns" in again.stdout, again.stdout
 
 
@@ -225,7 +225,7 @@ def test_a_hub_model_stages_what_from_pretrained_loads_unless_its_patterns_say_o
 def test_malformed_or_empty_patterns_are_refused_with_one_line(hub, tmp_path, setting, words):
     hub.add("org/llama-like", {**TINY_MODEL, **EXTRA_FILES})
     environ = {**sources("model", "hf://org/llama-like", tmp_path), "HF_ENDPOINT": hub.url,
-               storage.ALLOW_PATTERNS_VARIABLES["model"]: setting}
+               storage.STAGED["model"].allow_patterns: setting}
     result = stager(environ)
     assert result.returncode == BAD_CONFIG and words in result.stdout, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr and not hub.fetched()
@@ -310,16 +310,16 @@ def test_an_archive_that_unpacks_past_its_limit_is_refused_before_anything_is_un
     assert len(data) < 1_000_000
     (files.root / archive).write_bytes(data)
     environ = {**sources("dataset", f"{files.url}/{archive}", tmp_path / "volume"),
-               storage.UNPACK_LIMIT_VARIABLES["dataset"]: "10000000"}
+               storage.STAGED["dataset"].unpack_limit: "10000000"}
     result = stager(environ)
     assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
     assert f"{archive}: the archive unpacks to 60 MB, over the limit of 10 MB set for it" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert not Path(environ["DATASET_DIR"]).exists()
     assert sum(path.stat().st_size for path in (tmp_path / "volume").rglob("*") if path.is_file()) < 1_000_000
-    bad = stager({**environ, storage.UNPACK_LIMIT_VARIABLES["dataset"]: "ten"})
+    bad = stager({**environ, storage.STAGED["dataset"].unpack_limit: "ten"})
     assert bad.returncode == BAD_CONFIG and "INDEXED_TRAINER_DATASET_MAX_BYTES='ten': write a positive number" in bad.stdout
-    unbounded = stager({key: value for key, value in environ.items() if key not in storage.UNPACK_LIMIT_VARIABLES.values()})
+    unbounded = stager({key: value for key, value in environ.items() if key not in {staged.unpack_limit for staged in storage.STAGED.values()}})
     assert unbounded.returncode == 0 and (Path(environ["DATASET_DIR"]) / "zeros.bin").stat().st_size == 60_000_000
 
 
