@@ -4,13 +4,12 @@ replaces the previous one only once it is complete)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
-from trainer_runtime.goodput import goodput_account
+from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
+from trainer_runtime import run_summary
 
 TRAINED = "_trained"
 
@@ -42,7 +41,6 @@ RUN_FILES = (SUMMARY_FILE, f"*{TRAINED}")
 
 
 def write_summary(output_dir: Path, summary: dict[str, Any], export: Any) -> None:
-    """OUTPUT_DIR/summary.json, every pretrained-model program's: its final scores and run record, the goodput
-    account of its faults, and what it exported (a directory, or several)."""
-    atomic_write(output_dir / SUMMARY_FILE, json.dumps({**summary, **goodput_account().summary(), "export": export},
-                                                       indent=2).encode())
+    """OUTPUT_DIR/summary.json, every pretrained-model program's: its final scores and run record, and what it
+    exported (a directory, or several), by the one summary writer."""
+    run_summary.write_summary(output_dir / SUMMARY_FILE, {**summary, "export": export})

@@ -4,11 +4,9 @@ PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTE
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 import warnings
-from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
@@ -25,10 +23,10 @@ from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import NAMED, Refusal, exit_for
 from trainer_runtime.gang import join, record_attempt
-from trainer_runtime.goodput import goodput_account
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
-from trainer_runtime.sharded_evaluation import evaluating, rank_batches
+from trainer_runtime.run_summary import write_summary
+from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
 from trainer_runtime.stop import StopRequest
 from trainer_stager.checkpoint_mirror import mirror_from
 from worker.mnist import data, export, resume, settings
@@ -162,10 +160,7 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------------
     def all_sum(self, values: list[float]) -> list[float]:
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self.distributed:
-            dist.all_reduce(tensor)
-        return tensor.tolist()
+        return gang_sum(torch.tensor(values, dtype=torch.float64, device=self.device), self.env.world_size).tolist()
 
     def train(self) -> dict:
         checkpoint = self.start.checkpoint
@@ -298,28 +293,14 @@ class Trainer:
         # plain tensors on rank 0, gathered from every rank under fsdp
         weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
         if self.env.is_rank0:
-            finished = time.time()
             buffer = io.BytesIO()
             torch.save(weights, buffer)
             atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
-            summary_path = self.config.output_dir / settings.MODEL_SUMMARY
-            summary = {
-                **_read_json(summary_path),  # a field it had is never lost
-                "accuracy": result.get("accuracy"),
-                "loss": result.get("loss"),
-                "epochs": self.config.epochs,
-                "world_size": self.env.world_size,
-                "parameters": self.parameters,
-                "model": "worker.mnist.model.MnistCNN",
+            write_summary(self.config.output_dir / settings.MODEL_SUMMARY, {
+                "accuracy": result.get("accuracy"), "loss": result.get("loss"), "epochs": self.config.epochs,
+                "world_size": self.env.world_size, "parameters": self.parameters, "model": "worker.mnist.model.MnistCNN",
                 "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
-                "config": settings.recorded_config(self.config),
-                # wall-clock times of the whole run, restarts and their waits included (UTC, ISO 8601)
-                "started_at": _iso(self.started_at),
-                "finished_at": _iso(finished),
-                "duration_seconds": round(finished - self.started_at, 3),
-                **goodput_account().summary(),  # restarted in place: goodput, faults and their seconds by phase
-            }
-            atomic_write(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+                "config": settings.recorded_config(self.config)}, self.started_at)
             self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
                      f"{result.get('accuracy') or 0:.4f})")
             if self.config.export_dir is not None:
@@ -333,18 +314,6 @@ class Trainer:
             self.checkpoints.close(failed)
         self.progress.close()
         process_group.destroy_process_group()
-
-
-def _iso(unix_time: float) -> str:
-    return datetime.fromtimestamp(unix_time, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _read_json(path) -> dict:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def run(config: TrainConfig, env: DistEnv) -> int:
