@@ -28,13 +28,12 @@ def gaps_by_time(written: list[tuple[int, float]], per_epoch: int) -> list[float
             if later[0] % per_epoch]
 
 
-def killed_after_checkpoints_by_time(run, output: Path, by_time: dict, every: float, per_epoch: int,
-                                     kill_at: str, dies_before: int) -> tuple[int, dict]:
+def killed_after_checkpoints_by_time_then_resumed(run, output: Path, by_time: dict, every: float, per_epoch: int,
+                                                  kill_at: str, dies_before: int) -> tuple[int, str]:
     """``run(output, settings)`` with CHECKPOINT_EVERY_SECONDS=``every`` and slow steps, rank 1 killed at batch
     ``kill_at`` (epoch.batch, before step ``dies_before``): two or more checkpoints came mid-epoch, each at least
-    ``every`` after the one before, and epoch 1's end checkpointed. The newest step checkpointed, from which the
-    caller's resumed run must go on, and the settings to resume with (the same: the kill was for the first start
-    only)."""
+    ``every`` after the one before, and epoch 1's end checkpointed. Then the run again with the same settings (the
+    kill was for the first start only), which resumes from the newest. That step, and the resumed run's output."""
     from tests.worker.launch import fault_env
 
     fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch={kill_at},rank=1,attempt=0")
@@ -47,4 +46,7 @@ def killed_after_checkpoints_by_time(run, output: Path, by_time: dict, every: fl
     assert min(gaps_by_time(written, per_epoch)) >= every, written
     newest = written[-1][0]
     assert per_epoch < newest < dies_before, written  # after epoch 1's end, before the kill
-    return newest, settings
+    resumed = run(output, settings)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"Rank 0: resuming from {layout.step_checkpoint_name(newest)}" in resumed.stdout
+    return newest, resumed.stdout

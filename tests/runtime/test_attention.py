@@ -7,9 +7,6 @@ import importlib.util
 import pytest
 
 from trainer_contract import exit_codes
-from trainer_contract.config_reading import load_config
-from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfig
-from trainer_contract.settings import ConfigError
 from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained.run import loading_options
 
@@ -47,15 +44,6 @@ def test_flash_attention_without_its_package_is_refused_in_one_line():
     assert refused.value.code == exit_codes.BAD_CONFIG
     assert refused.value.problems == ["ATTN_IMPLEMENTATION: flash_attention_2 needs the flash-attn package (and CUDA "
                                       "GPUs), which this image does not have: install it into the image, or use sdpa"]
-
-
-@pytest.mark.parametrize("config_class", [QaConfig, FinetuneConfig, SftConfig])
-def test_every_pretrained_model_program_reads_the_setting(config_class):
-    assert config_class().attn_implementation == "auto"
-    assert load_config({"ATTN_IMPLEMENTATION": "SDPA"}, config_class=config_class).attn_implementation == "sdpa"
-    with pytest.raises(ConfigError, match="ATTN_IMPLEMENTATION: 'flex' must be one of auto, eager, sdpa, "
-                                          "flash_attention_2"):
-        load_config({"ATTN_IMPLEMENTATION": "flex"}, config_class=config_class)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed here")

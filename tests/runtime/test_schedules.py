@@ -4,9 +4,7 @@ learning rate of every optimizer step, warm-up included, equals theirs (trainer_
 import pytest
 import torch
 
-from trainer_contract.config_reading import load_config
-from trainer_contract.program_settings import SCHEDULES, FinetuneConfig, SftConfig
-from trainer_contract.settings import ConfigError
+from trainer_contract.program_settings import SCHEDULES
 from trainer_runtime.pretrained.schedules import factor, schedule_for
 
 
@@ -38,12 +36,3 @@ def test_the_shapes_without_a_reference():
     assert factor("constant", 0, 4, 12) == 1.0 and factor("constant_with_warmup", 1, 4, 12) == 0.25
     with pytest.raises(ValueError, match="no schedule 'step'"):
         factor("step", 0, 0, 1)
-
-
-@pytest.mark.parametrize("config_class", [FinetuneConfig, SftConfig])
-def test_the_setting_takes_the_four_names_and_refuses_others(config_class):
-    assert config_class().lr_scheduler_type == "linear"
-    assert load_config({"LR_SCHEDULER_TYPE": "Cosine"}, config_class=config_class).lr_scheduler_type == "cosine"
-    with pytest.raises(ConfigError, match="LR_SCHEDULER_TYPE: 'cosine_with_restarts' must be one of linear, cosine, "
-                                          "constant, constant_with_warmup"):
-        load_config({"LR_SCHEDULER_TYPE": "cosine_with_restarts"}, config_class=config_class)

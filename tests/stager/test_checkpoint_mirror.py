@@ -330,7 +330,7 @@ def test_a_workloads_checkpoints_are_mirrored_and_restored_by_its_own_naming(s3,
     assert unknown.returncode == BAD_CONFIG and "invalid choice: 'team.train'" in unknown.stdout
 
 
-# -- for the workloads' own runs with a bucket (tests/finetune/test_finetune_bucket.py, tests/qa/test_qa_bucket.py)
+# -- for the workloads' own runs with a bucket (tests/stager/test_programs_resume_from_the_bucket.py)
 def rendered_stage_arguments(module: str, uri: str) -> list[str]:
     """What the stage init container runs after python -m worker.staging, as gen-manifests renders it for
     built-in program ``module`` with checkpoint.storage_uri ``uri``."""
@@ -377,13 +377,16 @@ def restored_then_resumed(run, module: str, uri: str, environ: dict, settings: d
     return resumed
 
 
-def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dict, settings: dict, tmp_path: Path,
-                                        *, whole: dict, fault_at: str, mirrored: int, total: int) -> Path:
-    """The bucket round trip of built-in program ``module`` (``run(volume, settings)`` under the launcher, mirroring
-    to ``uri``): first a run never killed, with ``whole``'s settings, into tmp_path/whole; then rank 0 stalls before
-    batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``, then dies; on another, empty volume
-    the stage step restores that step and the run trains to ``total``. The bucket holds what each volume holds at
-    each end. The second volume, for the caller's comparison with tmp_path/whole."""
+def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dict, tmp_path: Path, *, whole: dict,
+                                        fault_at: str, mirrored: int, total: int) -> Path:
+    """The bucket round trip of built-in program ``module`` (``run(volume, settings)`` under the launcher): first a
+    run never killed, with ``whole``'s settings, into tmp_path/whole; then, mirroring to ``uri``, rank 0 stalls
+    before batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``, then dies; on another, empty
+    volume the stage step restores that step and the run trains to ``total``. The bucket holds what each volume
+    holds at each end. The second volume, for the caller's comparison with tmp_path/whole."""
+    # the newest checkpoint only is kept: the mirror uploads the newest offered and skips an older one still
+    # waiting, so with more the bucket could lack one the volume has
+    settings = {**whole, "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: uri}
     uninterrupted = run(tmp_path / "whole", whole)
     assert uninterrupted.returncode == 0, uninterrupted.stdout[-3000:]
     first, second = tmp_path / "first-volume", tmp_path / "second-volume"
