@@ -170,6 +170,13 @@ class AdamWSettings(PretrainedModelSettings):
                              "Stop after this many optimizer steps, within an epoch too (evaluated, checkpointed and "
                              "exported there), the schedule ending at it; 0: EPOCHS decide. As TRL's max_steps, it "
                              "overrides EPOCHS when set.", shaping=True)
+    gradient_accumulation_steps: int = setting(
+        "GRADIENT_ACCUMULATION_STEPS", parse_positive_int, 1,
+        "Batches of BATCH_SIZE each process sums gradients over before each optimizer step, as TRL's "
+        "gradient_accumulation_steps: a step learns from BATCH_SIZE x this x the processes' examples at the memory of "
+        "one batch, each batch's loss weighted by its share of the step's examples (sft: of its supervised tokens, "
+        "as transformers counts them); steps, MAX_STEPS and the checkpoint cadence count optimizer steps.",
+        shaping=True)
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,17 @@ from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfi
 from trainer_contract.settings import config_fields, shaping_settings
 
 SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
+# the settings of the programs whose loop is this project's own (AdamWSettings) that shape a run
+ADAMW = {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "gradient_accumulation_steps"}
 
 
 @pytest.mark.parametrize("config, shaping", [
     (TrainConfig, SCHEDULE),
     (QaConfig, SCHEDULE | {"max_seq_length", "doc_stride"}),
-    (FinetuneConfig, SCHEDULE | {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "max_seq_length",
-                                 "text_column", "text_pair_column", "label_column"}),
-    (SftConfig, SCHEDULE | {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "max_seq_length",
-                            "packing", "prompt_column", "completion_column", "messages_column", "lora_rank",
-                            "lora_alpha", "lora_dropout", "lora_target_modules", "chat_template_path"}),
+    (FinetuneConfig, SCHEDULE | ADAMW | {"max_seq_length", "text_column", "text_pair_column", "label_column"}),
+    (SftConfig, SCHEDULE | ADAMW | {"max_seq_length", "packing", "prompt_column", "completion_column",
+                                    "messages_column", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules",
+                                    "chat_template_path"}),
 ])
 def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(config, shaping):
     assert set(shaping_settings(config)) == shaping

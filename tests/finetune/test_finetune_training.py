@@ -227,3 +227,36 @@ def test_a_planted_checkpoint_is_refused_naming_it_and_runs_nothing(world, tmp_p
     assert "configuration error: checkpoint step-00000099.ckpt was refused: it names " in result.stdout
     assert not marker.exists()
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_gradient_accumulation_learns_as_the_larger_batch_does_and_a_resume_with_another_is_refused(tmp_path):
+    """GRADIENT_ACCUMULATION_STEPS=2 of BATCH_SIZE 8 is BATCH_SIZE 16 at half the activations: the same examples
+    per optimizer step, the same loss at every step and the same weights (to float rounding: the sums' order and
+    the batches' padding differ), on two processes under DDP (the first batch's gradients stay local: no_sync)."""
+    import torch
+    from safetensors.torch import load_file
+
+    root = tmp_path / "world"  # no dropout: a batch of 16 and two of 8 would draw other masks
+    model, data = make_model(root / "model"), make_texts(root / "data", train=256, validation=32)
+    exact = {"EPOCHS": "2", "PRECISION": "fp32", "CHECKPOINT_EVERY_STEPS": "0"}
+    runs = {}
+    for name, batch, accumulation in (("larger", "16", "1"), ("accumulated", "8", "2")):
+        result = run_finetune(model, data, tmp_path / name,
+                              {**exact, "BATCH_SIZE": batch, "GRADIENT_ACCUMULATION_STEPS": accumulation})
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert (f"Rank 0: training from step 0 of 16 (32 examples a step: BATCH_SIZE {batch} x "
+                f"GRADIENT_ACCUMULATION_STEPS {accumulation} x 2 processes)") in result.stdout
+        lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = [(line["step"], line["loss"]) for line in lines if "accuracy" not in line]
+    assert [step for step, _ in runs["accumulated"]] == list(range(1, 17))
+    assert [step for step, _ in runs["larger"]] == [step for step, _ in runs["accumulated"]]
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(a)) for (_, a), (_, b) in zip(runs["larger"], runs["accumulated"],
+                                                                             strict=True))
+    larger = load_file(tmp_path / "larger" / "bert_classifier_trained" / "model.safetensors")
+    accumulated = load_file(tmp_path / "accumulated" / "bert_classifier_trained" / "model.safetensors")
+    assert all(torch.allclose(larger[key], accumulated[key], rtol=1e-3, atol=1e-5) for key in larger)
+    # the accumulation shapes the run: a resume with another is refused, naming it
+    again = run_finetune(model, data, tmp_path / "accumulated",
+                         {**exact, "BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "EPOCHS": "3"})
+    assert again.returncode == 78, again.stdout[-3000:]
+    assert "GRADIENT_ACCUMULATION_STEPS" in again.stdout

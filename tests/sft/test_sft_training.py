@@ -142,3 +142,26 @@ def test_a_resume_with_other_data_or_another_lora_shape_is_refused_naming_each(w
     assert again.returncode == 78, again.stdout[-3000:]
     assert "DATASET_DIR: checkpoint step-00000006.ckpt was trained on other data" in again.stdout
     assert "LORA_RANK: " in again.stdout
+
+
+def test_gradient_accumulation_under_fsdp_learns_as_the_larger_batch_does(world, tmp_path):
+    """GRADIENT_ACCUMULATION_STEPS=2 of BATCH_SIZE 4 under FSDP2 (the first batch's gradients kept unsharded, no
+    reduce-scatter until the second's) makes BATCH_SIZE 8's steps: each batch's loss weighted by its share of the
+    step's supervised tokens, as transformers counts them, so the step's loss is the same mean over them."""
+    import torch
+
+    model, data = world
+    exact = {"STRATEGY": "fsdp", "EPOCHS": "1", "LOG_INTERVAL": "1", "CHECKPOINT_EVERY_STEPS": "0"}
+    losses = {}
+    for name, batch, accumulation in (("larger", "8", "1"), ("accumulated", "4", "2")):
+        result = run_sft(model, data, tmp_path / name,
+                         {**exact, "BATCH_SIZE": batch, "GRADIENT_ACCUMULATION_STEPS": accumulation})
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        losses[name] = [(line["step"], line["loss"]) for line in lines if "loss" in line and "step" in line
+                        and "perplexity" not in line]
+    assert len(losses["larger"]) >= 3 and [s for s, _ in losses["larger"]] == [s for s, _ in losses["accumulated"]]
+    assert all(abs(a - b) <= 1e-3 * max(1.0, abs(a)) for (_, a), (_, b) in zip(losses["larger"],
+                                                                             losses["accumulated"], strict=True))
+    larger, accumulated = adapter_of(tmp_path / "larger"), adapter_of(tmp_path / "accumulated")
+    assert all(torch.allclose(larger[key], accumulated[key], atol=1e-4) for key in larger)

@@ -31,6 +31,12 @@ from trainer_runtime.pretrained.schedules import schedule_for
 from trainer_runtime.stop import StopRequest
 
 Collate = Callable[[list[Any]], dict[str, torch.Tensor]]
+# What a batch's loss is the mean over (the model's own loss: per example, or per supervised token of a causal LM)
+Weigh = Callable[[dict[str, torch.Tensor]], int]
+
+
+def examples_in(batch: dict[str, torch.Tensor]) -> int:
+    return len(batch["attention_mask"])
 
 
 def optimizer_for(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:
@@ -50,8 +56,8 @@ class Loop:
     passed, a stop agreed by the gang); ``state_dict`` is what it writes (a collective: every rank calls it)."""
 
     def __init__(self, model: torch.nn.Module, examples: list[Any], batches: RankBatches, collate: Collate,
-                 config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp"):
-        self.examples, self.batches, self.collate = examples, batches, collate
+                 config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp", weigh: Weigh = examples_in):
+        self.examples, self.batches, self.collate, self.weigh = examples, batches, collate, weigh
         self.config, self.device, self.rank = config, device, env.rank
         # the strategy shards the model in place under fsdp: the optimizer is made over what it leaves
         self.strategy = strategies.build(strategy, model.to(device), env, device, config.precision)
@@ -85,15 +91,27 @@ class Loop:
         self.batches.resume_at = divmod(self.step, len(self.batches))
 
     def train_step(self, indices: list[int], stop_requested: bool) -> tuple[float, int, StepAgreement]:
-        """One optimizer step on the examples ``indices``: its loss, the tokens it saw, and what the gang agreed
-        beside the gradients (a stop, a checkpoint by time)."""
-        batch = {key: value.to(self.device) for key, value in
-                 self.collate([self.examples[index] for index in indices]).items()}
+        """One optimizer step on the examples ``indices``, in batches of BATCH_SIZE whose gradients add up (the
+        last one's travel, with what the gang agrees beside them: a stop, a checkpoint by time); each batch's loss
+        is weighted by its share of what the step's loss is a mean over (``weigh``: examples, or supervised
+        tokens), so that the step's is that mean whatever the split. The step's loss and the tokens it saw."""
         torch.manual_seed(hash((self.config.seed, self.step, self.rank)) % (1 << 62))
         self.strategy.model.train()
-        with self.precision.autocast():
-            loss = self.strategy.model(**batch).loss
-        agreed = self.strategy.backward(loss, 1, self.strategy.world_size, stop_requested, self.clock.due())
+        size = self.config.batch_size
+        parts = [self.collate([self.examples[index] for index in indices[start:start + size]])
+                 for start in range(0, len(indices), size)]
+        weights = [self.weigh(part) for part in parts]
+        step_loss, tokens = 0.0, 0
+        for number, part in enumerate(parts):
+            batch = {key: value.to(self.device) for key, value in part.items()}
+            with self.precision.autocast():
+                loss = self.strategy.model(**batch).loss * (weights[number] / max(sum(weights), 1))
+            if number + 1 < len(parts):
+                with self.strategy.local_gradients():
+                    self.precision.backward(loss)
+            else:
+                agreed = self.strategy.backward(loss, 1, self.strategy.world_size, stop_requested, self.clock.due())
+            step_loss, tokens = step_loss + float(loss.detach()), tokens + int(batch["attention_mask"].sum())
         if self.config.max_grad_norm:
             self.precision.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
@@ -102,7 +120,7 @@ class Loop:
         self.schedule.step()
         self.strategy.zero_grad()
         self.step += 1
-        return float(loss.detach()), int(batch["attention_mask"].sum()), agreed
+        return step_loss, tokens, agreed
 
     def epochs(self, run_log: RunLog, stop: StopRequest, store: CheckpointStore, record: dict[str, Any],
                evaluate: Callable[[], tuple[dict[str, float], str]]) -> dict[str, float]:
@@ -113,7 +131,10 @@ class Loop:
             self.checkpoint(store, record)
 
         per_epoch = len(self.batches)
-        run_log.start(self.step, self.total)
+        config, world = self.config, self.strategy.world_size
+        run_log.start(self.step, self.total, f" ({config.batch_size * config.gradient_accumulation_steps * world} "
+                      f"examples a step: BATCH_SIZE {config.batch_size} x GRADIENT_ACCUMULATION_STEPS "
+                      f"{config.gradient_accumulation_steps} x {world} processes)")
         result: dict[str, float] = {}
         began, evaluating = time.monotonic(), 0.0
         self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here

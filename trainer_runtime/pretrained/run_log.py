@@ -30,8 +30,9 @@ class RunLog:
         self.began = self.clock = time.monotonic()
         self.steps_before = self.tokens = 0
 
-    def start(self, step: int, total: int) -> None:
-        """Training starts (or resumes) at optimizer step ``step`` of ``total``."""
+    def start(self, step: int, total: int, per_step: str = "") -> None:
+        """Training starts (or resumes) at optimizer step ``step`` of ``total``; ``per_step``: what a step learns
+        from, said beside."""
         self.began = self.clock = time.monotonic()
         self.steps_before = step
         self.live.started(step, output_dir=self.output_dir, node=self.node)
@@ -47,7 +48,7 @@ class RunLog:
 
                 # purge_step: a resumed run's curves replace what was written after its checkpoint
                 self.writer = SummaryWriter(str(self.output_dir / "tensorboard"), purge_step=step or None)
-        say(self.rank, f"training from step {step} of {total}")
+        say(self.rank, f"training from step {step} of {total}{per_step}")
 
     def due(self, step: int, last_of_epoch: bool) -> bool:
         return step % self.log_interval == 0 or last_of_epoch

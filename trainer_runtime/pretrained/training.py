@@ -20,7 +20,7 @@ from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import write_summary
-from trainer_runtime.pretrained.loop import Loop, Stopped
+from trainer_runtime.pretrained.loop import Loop, Stopped, Weigh, examples_in
 from trainer_runtime.pretrained.run import resume_from
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import StopRequest
@@ -45,7 +45,8 @@ class Workload:
     from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
     ``export(config, loop, loaded, summary, log)``: run on every rank (it may gather a sharded model), rank 0 writes
     the trained model and returns what it wrote (summary.json's "export"). ``records_data``: a resume is refused
-    with other data too. ``strategy(config)``: the loop's strategy word."""
+    with other data too. ``strategy(config)``: the loop's strategy word. ``weigh(batch)``: what the model's loss on
+    a batch is the mean over (GRADIENT_ACCUMULATION_STEPS weights each batch of a step by it)."""
 
     load: Callable[[Any, Log], Loaded]
     collate: Callable[[Any, Loaded], Callable[[list], dict]]
@@ -53,6 +54,7 @@ class Workload:
     export: Callable[[Any, Loop, Loaded, dict, Log], Any]
     records_data: bool = False
     strategy: Callable[[Any], str] = lambda config: "ddp"
+    weigh: Weigh = examples_in
 
 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
@@ -63,9 +65,11 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None)
     now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
     found = resume_from(config, now, store, log, env.is_rank0)
-    batches = RankBatches(len(loaded.train), config.batch_size, env.rank, env.world_size, config.seed, True)
+    # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
+    batches = RankBatches(len(loaded.train), config.batch_size * config.gradient_accumulation_steps, env.rank,
+                          env.world_size, config.seed, True)
     loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, device, env,
-                workload.strategy(config))
+                workload.strategy(config), workload.weigh)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)

@@ -69,6 +69,11 @@ class Strategy:
         self.sync_seconds = time.perf_counter() - started
         return StepAgreement(int(total), stops > 0, checkpoints > 0)
 
+    def local_gradients(self) -> contextlib.AbstractContextManager[None]:
+        """Backward passes in here add to this rank's gradients without any communication: the batches of an
+        optimizer step but its last (gradient accumulation), whose backward() then combines the sums."""
+        return contextlib.nullcontext()
+
     def step(self) -> None:
         self.precision.step(self.optimizer)
 

@@ -24,3 +24,6 @@ class DDPStrategy(Strategy):
     @property
     def model(self):
         return self.wrapped
+
+    def local_gradients(self):
+        return self.wrapped.no_sync()

@@ -8,6 +8,7 @@ gathered parameters are cast (MixedPrecisionPolicy) and the gradients reduced in
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import torch
@@ -48,7 +49,16 @@ class FSDPStrategy(Strategy):
         units, outer = shard_units(module)
         for unit in units:
             fully_shard(unit, mesh=mesh, mp_policy=policy)
-        fully_shard(outer, mesh=mesh, mp_policy=policy)
+        self.root = fully_shard(outer, mesh=mesh, mp_policy=policy)
+
+    @contextlib.contextmanager
+    def local_gradients(self):
+        # every unit keeps its unsharded gradients and adds the next backward's: no reduce-scatter until the last
+        self.root.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.root.set_requires_gradient_sync(True)
 
 
 def shard_units(module: nn.Module) -> tuple[list[nn.Module], nn.Module]:

@@ -24,6 +24,12 @@ def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
                                             for e, pad in zip(examples, pads, strict=True)])}
 
 
+def supervised_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """What a causal LM's loss on ``batch`` is the mean over: the labels it predicts (each but the first, shifted),
+    padding and prompts left out (transformers' and so TRL's count, num_items_in_batch)."""
+    return int((batch["labels"][:, 1:] != IGNORE).sum())
+
+
 def evaluate(model: torch.nn.Module, examples: list[Example], batch_size: int, pad_id: int, precision: Precision,
              device: torch.device, rank: int, world_size: int) -> dict[str, float]:
     """The mean loss per supervised token over the whole split (trainer_runtime.sharded_evaluation), and its

@@ -24,7 +24,7 @@ from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, re
 from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
-from worker.sft.loop import collate, complete, evaluate
+from worker.sft.loop import collate, complete, evaluate, supervised_tokens
 
 
 def run(config: SftConfig, env: DistEnv) -> int:
@@ -124,4 +124,5 @@ def _export(config: SftConfig, loop: Loop, loaded: Loaded, summary: dict[str, An
 
 SFT = Workload(load=lambda config, log: Loaded(*_load(config, log)),
                collate=lambda config, loaded: lambda examples: collate(examples, loaded.tokenizer.pad_token_id),
-               evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy)
+               evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy,
+               weigh=supervised_tokens)
