@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# A process that waits (for the gang, for a peer preparing the data) says what it waits for this often, so that a
+# long wait is never silent.
+WAIT_REPORT_SECONDS = 15.0
+
 
 def format_duration(seconds: float) -> str:
     """A duration as a person reads it: 42 s, 3 min 05 s, 2 h 07 min."""

@@ -55,6 +55,7 @@ from trainer_contract.gang_rounds import (
     lost_nodes_replaced,
 )
 from trainer_contract.launcher import write_termination_message
+from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_contract.settings import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run, warm_imports
@@ -319,7 +320,6 @@ def stopped_by(args, stopped: SignalException, otherwise: str) -> int:
 
 
 LEADER_POLL_SECONDS = 0.25
-WAIT_REPORT_SECONDS = 15.0
 
 
 def join_timeout(args) -> float:

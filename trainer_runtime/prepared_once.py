@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_runtime.peer_failures import PeerLost
-
-WAIT_REPORT_SECONDS = 15.0  # a line this often while a rank waits, so a long wait is never silent
 
 
 @dataclass(frozen=True)

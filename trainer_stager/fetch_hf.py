@@ -93,7 +93,8 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
     except Exception as error:  # huggingface_hub's and httpx's errors: classified, never a traceback
         raise classify(uri, error) from None
     shutil.rmtree(into / ".cache", ignore_errors=True)  # hf_hub_download's own bookkeeping
-    left_out = [sibling for sibling in listed if sibling not in siblings]
+    kept = {sibling.rfilename for sibling in siblings}
+    left_out = [sibling for sibling in listed if sibling.rfilename not in kept]
     return {"repo": uri.repo, "repo_type": uri.repo_type, "revision": uri.revision, "commit": info.sha,
             "files": files, "patterns": patterns,
             "left_out": {"files": len(left_out), "bytes": sum(sibling.size or 0 for sibling in left_out)}}

@@ -35,3 +35,24 @@ def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
     config = FinetuneConfig(model_dir=tmp_path)
     recorded = checkpoint_record.record(config, world_size=2)
     assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) and recorded["world_size"] == 2
+
+
+def test_a_path_settings_content_is_recorded_and_another_content_at_the_same_path_refuses_the_resume(tmp_path):
+    """CHAT_TEMPLATE_PATH names a file: the same path holding another template renders other tokens, so the
+    checkpoint keeps the file's digest too; a checkpoint of an earlier version without digests is not refused."""
+    from trainer_runtime.pretrained import checkpoint_record
+
+    template = tmp_path / "chat.jinja"
+    template.write_text("{{ messages }}")
+    config = SftConfig(model_dir=tmp_path / "model", output_dir=tmp_path / "out", chat_template_path=template)
+    (tmp_path / "model").mkdir()
+    recorded = checkpoint_record.record(config, world_size=1)
+    assert list(recorded["content_revisions"]) == ["chat_template_path"]
+    assert checkpoint_record.changes(recorded, checkpoint_record.record(config, 1), "step-1.ckpt", config) == []
+    template.write_text("{{ messages | reverse }}")
+    problems = checkpoint_record.changes(recorded, checkpoint_record.record(config, 1), "step-1.ckpt", config)
+    assert problems[0].startswith(f"CHAT_TEMPLATE_PATH: checkpoint step-1.ckpt was trained with another content at "
+                                  f"{template} (revision {recorded['content_revisions']['chat_template_path']}, now ")
+    assert len(problems) == 2  # the line, then the ways out
+    earlier = {key: value for key, value in recorded.items() if key != "content_revisions"}
+    assert checkpoint_record.changes(earlier, checkpoint_record.record(config, 1), "step-1.ckpt", config) == []

@@ -163,13 +163,17 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     # index 0: two attempts for 1 restart, each exiting 69 (counted). Index 1: a victim of each (75, ignored and
     # replaced); a victim may end before rank 0's pod does (rank 0 tells the gang, then exits), so index 1 may be
     # replaced once more before the Job fails: that last pod, still running then, is terminated and counted, as
-    # the controller counts it (seen in CI: 75, 75, 143)
-    codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
+    # the controller counts it (seen in CI: 75, 75, 143). That pod may still be in its init containers (no worker
+    # exit code: None), or be exiting 75 as a victim just then: a pod not yet ended when the Job fails is counted
+    # as failed whatever its code (the controller's rule for the pods of a finished Job).
+    codes = {index: [pod["exit_codes"].get("worker") for pod in status["pods"] if pod["index"] == index]
+             for index in (0, 1)}
     assert codes[0] == [69, 69] and codes[1][0] == 75, codes
     victims, last = codes[1][:-1], codes[1][-1]
-    assert set(victims) <= {75} and last in (75, 143, 137) and len(codes[1]) in (2, 3), codes
-    assert status["ignored"] == codes[1].count(75)
-    assert status["failed"] == 2 + (last != 75)
+    assert set(victims) <= {75} and last in (75, 143, 137, None) and len(codes[1]) in (2, 3), codes
+    last_counted = len(codes[1]) - status["ignored"]  # every victim ignored; the last one ignored or counted
+    assert last_counted in (0, 1) and (last == 75 or last_counted == 1), (codes, status["ignored"])
+    assert status["failed"] == 2 + last_counted
     assert status["failedIndexes"] == "0"  # index 0 passed its own limit (1) in the same step
     assert "DOWNLOAD is false" in log
 

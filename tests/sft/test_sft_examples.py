@@ -198,3 +198,27 @@ def test_a_chat_template_path_without_a_template_is_refused_naming_the_variable(
         chat_template_from(path)
     assert refused.value.code == exit_codes.BAD_CONFIG
     assert refused.value.problems[0].startswith(f"CHAT_TEMPLATE_PATH: {path} ") and words in refused.value.problems[0]
+
+
+def test_examples_whose_supervised_tokens_the_cut_took_away_are_left_out_and_said(tokenizer, tmp_path):
+    """A prompt that fills MAX_SEQ_LENGTH leaves its example nothing to learn: a batch of only such examples would
+    have a loss that is a mean over nothing (NaN). It is left out, with one line; a split of only such is refused."""
+    from trainer_contract.config_reading import load_config
+    from trainer_contract.program_settings import SftConfig
+    from worker.sft.examples import learnable
+    from worker.sft.train import examples_of
+
+    records = [{"prompt": "short:", "completion": " yes"}, {"prompt": "long " * 40, "completion": " no"}]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    config = load_config({"DATASET_DIR": str(tmp_path), "MAX_SEQ_LENGTH": "16"}, config_class=SftConfig)
+    said = []
+    kept = examples_of(config, tokenizer, "train", 0, said.append)
+    assert [supervised_text(tokenizer, example) for example in kept] == [" yes<|im_end|>"]
+    assert said == ["1 of the train split's 2 examples left out: MAX_SEQ_LENGTH=16 cut away every supervised token "
+                    "of each"]
+    # the first token is never predicted: a label there alone is not learnable
+    assert learnable([Example([5, 6], [5, IGNORE])]) == []
+    (tmp_path / "train.jsonl").write_text(json.dumps(records[1]) + "\n")
+    with pytest.raises(DatasetError, match=r"none of the train split's 1 examples has a supervised token within "
+                                           r"MAX_SEQ_LENGTH=16 tokens \(the prompts fill it\): raise MAX_SEQ_LENGTH"):
+        examples_of(config, tokenizer, "train", 0)

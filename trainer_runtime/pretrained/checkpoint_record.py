@@ -53,12 +53,25 @@ def data_revision(directory: Path) -> str:
 
 def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
     """What a checkpoint records of its run: the model's and tokenizer's revisions, the world size and the settings
-    whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/program_settings.py); ``data``:
-    the data set's files too (DATASET_DIR's digest)."""
+    whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/program_settings.py), a
+    path's content too (its file's digest: the same CHAT_TEMPLATE_PATH holding another template is another run);
+    ``data``: the data set's files too (DATASET_DIR's digest)."""
+    shaping = {key: getattr(config, key) for key in shaping_settings(type(config))}
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
-            "world_size": world_size, "config": {key: _recorded(getattr(config, key))
-                                                 for key in shaping_settings(type(config))}}
+            "world_size": world_size, "config": {key: _recorded(value) for key, value in shaping.items()},
+            "content_revisions": {key: content_revision(value) for key, value in shaping.items()
+                                  if isinstance(value, Path)}}
+
+
+def content_revision(path: Path) -> str | None:
+    """A digest of what a path setting names: a file's, a directory's files' (as ``revision`` reads a tokenizer's
+    and a model's); None where nothing is there (the program refuses that itself)."""
+    if path.is_file():
+        return file_digest(path)[:16]
+    if path.is_dir():
+        return f"{revision(path, True)}-{revision(path, False)}"
+    return None
 
 
 def _recorded(value: Any) -> Any:
@@ -77,6 +90,12 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
                         f"{recorded.get('data_revision')}, now {now['data_revision']} in {config.dataset_dir})")
     problems += run_record.changed_settings(recorded.get("config", {}), now["config"], type(config),
                                             f"checkpoint {name}")
+    kept = recorded.get("content_revisions", {})  # absent from an earlier version's checkpoints: not compared
+    problems += [f"{run_record.variable_of(type(config), key)}: checkpoint {name} was trained with another content at "
+                 f"{getattr(config, key)} (revision {kept[key]}, now {revision_now})"
+                 for key, revision_now in now.get("content_revisions", {}).items()
+                 if key in kept and recorded.get("config", {}).get(key) == now["config"].get(key)
+                 and kept[key] != revision_now]
     if recorded.get("world_size") != now["world_size"]:
         problems.append(f"WORLD_SIZE: checkpoint {name} was taken with {recorded.get('world_size')} processes, now "
                         f"{now['world_size']}: each process's share of the epoch would change")

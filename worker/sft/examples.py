@@ -209,6 +209,13 @@ def tokenized(tokenizer: Any, table: Mapping[str, list[Any]], max_length: int, s
             for prompt, completion in zip(table[columns["prompt"]], table[columns["completion"]], strict=True)]
 
 
+def learnable(examples: Iterable[Example]) -> list[Example]:
+    """The examples with a supervised token the loss sees (never the first: nothing predicts it). One whose
+    supervised tokens the cut to ``max_length`` took away teaches nothing, and a batch of only such examples has a
+    loss that is a mean over nothing (NaN), so it is left out."""
+    return [example for example in examples if any(label != IGNORE for label in example.labels[1:])]
+
+
 def pack(examples: Iterable[Example], block: int) -> list[Example]:
     """The examples end to end, cut into blocks of exactly ``block`` tokens; the last partial block is dropped (no
     padding, as packing is for). Attention crosses the examples' borders within a block, as in plain packing."""

@@ -9,6 +9,7 @@ collate, evaluation and completions, the export) and the training skeleton runs 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,16 +39,29 @@ def lora_of(config: SftConfig) -> sft_model.Lora | None:
     return sft_model.Lora(config.lora_rank, config.lora_alpha, config.lora_dropout, targets)
 
 
-def examples_of(config: SftConfig, tokenizer: Any, split: str, limit: int) -> list[sft_examples.Example]:
+def examples_of(config: SftConfig, tokenizer: Any, split: str, limit: int,
+                say: Callable[[str], None] | None = None) -> list[sft_examples.Example]:
     """One split's examples as worker.sft trains or evaluates on them: tokenized, the first ``limit`` rows (0: all),
-    packed for training with PACKING (the benchmarks give TRL exactly these)."""
+    packed for training with PACKING, those left out that MAX_SEQ_LENGTH cut to no supervised token, said through
+    ``say`` (the benchmarks give TRL exactly these)."""
     table = read_table(split_files(config.dataset_dir, split))
     if limit:
         table = {key: values[:limit] for key, values in table.items()}
     columns = {"messages": config.messages_column, "prompt": config.prompt_column,
                "completion": config.completion_column}
     made = sft_examples.tokenized(tokenizer, table, config.max_seq_length, split, columns)
-    return sft_examples.pack(made, config.max_seq_length) if config.packing and split == "train" else made
+    if config.packing and split == "train":
+        made = sft_examples.pack(made, config.max_seq_length)
+    kept = sft_examples.learnable(made)
+    unit = "blocks" if config.packing and split == "train" else "examples"
+    if not kept:
+        raise DatasetError(f"none of the {split} split's {len(made)} {unit} has a supervised token within "
+                           f"MAX_SEQ_LENGTH={config.max_seq_length} tokens (the prompts fill it): raise "
+                           "MAX_SEQ_LENGTH or shorten the prompts")
+    if say is not None and len(kept) < len(made):
+        say(f"{len(made) - len(kept)} of the {split} split's {len(made)} {unit} left out: MAX_SEQ_LENGTH="
+            f"{config.max_seq_length} cut away every supervised token of each")
+    return kept
 
 
 def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
@@ -71,8 +85,8 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        train = examples_of(config, tokenizer, "train", config.train_samples)
-        evaluation = examples_of(config, tokenizer, held_out, config.eval_samples)
+        train = examples_of(config, tokenizer, "train", config.train_samples, log)
+        evaluation = examples_of(config, tokenizer, held_out, config.eval_samples, log)
     except DatasetError as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
