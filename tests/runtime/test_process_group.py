@@ -13,7 +13,7 @@ from tests.conftest import OUTSIDE
 from tests.worker.launch import free_port
 
 SCRIPT = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     import torch
     from trainer_runtime import process_group
 
@@ -27,6 +27,11 @@ SCRIPT = textwrap.dedent("""
     torch.optim.Adam(model.parameters())  # the import that used to pin the default group happens here
     torch.distributed.all_reduce(torch.ones(8))
     process_group.destroy_process_group()
+    # a joined thread can still be listed for a moment while it exits (seen once in CI under load): wait for the
+    # count, bounded; threads held by a group that cannot be freed stay for good and fail the check
+    deadline = time.monotonic() + 10
+    while threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
     print(before, started, threads())
 """)
 
