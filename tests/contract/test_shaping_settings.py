@@ -56,3 +56,14 @@ def test_a_path_settings_content_is_recorded_and_another_content_at_the_same_pat
     assert len(problems) == 2  # the line, then the ways out
     earlier = {key: value for key, value in recorded.items() if key != "content_revisions"}
     assert checkpoint_record.changes(earlier, checkpoint_record.record(config, 1), "step-1.ckpt", config) == []
+    # a tokenizer directory: its tokenizer files are what counts, a model's weights beside them are not read
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    (tokenizer / "model.safetensors").write_bytes(b"weights")
+    revision = checkpoint_record.content_revision(tokenizer)
+    (tokenizer / "model.safetensors").write_bytes(b"other weights")
+    assert checkpoint_record.content_revision(tokenizer) == revision
+    (tokenizer / "tokenizer_config.json").write_text('{"chat_template": "{{ messages | reverse }}"}')
+    assert checkpoint_record.content_revision(tokenizer) != revision
+    assert checkpoint_record.content_revision(tmp_path / "missing") is None

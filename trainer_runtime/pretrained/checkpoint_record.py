@@ -65,13 +65,12 @@ def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
 
 
 def content_revision(path: Path) -> str | None:
-    """A digest of what a path setting names: a file's, a directory's files' (as ``revision`` reads a tokenizer's
-    and a model's); None where nothing is there (the program refuses that itself)."""
+    """A digest of what a path setting names: a file's, or a directory's tokenizer files' (where a chat template
+    lives: a model directory's weights are not read again); None where nothing is there (the program refuses that
+    itself)."""
     if path.is_file():
         return file_digest(path)[:16]
-    if path.is_dir():
-        return f"{revision(path, True)}-{revision(path, False)}"
-    return None
+    return revision(path, True) if path.is_dir() else None
 
 
 def _recorded(value: Any) -> Any:

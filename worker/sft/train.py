@@ -50,10 +50,11 @@ def examples_of(config: SftConfig, tokenizer: Any, split: str, limit: int,
     columns = {"messages": config.messages_column, "prompt": config.prompt_column,
                "completion": config.completion_column}
     made = sft_examples.tokenized(tokenizer, table, config.max_seq_length, split, columns)
-    if config.packing and split == "train":
+    packed = config.packing and split == "train"
+    if packed:
         made = sft_examples.pack(made, config.max_seq_length)
     kept = sft_examples.learnable(made)
-    unit = "blocks" if config.packing and split == "train" else "examples"
+    unit = "blocks" if packed else "examples"
     if not kept:
         raise DatasetError(f"none of the {split} split's {len(made)} {unit} has a supervised token within "
                            f"MAX_SEQ_LENGTH={config.max_seq_length} tokens (the prompts fill it): raise "
