@@ -69,12 +69,13 @@ def scored(model: Path, data: Path, adapter: str) -> float:
     from trainer_contract.config_reading import load_config
     from trainer_contract.program_settings import SftConfig
     from trainer_runtime.precision import Precision
+    from trainer_runtime.pretrained.tables import splits
     from worker.sft.loop import evaluate
     from worker.sft.train import examples_of
 
     config = load_config({**RECIPE, "MODEL_DIR": str(model), "DATASET_DIR": str(data)}, config_class=SftConfig)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    examples = examples_of(config, tokenizer, "validation", 0)
+    examples = examples_of(config, tokenizer, splits(config)[1], 0)
     trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), adapter)
     device = torch.device("cpu")
     return evaluate(trained, examples, 16, tokenizer.pad_token_id, Precision("fp32", device, sharded=False), device,
@@ -87,13 +88,14 @@ def measure(size_name: str, repeats: int, scratch: Path, log, world: int = WORLD
     from testbed.sft_data import make_chat_data, make_model
     from trainer_contract.config_reading import load_config
     from trainer_contract.program_settings import SftConfig
+    from trainer_runtime.pretrained.tables import splits
     from worker.sft.train import examples_of
 
     size = sizes(size_name)
     model = make_model(scratch / "llama", hidden=size["hidden"], layers=size["layers"])
     data = make_chat_data(scratch / "chat", train=size["train"], validation=size["validation"])
     config = load_config({**RECIPE, "MODEL_DIR": str(model), "DATASET_DIR": str(data)}, config_class=SftConfig)
-    train = examples_of(config, AutoTokenizer.from_pretrained(model), "train", 0)
+    train = examples_of(config, AutoTokenizer.from_pretrained(model), splits(config)[0], 0)
     tokens = size["epochs"] * sum(len(example.input_ids) for example in train)
     samples: dict[str, list[dict]] = {"worker": [], "trl": []}
     for round_ in range(repeats):

@@ -30,12 +30,13 @@ def main(model_dir: str, dataset_dir: str, result_dir: str) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    from trainer_runtime.pretrained.tables import splits
     from worker.sft.train import examples_of, lora_of
 
     config = load_config({**os.environ, "MODEL_DIR": model_dir, "DATASET_DIR": dataset_dir}, config_class=SftConfig)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     train = Dataset.from_list([{"input_ids": example.input_ids, "labels": example.labels}
-                               for example in examples_of(config, tokenizer, "train", config.train_samples)])
+                               for example in examples_of(config, tokenizer, splits(config)[0], config.train_samples)])
     lora = lora_of(config)
     assert lora is not None, "the baseline compares LoRA runs"
     targets = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)

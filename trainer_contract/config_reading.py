@@ -62,7 +62,7 @@ def config_reference(config_class: type) -> str:
     lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
     for item in config_fields(config_class):
         default = item.default
-        shown = "(empty)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        shown = "(empty)" if default in (None, ()) else f"`{str(default).lower() if isinstance(default, bool) else default}`"
         meaning = item.metadata["help"] + (" A resume with another value is refused." if item.metadata.get("shaping")
                                            else "")
         lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {meaning} |")

@@ -17,6 +17,8 @@ from trainer_contract.settings import (
     choice,
     config_fields,
     parse_boolean,
+    parse_file_patterns,
+    parse_fraction,
     parse_name,
     parse_non_negative_float,
     parse_non_negative_int,
@@ -29,7 +31,7 @@ from trainer_contract.settings import (
 )
 
 # STRATEGY's words (trainer_runtime/strategies/ maps each to its class) and PRECISION's.
-STRATEGIES = ("allreduce", "ddp", "fsdp")
+STRATEGIES = ("allreduce", "ddp", "fsdp", "hsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
 # LR_SCHEDULER_TYPE's words, transformers' get_scheduler names (trainer_runtime/pretrained/schedules.py)
 SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
@@ -93,8 +95,8 @@ class ShardedSettings:
 
     strategy: str = setting(
         "STRATEGY", choice(*STRATEGIES), "ddp",
-        "How gradients are combined: ddp (DistributedDataParallel) or fsdp (FSDP2: parameters, gradients and "
-        "optimizer state sharded).")
+        "How gradients are combined: ddp (DistributedDataParallel), fsdp (FSDP2: parameters, gradients and "
+        "optimizer state sharded) or hsdp (fsdp within a node, replicated across nodes).")
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,10 @@ def _dataset_dir(what: str):
                    "here.")
 
 
-def _strategy(default: str, help: str):
-    """STRATEGY as a program with a choice of ddp and fsdp declares it: its default first."""
-    return changed(ShardedSettings, "strategy", default, help, choice(default, *({"ddp", "fsdp"} - {default})))
+def _strategy(default: str, help: str, *others: str):
+    """STRATEGY as a program with a choice of ddp and fsdp (and ``others``) declares it: its default first."""
+    return changed(ShardedSettings, "strategy", default, help,
+                   choice(default, *sorted({"ddp", "fsdp"} - {default}), *others))
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,9 @@ class TrainConfig(ShardedSettings, RunSettings):
     strategy: str = changed(
         ShardedSettings, "strategy", "allreduce",
         "How gradients are combined: allreduce (one flat all-reduce per step), ddp (DistributedDataParallel, "
-        "bucketed and overlapped with backward) or fsdp (FSDP2, parameters, gradients and optimizer state "
-        "sharded per layer; sharded checkpoints).")
+        "bucketed and overlapped with backward), fsdp (FSDP2, parameters, gradients and optimizer state "
+        "sharded per layer; sharded checkpoints) or hsdp (fsdp sharded within a node and replicated across nodes: "
+        "only the gradients' all-reduce crosses the network).")
     precision: str = changed(
         RunSettings, "precision", help="fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (with a "
         "gradient scaler; CUDA only). Weights, optimizer state and the gradient reduction stay fp32.")
@@ -272,7 +276,28 @@ class QaConfig(ShardedSettings, PretrainedModelSettings):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(AdamWSettings):
+class TableDataSettings:
+    """Which of DATASET_DIR's files train and which evaluate, for the programs that read tables
+    (trainer_runtime/pretrained/tables.py): by their split's name unless globs name them; an evaluation split
+    held out of the train rows where no file holds one."""
+
+    train_files: tuple[str, ...] = setting(
+        "TRAIN_FILES", parse_file_patterns, (),
+        "Comma-separated globs, relative to DATASET_DIR, of the training files (`chat/*.jsonl,extra.parquet`; `**` "
+        "for any folders), as datasets' data_files; empty: the files named after the train split.", shaping=True)
+    eval_files: tuple[str, ...] = setting(
+        "EVAL_FILES", parse_file_patterns, (),
+        "The same for the evaluation files (none may be a training file); empty: the validation split's files, else "
+        "the test split's, else EVAL_FRACTION.")
+    eval_fraction: float = setting(
+        "EVAL_FRACTION", parse_fraction, 0.05,
+        "Where DATASET_DIR has no evaluation split and EVAL_FILES is empty, hold out this fraction of the train rows "
+        "(rounded up; SEED chooses them, the same on every rank and restart) to evaluate on, as datasets' "
+        "train_test_split(test_size); 0: refuse to start without an evaluation split.", shaping=True)
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TableDataSettings, AdamWSettings):
     """The text-classification workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
     classification with plain PyTorch, DistributedDataParallel and automatic mixed precision. A seed's config.yaml
     of hyper-parameters sets these by their lower-case names (values' hyperparameters_file)."""
@@ -290,7 +315,7 @@ class FinetuneConfig(AdamWSettings):
                                  "dataset's labels")
     dataset_dir: Path = _dataset_dir(
         "Labelled texts: a train split and a validation (or test) split, each as parquet (the Hub's "
-        "plain_text/train-*.parquet), CSV or JSON lines files named after the split")
+        "plain_text/train-*.parquet), CSV or JSON lines files named after the split (or TRAIN_FILES and EVAL_FILES)")
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length", 128,
                                   "Tokens per text (longer ones are cut).")
     checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 500)
@@ -305,23 +330,25 @@ class FinetuneConfig(AdamWSettings):
 
 
 @dataclass(frozen=True)
-class SftConfig(ShardedSettings, AdamWSettings):
+class SftConfig(ShardedSettings, TableDataSettings, AdamWSettings):
     """Supervised fine-tuning of a causal language model (`python -m worker.sft`): any AutoModelForCausalLM with
     LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP or FSDP2 with automatic mixed precision."""
 
     learning_rate: float = changed(RunSettings, "learning_rate", 2e-4)
     seed: int = changed(RunSettings, "seed", help="Seed of the shuffle, the dropout and the adapters.")
-    strategy: str = _strategy("ddp", "ddp (DistributedDataParallel over the weights that train) or fsdp (FSDP2: the "
+    strategy: str = _strategy("ddp", "ddp (DistributedDataParallel over the weights that train), fsdp (FSDP2: the "
                               "model, its gradients and optimizer state sharded per decoder block; for a model one "
-                              "GPU cannot hold).")
+                              "GPU cannot hold) or hsdp (fsdp sharded within a node and replicated across nodes: "
+                              "the blocks' all-gathers stay on the node's links, only the gradients' all-reduce "
+                              "crosses the network; for a model one node holds).", "hsdp")
     precision: str = changed(RunSettings, "precision", help="fp32, bf16 (autocast; under fsdp its mixed-precision "
                              "policy, on CPUs and GPUs) or fp16 (CUDA only).")
     output_dir: Path = _output_dir("sft")
     export_dir: Path | None = _export_dir("sft")
     model_dir: Path = _model_dir("safetensors", model="causal LM")
     dataset_dir: Path = _dataset_dir(
-        "A train split and a validation (or test) split as parquet, CSV or JSON lines files named after the split, "
-        "with prompt and completion columns or a messages column (chat)")
+        "A train split and a validation (or test) split as parquet, CSV or JSON lines files named after the split "
+        "(or TRAIN_FILES and EVAL_FILES), with prompt and completion columns or a messages column (chat)")
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length",
                                   help="Tokens per example (longer ones are cut), or per block with PACKING.")
     checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 200)

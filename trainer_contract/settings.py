@@ -84,6 +84,24 @@ def parse_non_negative_float(text: str) -> float:
     return value
 
 
+def parse_fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:  # also refuses nan
+        raise ValueError("must be a fraction: 0 or more and below 1")
+    return value
+
+
+def parse_file_patterns(text: str) -> tuple[str, ...]:
+    """Comma-separated globs (``train/*.jsonl,extra.parquet``, ``**`` for any folders) relative to the data's folder,
+    which none may leave: no absolute path, no ``..``; empty: none."""
+    patterns = tuple(pattern.strip() for pattern in text.split(",") if pattern.strip())
+    for pattern in patterns:
+        if pattern.startswith(("/", "\\")) or ".." in pattern.replace("\\", "/").split("/"):
+            named = f" ({pattern!r})" if len(patterns) > 1 else ""
+            raise ValueError(f"leaves the data's folder{named}: give globs relative to it, without .. or a leading /")
+    return patterns
+
+
 def parse_optional_url(text: str) -> str | None:
     return parse_url(text) if text.strip() else None
 

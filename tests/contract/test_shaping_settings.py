@@ -11,13 +11,15 @@ from trainer_contract.settings import config_fields, shaping_settings
 SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
 # the settings of the programs whose loop is this project's own (AdamWSettings) that shape a run
 ADAMW = {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "gradient_accumulation_steps"}
+# which rows train (TableDataSettings); EVAL_FILES only says which evaluate
+TABLES = {"train_files", "eval_fraction"}
 
 
 @pytest.mark.parametrize("config, shaping", [
     (TrainConfig, SCHEDULE),
     (QaConfig, SCHEDULE | {"max_seq_length", "doc_stride"}),
-    (FinetuneConfig, SCHEDULE | ADAMW | {"max_seq_length", "text_column", "text_pair_column", "label_column"}),
-    (SftConfig, SCHEDULE | ADAMW | {"max_seq_length", "packing", "prompt_column", "completion_column",
+    (FinetuneConfig, SCHEDULE | ADAMW | TABLES | {"max_seq_length", "text_column", "text_pair_column", "label_column"}),
+    (SftConfig, SCHEDULE | ADAMW | TABLES | {"max_seq_length", "packing", "prompt_column", "completion_column",
                                     "messages_column", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules",
                                     "chat_template_path"}),
 ])
@@ -35,6 +37,13 @@ def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
     config = FinetuneConfig(model_dir=tmp_path)
     recorded = checkpoint_record.record(config, world_size=2)
     assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) and recorded["world_size"] == 2
+    # TRAIN_FILES' globs as a list (as JSON and a checkpoint read back keep them): the same globs compare equal
+    globbed = FinetuneConfig(model_dir=tmp_path, train_files=("chat/*.jsonl",))
+    assert checkpoint_record.record(globbed, 2)["config"]["train_files"] == ["chat/*.jsonl"]
+    assert checkpoint_record.changes(checkpoint_record.record(globbed, 2), checkpoint_record.record(globbed, 2),
+                                     "step-1.ckpt", globbed) == []
+    assert checkpoint_record.changes(recorded, checkpoint_record.record(globbed, 2), "step-1.ckpt",
+                                     globbed)[0].startswith("TRAIN_FILES: ")
 
 
 def test_a_path_settings_content_is_recorded_and_another_content_at_the_same_path_refuses_the_resume(tmp_path):

@@ -90,7 +90,7 @@ def test_bf16_trains_and_saves_an_fp32_model(small_dir, tmp_path, strategy):
 @pytest.mark.parametrize("settings, message", [
     (dict(PRECISION="fp16"), "PRECISION: fp16 needs a CUDA GPU (its gradient scaler runs on CUDA only) and this "
                              "process runs on cpu: use bf16 or fp32 here"),
-    (dict(STRATEGY="zero3"), "STRATEGY: 'zero3' must be one of allreduce, ddp, fsdp"),
+    (dict(STRATEGY="zero3"), "STRATEGY: 'zero3' must be one of allreduce, ddp, fsdp, hsdp"),
 ])
 def test_unsupported_choices_exit_78_naming_the_variable(small_dir, tmp_path, settings, message):
     out = tmp_path / "out"

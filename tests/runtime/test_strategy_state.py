@@ -56,7 +56,7 @@ def test_every_strategy_word_names_its_class():
     from trainer_contract.program_settings import STRATEGIES
 
     assert {name: strategies.strategy_class(name).name for name in STRATEGIES} == {name: name for name in STRATEGIES}
-    assert [name for name in STRATEGIES if strategies.shards_parameters(name)] == ["fsdp"]
+    assert [name for name in STRATEGIES if strategies.shards_parameters(name)] == ["fsdp", "hsdp"]
 
 
 def test_the_trainable_state_holds_the_weights_that_train_and_puts_them_back_under_every_strategy_word():

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.sft_data import CHAT_TEMPLATE, make_tokenizer
-from trainer_runtime.pretrained.tables import DatasetError, read_table, split_files
+from trainer_runtime.pretrained.tables import DatasetError, Split, read_table, split_files
 from worker.sft.examples import IGNORE, Example, conversation, pack, prompt_completion, shape_of, tokenized
 
 COLUMNS = {"messages": "messages", "prompt": "prompt", "completion": "completion"}
@@ -211,14 +211,19 @@ def test_examples_whose_supervised_tokens_the_cut_took_away_are_left_out_and_sai
     records = [{"prompt": "short:", "completion": " yes"}, {"prompt": "long " * 40, "completion": " no"}]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     config = load_config({"DATASET_DIR": str(tmp_path), "MAX_SEQ_LENGTH": "16"}, config_class=SftConfig)
+
+    def train() -> Split:
+        return Split("train", "the train split (train.jsonl)", read_table(split_files(tmp_path, "train")))
+
     said = []
-    kept = examples_of(config, tokenizer, "train", 0, said.append)
+    kept = examples_of(config, tokenizer, train(), 0, said.append)
     assert [supervised_text(tokenizer, example) for example in kept] == [" yes<|im_end|>"]
-    assert said == ["1 of the train split's 2 examples left out: MAX_SEQ_LENGTH=16 cut away every supervised token "
-                    "of each"]
+    assert said == ["1 of the 2 examples of the train split (train.jsonl) left out: MAX_SEQ_LENGTH=16 cut away every "
+                    "supervised token of each"]
     # the first token is never predicted: a label there alone is not learnable
     assert learnable([Example([5, 6], [5, IGNORE])]) == []
     (tmp_path / "train.jsonl").write_text(json.dumps(records[1]) + "\n")
-    with pytest.raises(DatasetError, match=r"none of the train split's 1 examples has a supervised token within "
-                                           r"MAX_SEQ_LENGTH=16 tokens \(the prompts fill it\): raise MAX_SEQ_LENGTH"):
-        examples_of(config, tokenizer, "train", 0)
+    with pytest.raises(DatasetError, match=r"none of the 1 examples of the train split \(train.jsonl\) has a supervised "
+                                           r"token within MAX_SEQ_LENGTH=16 tokens \(the prompts fill it\): raise "
+                                           r"MAX_SEQ_LENGTH"):
+        examples_of(config, tokenizer, train(), 0)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from testbed.sft_data import make_chat_data, make_model
-from tests.worker.launch import fault_env, run_workload
+from tests.worker.launch import fault_env, run_workload, run_workload_on_nodes
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("peft")
@@ -94,6 +94,32 @@ def test_chat_template_path_trains_on_its_rendering_and_the_export_keeps_it(worl
     assert again.returncode == 78 and "CHAT_TEMPLATE_PATH: checkpoint step-" in again.stdout, again.stdout[-3000:]
 
 
+def test_train_files_name_the_data_and_a_fraction_is_held_out_where_no_file_holds_an_evaluation_split(world,
+                                                                                                        tmp_path):
+    """Data as users have it: the conversations under their own names and no validation split. TRAIN_FILES names
+    them, EVAL_FRACTION of the rows evaluate (the log says which), and a resume with another fraction is refused
+    (its training rows would differ); with EVAL_FRACTION=0 the run refuses to start, naming the ways out."""
+    model, data = world
+    mine = tmp_path / "mine"
+    (mine / "conversations").mkdir(parents=True)
+    (mine / "conversations" / "part-0.jsonl").write_text((data / "train.jsonl").read_text())
+    short = {"EPOCHS": "1", "TRAIN_SAMPLES": "16", "SAMPLE_PROMPTS": "", "TRAIN_FILES": "conversations/*.jsonl",
+             "EVAL_FRACTION": "0.25"}
+    result = run_sft(model, mine, tmp_path / "out", short)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert ("16 training examples (" in result.stdout and " supervised tokens), 24 held-out examples, from "
+            f"{mine} (evaluation: 0.25 of TRAIN_FILES' files (conversations/part-0.jsonl) held out (EVAL_FRACTION; "
+            "SEED chose the rows)); LoRA rank 8" in result.stdout), result.stdout[-3000:]
+    assert len(evaluations(tmp_path / "out")) == 1
+    again = run_sft(model, mine, tmp_path / "out", {**short, "EVAL_FRACTION": "0.5"})
+    assert again.returncode == 78 and "was trained with EVAL_FRACTION=0.25, now 0.5" in again.stdout, \
+        again.stdout[-3000:]
+    refused = run_sft(model, mine, tmp_path / "refused", {**short, "EVAL_FRACTION": "0"})
+    assert refused.returncode == 69 and f"DATASET_DIR: {mine} has no validation or test split to evaluate on: add " \
+        "one (validation.jsonl), name its files with EVAL_FILES" in refused.stdout, refused.stdout[-3000:]
+    assert not (tmp_path / "refused" / "metrics.jsonl").exists()
+
+
 def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, uninterrupted, tmp_path):
     model, data = world
     fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
@@ -131,6 +157,28 @@ def test_under_fsdp_with_activation_checkpointing_it_trains_as_ddp_does_and_resu
         assert got.keys() == expected.keys()
         assert all(torch.allclose(got[key], expected[key], atol=1e-4) for key in expected), output
     assert evaluations(tmp_path / "fsdp") == pytest.approx(evaluations(uninterrupted), rel=1e-3)
+
+
+def test_hsdp_on_two_nodes_shards_within_each_and_trains_as_ddp_does_on_the_same_ranks(world, tmp_path):
+    """STRATEGY=hsdp on 2 launchers ("nodes") of 2 processes, as two pods start them: the adapters sharded within a
+    node and replicated across, the same updates as ddp on the 4 ranks (up to the order of float sums), the
+    checkpoint and the export gathered whole."""
+    import torch
+
+    model, data = world
+    short = {"EPOCHS": "1", "TRAIN_SAMPLES": "16", "EVAL_SAMPLES": "8", "BATCH_SIZE": "2", "SAMPLE_PROMPTS": "",
+             "CHECKPOINT_EVERY_STEPS": "0"}
+    nodes = run_workload_on_nodes("worker.sft", SETTINGS, model, data, tmp_path / "hsdp", {**short, "STRATEGY": "hsdp"})
+    for node in nodes:
+        assert node.returncode == 0, node.stdout[-3000:] + node.stderr[-3000:]
+    assert "under hsdp" in nodes[0].stdout and "4 processes" in nodes[0].stdout
+    ddp = run_workload("worker.sft", SETTINGS, model, data, tmp_path / "ddp", short, processes=4)
+    assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]
+    expected, got = adapter_of(tmp_path / "ddp"), adapter_of(tmp_path / "hsdp")
+    assert got.keys() == expected.keys()
+    assert all(torch.allclose(got[key], expected[key], atol=1e-5) for key in expected)
+    assert any(float(got[key].abs().sum()) > 0 for key in got if "lora_B" in key)  # it trained (B starts at 0)
+    assert (tmp_path / "hsdp" / "checkpoints" / "step-00000002.ckpt").is_file()
 
 
 def test_a_resume_with_other_data_or_another_lora_shape_is_refused_naming_each(world, tmp_path):

@@ -40,16 +40,43 @@ def worker_env(data_dir: Path, output_dir: Path, **settings) -> dict:
     return env
 
 
-def run_workload(module: str, settings: dict, model: Path, data: Path, output: Path, extra: dict | None = None,
-                 timeout: float = 300) -> subprocess.CompletedProcess:
-    """Built-in workload ``module`` under the pod's launcher, two processes (gloo, CPU): ``settings``, then the
-    model, data and output directories, then ``extra``."""
+def workload_env(settings: dict, model: Path, data: Path, output: Path, extra: dict | None = None) -> dict:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_", "TORCHELASTIC"))}
     env.update(settings, MODEL_DIR=str(model), DATASET_DIR=str(data), OUTPUT_DIR=str(output), PYTHONUNBUFFERED="1")
     env.update(extra or {})
-    return run([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=2", "-m", module], env,
-               timeout)
+    return env
+
+
+def run_workload(module: str, settings: dict, model: Path, data: Path, output: Path, extra: dict | None = None,
+                 timeout: float = 300, processes: int = 2) -> subprocess.CompletedProcess:
+    """Built-in workload ``module`` under the pod's launcher, ``processes`` processes (gloo, CPU): ``settings``,
+    then the model, data and output directories, then ``extra``."""
+    return run([sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={processes}", "-m", module],
+               workload_env(settings, model, data, output, extra), timeout)
+
+
+def run_workload_on_nodes(module: str, settings: dict, model: Path, data: Path, output: Path,
+                          extra: dict | None = None, nodes: int = 2, per_node: int = 2,
+                          timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """The same on ``nodes`` launchers of ``per_node`` processes each, as the Job's pods start them (one rendezvous
+    on 127.0.0.1): each launcher's result, node 0 first."""
+    env, port = workload_env(settings, model, data, output, extra), free_port()
+    launchers = [subprocess.Popen([sys.executable, "-m", "worker.launch", f"--nnodes={nodes}",
+                                   f"--nproc-per-node={per_node}", f"--node-rank={node}", "--master-addr=127.0.0.1",
+                                   f"--master-port={port}", "--max-restarts=0", "-m", module],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=OUTSIDE)
+                 for node in range(nodes)]
+    results = []
+    for launcher in launchers:
+        try:
+            stdout, stderr = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in launchers:
+                other.kill()
+            raise
+        results.append(subprocess.CompletedProcess(launcher.args, launcher.returncode, stdout, stderr))
+    return results
 
 
 def torchrun_command(nproc: int) -> list[str]:

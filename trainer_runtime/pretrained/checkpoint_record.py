@@ -75,6 +75,8 @@ def content_revision(path: Path) -> str | None:
 
 def _recorded(value: Any) -> Any:
     """A setting as a record keeps it: JSON's values (summary.json) and nothing safe_load's allow-list refuses."""
+    if isinstance(value, tuple):  # TRAIN_FILES' globs: a list, as JSON and a read record have it
+        return list(value)
     return str(value) if isinstance(value, Path) else value
 
 

@@ -6,6 +6,7 @@
   runs.
 - fsdp (trainer_runtime.strategies.fsdp): FSDP2 (fully_shard per layer): parameters, gradients and optimizer state
   sharded, checkpoints sharded with torch.distributed.checkpoint.
+- hsdp (trainer_runtime.strategies.hsdp): fsdp sharded within a node and replicated across nodes (a 2-D mesh).
 
 Every strategy makes the same update: the gradient of the summed loss of the global batch divided by the global
 sample count (also when the ranks' last batches differ in size), and tells every rank in the same step whether any
@@ -30,6 +31,7 @@ STRATEGY_CLASSES = {
     "allreduce": "trainer_runtime.strategies.allreduce:AllReduceStrategy",
     "ddp": "trainer_runtime.strategies.ddp:DDPStrategy",
     "fsdp": "trainer_runtime.strategies.fsdp:FSDPStrategy",
+    "hsdp": "trainer_runtime.strategies.hsdp:HSDPStrategy",
 }
 assert tuple(STRATEGY_CLASSES) == STRATEGIES, "each strategy word names one class"
 

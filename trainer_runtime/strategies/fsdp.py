@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer_runtime.strategies.base import Strategy
@@ -44,12 +44,16 @@ class FSDPStrategy(Strategy):
     def __init__(self, module, env, device, precision):
         super().__init__(module, env, device, precision)
         unmap_large_buffers_when_freed()  # the units' gathered parameters and gradients, freed at every step
-        mesh = init_device_mesh(device.type, (env.world_size,))
+        mesh = self.device_mesh(env, device)
         policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
         units, outer = shard_units(module)
         for unit in units:
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         self.root = fully_shard(outer, mesh=mesh, mp_policy=policy)
+
+    def device_mesh(self, env, device) -> DeviceMesh:
+        """Every rank in one dimension: each holds 1/world of the state."""
+        return init_device_mesh(device.type, (env.world_size,))
 
     @contextlib.contextmanager
     def local_gradients(self):

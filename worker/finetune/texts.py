@@ -1,14 +1,14 @@
-"""Labelled texts for classification, from DATASET_DIR's splits as the Hub and users lay them out
-(trainer_runtime.pretrained.tables). Evaluation takes the validation split, else the test split. Labels are class
-numbers from 0 or names (numbered in sorted order)."""
+"""Labelled texts for classification, from DATASET_DIR's splits as the Hub and users lay them out, or as TRAIN_FILES
+and EVAL_FILES name them (trainer_runtime.pretrained.tables). Evaluation takes the validation split, else the test
+split, else EVAL_FRACTION of the train rows. Labels are class numbers from 0 or names (numbered in sorted order)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
+from trainer_runtime.pretrained import tables
+from trainer_runtime.pretrained.tables import DatasetError
 
 __all__ = ["DatasetError", "Split", "Texts", "load", "tokenized"]
 
@@ -25,6 +25,7 @@ class Texts:
     train: Split
     evaluation: Split
     evaluation_split: str
+    evaluation_source: str  # where its rows came from (files, or the train rows held out), for the logs
     label_names: list[str] | None  # the labels' names where the data gave names, else None
 
 
@@ -35,16 +36,12 @@ def _column(table: dict[str, list[Any]], name: str, variable: str, source: str) 
     return table[name]
 
 
-def _split(dataset_dir: Path, split: str, config: Any, limit: int) -> tuple[list[str], list[str] | None, list[Any]]:
-    paths = split_files(dataset_dir, split)
-    table = read_table(paths)
-    source = f"{split} split ({paths[0].relative_to(dataset_dir)}{' ...' if len(paths) > 1 else ''})"
-    texts = [str(text) for text in _column(table, config.text_column, "TEXT_COLUMN", source)]
-    pairs = ([str(text) for text in _column(table, config.text_pair_column, "TEXT_PAIR_COLUMN", source)]
+def _split(split: tables.Split, config: Any, limit: int) -> tuple[list[str], list[str] | None, list[Any]]:
+    table = split.first(limit).rows
+    texts = [str(text) for text in _column(table, config.text_column, "TEXT_COLUMN", split.source)]
+    pairs = ([str(text) for text in _column(table, config.text_pair_column, "TEXT_PAIR_COLUMN", split.source)]
              if config.text_pair_column else None)
-    labels = _column(table, config.label_column, "LABEL_COLUMN", source)
-    end = limit or len(texts)
-    return texts[:end], pairs[:end] if pairs else None, labels[:end]
+    return texts, pairs, _column(table, config.label_column, "LABEL_COLUMN", split.source)
 
 
 def _numbered(train: list[Any], evaluation: list[Any], evaluation_split: str) -> tuple[list[int], list[int],
@@ -66,19 +63,12 @@ def _numbered(train: list[Any], evaluation: list[Any], evaluation_split: str) ->
 
 
 def load(config: Any) -> Texts:
-    dataset_dir = config.dataset_dir
-    if not split_files(dataset_dir, "train"):
-        raise DatasetError(f"DATASET_DIR: {dataset_dir} has no train split: expected train.parquet, train.csv, "
-                           "train.jsonl or the Hub's layout (plain_text/train-00000-of-00001.parquet); set "
-                           "initializer.dataset.storage_uri, or DATASET_DIR")
-    evaluation = evaluation_split(dataset_dir)
-    if evaluation is None:
-        raise DatasetError(f"DATASET_DIR: {dataset_dir} has no validation or test split to evaluate on")
-    train_texts, train_pairs, train_labels = _split(dataset_dir, "train", config, config.train_samples)
-    eval_texts, eval_pairs, eval_labels = _split(dataset_dir, evaluation, config, config.eval_samples)
-    train_numbers, eval_numbers, names = _numbered(train_labels, eval_labels, evaluation)
+    train, evaluation = tables.splits(config)
+    train_texts, train_pairs, train_labels = _split(train, config, config.train_samples)
+    eval_texts, eval_pairs, eval_labels = _split(evaluation, config, config.eval_samples)
+    train_numbers, eval_numbers, names = _numbered(train_labels, eval_labels, evaluation.name)
     return Texts(Split(train_texts, train_pairs, train_numbers), Split(eval_texts, eval_pairs, eval_numbers),
-                 evaluation, names)
+                 evaluation.name, evaluation.source, names)
 
 
 def tokenized(tokenizer: Any, split: Split, max_length: int) -> list[dict[str, Any]]:

@@ -55,7 +55,7 @@ def _load_data(config: FinetuneConfig, log):
     evaluation = text_data.tokenized(tokenizer, data.evaluation, config.max_seq_length)
     log(f"{len(train)} training texts ({sum(len(item['input_ids']) for item in train)} tokens), "
         f"{len(evaluation)} {data.evaluation_split} texts, {model.config.num_labels} classes, from "
-        f"{config.dataset_dir}")
+        f"{config.dataset_dir} (evaluation: {data.evaluation_source})")
     new = sorted(set(loading["missing_keys"]) | {key for key, *_ in loading.get("mismatched_keys", ())})
     log(f"new weights for the task: {', '.join(new) or 'none'}; unused from the checkpoint: "
         f"{', '.join(sorted(loading['unexpected_keys'])) or 'none'}")

@@ -198,12 +198,13 @@ def _opening(tokenizer: Any, first: dict[str, str]) -> list[int]:
     return _ids(tokenizer, text[:text.find(_MARKER)]) if _MARKER in text else []
 
 
-def tokenized(tokenizer: Any, table: Mapping[str, list[Any]], max_length: int, split: str,
+def tokenized(tokenizer: Any, table: Mapping[str, list[Any]], max_length: int, source: str,
               columns: Mapping[str, str]) -> list[Example]:
-    """Every record of a split's ``table``, in order; ``columns``: messages, prompt and completion's names."""
+    """Every record of a split's ``table`` (read from ``source``, as errors name it), in order; ``columns``:
+    messages, prompt and completion's names."""
     shape = shape_of(table, columns["messages"], columns["prompt"], columns["completion"])
     if shape == "conversations":
-        return [conversation(tokenizer, record, max_length, f"the {split} split's record {index}")
+        return [conversation(tokenizer, record, max_length, f"{source}, record {index}")
                 for index, record in enumerate(table[columns["messages"]])]
     return [prompt_completion(tokenizer, str(prompt), str(completion), max_length)
             for prompt, completion in zip(table[columns["prompt"]], table[columns["completion"]], strict=True)]

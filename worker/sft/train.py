@@ -18,10 +18,11 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import SftConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
+from trainer_runtime.pretrained import tables
 from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
 from trainer_runtime.pretrained.run import quiet_transformers, run_logged
-from trainer_runtime.pretrained.tables import DatasetError, evaluation_split, read_table, split_files
+from trainer_runtime.pretrained.tables import DatasetError
 from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
@@ -39,28 +40,26 @@ def lora_of(config: SftConfig) -> sft_model.Lora | None:
     return sft_model.Lora(config.lora_rank, config.lora_alpha, config.lora_dropout, targets)
 
 
-def examples_of(config: SftConfig, tokenizer: Any, split: str, limit: int,
+def examples_of(config: SftConfig, tokenizer: Any, split: tables.Split, limit: int,
                 say: Callable[[str], None] | None = None) -> list[sft_examples.Example]:
     """One split's examples as worker.sft trains or evaluates on them: tokenized, the first ``limit`` rows (0: all),
     packed for training with PACKING, those left out that MAX_SEQ_LENGTH cut to no supervised token, said through
     ``say`` (the benchmarks give TRL exactly these)."""
-    table = read_table(split_files(config.dataset_dir, split))
-    if limit:
-        table = {key: values[:limit] for key, values in table.items()}
+    table = split.first(limit).rows
     columns = {"messages": config.messages_column, "prompt": config.prompt_column,
                "completion": config.completion_column}
-    made = sft_examples.tokenized(tokenizer, table, config.max_seq_length, split, columns)
-    packed = config.packing and split == "train"
+    made = sft_examples.tokenized(tokenizer, table, config.max_seq_length, split.source, columns)
+    packed = config.packing and split.name == "train"
     if packed:
         made = sft_examples.pack(made, config.max_seq_length)
     kept = sft_examples.learnable(made)
     unit = "blocks" if packed else "examples"
     if not kept:
-        raise DatasetError(f"none of the {split} split's {len(made)} {unit} has a supervised token within "
+        raise DatasetError(f"none of the {len(made)} {unit} of {split.source} has a supervised token within "
                            f"MAX_SEQ_LENGTH={config.max_seq_length} tokens (the prompts fill it): raise "
                            "MAX_SEQ_LENGTH or shorten the prompts")
     if say is not None and len(kept) < len(made):
-        say(f"{len(made) - len(kept)} of the {split} split's {len(made)} {unit} left out: MAX_SEQ_LENGTH="
+        say(f"{len(made) - len(kept)} of the {len(made)} {unit} of {split.source} left out: MAX_SEQ_LENGTH="
             f"{config.max_seq_length} cut away every supervised token of each")
     return kept
 
@@ -69,14 +68,10 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    if not split_files(config.dataset_dir, "train"):
-        raise Refusal(exit_codes.DATA_UNAVAILABLE, [
-            f"DATASET_DIR: {config.dataset_dir} has no train split: expected train.jsonl, train.parquet or the "
-            "Hub's layout (data/train-00000-of-00001.parquet); set initializer.dataset.storage_uri, or DATASET_DIR"])
-    held_out = evaluation_split(config.dataset_dir)
-    if held_out is None:
-        raise Refusal(exit_codes.DATA_UNAVAILABLE, [f"DATASET_DIR: {config.dataset_dir} has no validation or test "
-                                                    "split to evaluate on"])
+    try:  # before the model loads: a refusal comes at once
+        train_rows, held_out = tables.splits(config)
+    except DatasetError as error:
+        raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
     model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
                            config.attn_implementation)
@@ -86,15 +81,16 @@ def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        train = examples_of(config, tokenizer, "train", config.train_samples, log)
+        train = examples_of(config, tokenizer, train_rows, config.train_samples, log)
         evaluation = examples_of(config, tokenizer, held_out, config.eval_samples, log)
     except DatasetError as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
+    adapted = f"LoRA rank {config.lora_rank}" if config.lora_rank else "full fine-tune"
     log(f"{len(train)} training {'blocks' if config.packing else 'examples'} "
-        f"({sum(e.supervised for e in train)} supervised tokens), {len(evaluation)} {held_out} examples, from "
-        f"{config.dataset_dir}; {'LoRA rank ' + str(config.lora_rank) if config.lora_rank else 'full fine-tune'}: "
+        f"({sum(e.supervised for e in train)} supervised tokens), {len(evaluation)} {held_out.name} examples, from "
+        f"{config.dataset_dir} (evaluation: {held_out.source}); {adapted}: "
         f"{trainable} of {total} weights train, under {config.strategy}"
         f"{', activations recomputed' if config.activation_checkpointing else ''}")
     return tokenizer, model, train, evaluation

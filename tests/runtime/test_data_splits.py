@@ -1,0 +1,166 @@
+"""Which of DATASET_DIR's rows train and which evaluate (trainer_runtime/pretrained/tables.py's ``splits``, read by
+worker.finetune and worker.sft): files named after their split, files TRAIN_FILES and EVAL_FILES match, or
+EVAL_FRACTION of the train rows held out, and every way a layout is refused, one line naming the variable."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainer_contract.config_reading import ConfigError, load_config
+from trainer_contract.program_settings import FinetuneConfig, SftConfig
+from trainer_contract.settings import parse_file_patterns, parse_fraction
+from trainer_runtime.pretrained.tables import DatasetError, Split, held_out, splits
+
+
+def rows(path: Path, first: int, count: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": f"row {index}", "label": index % 2}) + "\n"
+                            for index in range(first, first + count)))
+
+
+def config(data: Path, config_class: type = FinetuneConfig, **variables: str):
+    return load_config({"DATASET_DIR": str(data), **variables}, config_class=config_class)
+
+
+def texts(split: Split) -> list[str]:
+    return split.rows["text"]
+
+
+@pytest.mark.parametrize("files, variables, train, evaluation, name, source", [
+    ({"train.jsonl": (0, 4), "validation.jsonl": (10, 2), "test.jsonl": (20, 2)}, {}, range(4), range(10, 12),
+     "validation", "the validation split (validation.jsonl)"),
+    ({"train.jsonl": (0, 4), "test.jsonl": (20, 2)}, {}, range(4), range(20, 22), "test", "the test split (test.jsonl)"),
+    # the Hub's layout: a split's shards, in name order
+    ({"data/train-00001-of-00002.jsonl": (2, 2), "data/train-00000-of-00002.jsonl": (0, 2),
+      "data/validation-00000-of-00001.jsonl": (10, 1)}, {}, range(4), range(10, 11), "validation",
+     "the validation split (data/validation-00000-of-00001.jsonl)"),
+    # globs name files whatever their names; the named splits beside them are not read
+    ({"chat/a.jsonl": (0, 2), "chat/b.jsonl": (2, 2), "dev/x.jsonl": (10, 2), "validation.jsonl": (30, 1)},
+     {"TRAIN_FILES": "chat/*.jsonl", "EVAL_FILES": "dev/*.jsonl"}, range(4), range(10, 12), "EVAL_FILES",
+     "EVAL_FILES' files (dev/x.jsonl)"),
+    ({"one/train.jsonl": (0, 2), "two/deep/more.jsonl": (2, 2), "validation.jsonl": (10, 1)},
+     {"TRAIN_FILES": "one/*.jsonl, **/more.jsonl"}, range(4), range(10, 11), "validation",
+     "the validation split (validation.jsonl)"),
+])
+def test_the_splits_come_from_the_files_their_names_or_the_globs_say(tmp_path, files, variables, train, evaluation,
+                                                                      name, source):
+    for path, (first, count) in files.items():
+        rows(tmp_path / path, first, count)
+    trained, evaluated = splits(config(tmp_path, **variables))
+    assert texts(trained) == [f"row {index}" for index in train]
+    assert texts(evaluated) == [f"row {index}" for index in evaluation]
+    assert (evaluated.name, evaluated.source) == (name, source)
+
+
+def test_without_an_evaluation_split_a_fraction_of_the_train_rows_is_held_out_the_same_on_every_call(tmp_path):
+    rows(tmp_path / "train.jsonl", 0, 40)
+    trained, evaluated = splits(config(tmp_path))  # EVAL_FRACTION's default, 0.05: 2 of 40 rows
+    assert len(texts(evaluated)) == 2 and len(texts(trained)) == 38
+    assert sorted(texts(trained) + texts(evaluated), key=lambda text: int(text.split()[1])) == \
+        [f"row {index}" for index in range(40)]
+    assert evaluated.name == "held-out"
+    assert evaluated.source == "0.05 of the train split (train.jsonl) held out (EVAL_FRACTION; SEED chose the rows)"
+    # every rank and every restart reads the same: the choice is SEED's, not the process's
+    assert splits(config(tmp_path)) == (trained, evaluated)
+    other = [texts(splits(config(tmp_path, SEED=str(seed), EVAL_FRACTION="0.25"))[1]) for seed in range(4)]
+    assert len({tuple(held) for held in other}) > 1 and all(len(held) == 10 for held in other)
+
+
+@given(count=st.integers(2, 300), fraction=st.floats(0.001, 0.999), seed=st.integers(0, 2**32))
+def test_a_held_out_split_partitions_the_train_rows_in_their_order(count, fraction, seed):
+    train = Split("train", "the train split", {"text": [f"row {index}" for index in range(count)],
+                                                "label": list(range(count))})
+    taken = math.ceil(fraction * count)
+    if not 0 < taken < count:
+        with pytest.raises(DatasetError, match=r"^EVAL_FRACTION: "):
+            held_out(train, fraction, seed)
+        return
+    kept, evaluated = held_out(train, fraction, seed)
+    assert len(evaluated.rows["label"]) == taken
+    assert sorted(kept.rows["label"] + evaluated.rows["label"]) == list(range(count))
+    for split in (kept, evaluated):  # in order, and each row whole (its columns together)
+        assert split.rows["label"] == sorted(split.rows["label"])
+        assert split.rows["text"] == [f"row {label}" for label in split.rows["label"]]
+
+
+def make_link_out(data: Path) -> None:
+    outside = data.parent / "outside.jsonl"
+    rows(outside, 0, 2)
+    os.symlink(outside, data / "linked.jsonl")
+
+
+@pytest.mark.parametrize("files, variables, prepare, message", [
+    ({"validation.jsonl": (0, 2)}, {}, None, r"^DATASET_DIR: .* has no train split: expected train.parquet, "
+     r"train.csv, train.jsonl .* or TRAIN_FILES naming its files"),
+    ({"train.jsonl": (0, 4)}, {"EVAL_FRACTION": "0"}, None, r"^DATASET_DIR: .* has no validation or test split to "
+     r"evaluate on: add one \(validation.jsonl\), name its files with EVAL_FILES, or hold out .* EVAL_FRACTION$"),
+    ({"train.jsonl": (0, 1)}, {}, None, r"^EVAL_FRACTION: 0.05 of the train split's 1 rows holds out 1: none would "
+     r"be left to train"),
+    ({"train.jsonl": (0, 4)}, {"TRAIN_FILES": "chat/*.jsonl"}, None, r"^TRAIN_FILES: chat/\*.jsonl matches no file "
+     r"in .*; give globs relative to DATASET_DIR"),
+    ({"train.jsonl": (0, 4), "notes.txt": (0, 1)}, {"EVAL_FILES": "*.txt"}, None, r"^EVAL_FILES: notes.txt is not "
+     r"one of the formats read \(.parquet, .csv, .jsonl, .json\); narrow the globs$"),
+    ({"train.jsonl": (0, 4), "validation.jsonl": (0, 1)}, {"EVAL_FILES": "*.jsonl"}, None,
+     r"^EVAL_FILES: train.jsonl is a training file too: .* narrow TRAIN_FILES or EVAL_FILES$"),
+    ({"train.jsonl": (0, 4)}, {"EVAL_FILES": "*.jsonl", "TRAIN_FILES": "train.jsonl"}, None,
+     r"^EVAL_FILES: train.jsonl is a training file too"),
+    ({"train.jsonl": (0, 4)}, {"EVAL_FILES": "linked.jsonl"}, make_link_out,
+     r"^EVAL_FILES: linked.jsonl links out of "),
+])
+def test_a_layout_that_cannot_train_or_evaluate_is_refused_in_one_line_naming_the_variable(
+        tmp_path, files, variables, prepare, message):
+    data = tmp_path / "data"
+    data.mkdir()
+    for path, (first, count) in files.items():
+        rows(data / path, first, count)
+    if prepare:
+        prepare(data)
+    with pytest.raises(DatasetError, match=message) as refused:
+        splits(config(data, **variables))
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("variable, value, problem", [
+    ("TRAIN_FILES", "../other/*.jsonl", "leaves the data's folder"),
+    ("EVAL_FILES", "/etc/*.json", "leaves the data's folder"),
+    ("TRAIN_FILES", "a/*.jsonl,chat/../../x.jsonl", "leaves the data's folder ('chat/../../x.jsonl')"),
+    ("EVAL_FRACTION", "1", "must be a fraction"),
+    ("EVAL_FRACTION", "-0.1", "must be a fraction"),
+    ("EVAL_FRACTION", "nan", "must be a fraction"),
+])
+def test_globs_out_of_the_data_and_fractions_out_of_range_are_refused_naming_the_variable(variable, value, problem):
+    for config_class in (FinetuneConfig, SftConfig):
+        with pytest.raises(ConfigError) as refused:
+            load_config({variable: value}, config_class=config_class)
+        [line] = refused.value.problems
+        assert line.startswith(f"{variable}: {value!r} {problem}"), line
+
+
+@given(st.text(max_size=60))
+def test_file_patterns_parse_to_globs_inside_the_data_or_are_refused(text):
+    try:
+        patterns = parse_file_patterns(text)
+    except ValueError as refused:
+        assert "leaves the data's folder" in str(refused)
+        return
+    for pattern in patterns:
+        assert pattern and pattern == pattern.strip() and "," not in pattern
+        assert not pattern.startswith(("/", "\\")) and ".." not in pattern.replace("\\", "/").split("/")
+    assert parse_file_patterns(",".join(patterns)) == patterns
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_a_fraction_parses_to_zero_or_more_and_below_one(value):
+    try:
+        parsed = parse_fraction(repr(value))
+    except ValueError:
+        assert not 0 <= value < 1
+        return
+    assert 0 <= parsed < 1 and parsed == value
