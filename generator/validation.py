@@ -329,6 +329,11 @@ def neutral_problems(values: dict) -> list[str]:
             f"resources.gpu.accelerator: {gpu['accelerator']!r} is set but resources.gpu.accelerator_count is 0; "
             "set a GPU count or set accelerator to null"
         )
+    if gpu["network"] is not None and gpus == 0:
+        problems.append(
+            f"resources.gpu.network: {gpu['network']!r} presets NCCL, which a job without GPUs does not use "
+            "(resources.gpu.accelerator_count is 0); set a GPU count or set network to null"
+        )
     if gpus and procs is not None and procs > gpus:
         problems.append(
             f"local_device_count: {procs} processes per pod exceed the {gpus} GPUs per pod "

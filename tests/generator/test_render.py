@@ -10,6 +10,7 @@ from generator.resources import default_values_path
 from generator.targets.kubernetes import MIN_KUBERNETES, job_objects, render_manifests, to_stream
 from generator.validation import validate_values
 from generator.values import apply_set, resolve_values
+from tests.generator.helpers import run_main
 
 # The oldest release we support (every Job field we use is GA there) and the newest the validator ships.
 KUBERNETES_VERSIONS = [MIN_KUBERNETES, kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version())]
@@ -72,8 +73,9 @@ MATRIX = {
                        "{namespace: storage, pod_labels: {app: minio}, ports: [9000]}]",
                        "initializer.model.storage_uri=hf://distilbert/distilbert-base-uncased",
                        "checkpoint.storage_uri=s3://team-checkpoints/mnist", "storage_secret=s3-credentials"],
-    # a multi-node GPU job on InfiniBand: the RDMA device plugin's resource and huge pages beside the GPUs
-    "rdma-and-hugepages": ["replicas=2", "resources.gpu.accelerator_count=8",
+    # a multi-node GPU job on InfiniBand: the RDMA device plugin's resource and huge pages beside the GPUs, NCCL's
+    # verbs transport on
+    "rdma-and-hugepages": ["replicas=2", "resources.gpu.accelerator_count=8", "resources.gpu.network=infiniband",
                            "resources.extra={rdma/ib: 1, hugepages-2Mi: 1Gi}"],
 }
 
@@ -292,6 +294,34 @@ def test_gpu_renders_carry_nccl_settings_that_bound_a_dead_peer():
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in config_map_of()["data"]  # CPU: no NCCL
     overridden = config_map_of("resources.gpu.accelerator_count=8", "config_map.TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC='60'")
     assert overridden["data"]["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "60"
+
+
+NCCL_TRANSPORT = ("NCCL_IB_DISABLE", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
+
+
+@pytest.mark.parametrize("network, rendered", [
+    ("null", {}),  # NCCL's own detection: none of its transport variables
+    ("infiniband", {"NCCL_IB_DISABLE": "0"}),
+    ("tcp", {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}),
+])
+def test_the_network_presets_nccls_transport_on_both_targets_and_config_map_overrides_each(network, rendered):
+    sets = ["resources.gpu.accelerator_count=8", f"resources.gpu.network={network}"]
+    data = config_map_of(*sets)["data"]
+    assert {key: data[key] for key in NCCL_TRANSPORT if key in data} == rendered
+    assert data["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"  # beside the watchdog's, whatever the network
+    script = run_main("--target", "slurm", *[arg for item in sets for arg in ("--set", item)]).stdout
+    assert {key: value for key, value in rendered.items() if f"export {key}={value}\n" in script} == rendered
+    assert all(f"export {key}=" not in script for key in NCCL_TRANSPORT if key not in rendered)
+    if rendered:
+        overridden = config_map_of(*sets, "config_map.NCCL_IB_DISABLE='1'", "config_map.NCCL_SOCKET_IFNAME=ens1f0")
+        assert overridden["data"]["NCCL_IB_DISABLE"] == "1" and overridden["data"]["NCCL_SOCKET_IFNAME"] == "ens1f0"
+
+
+def test_a_network_preset_without_gpus_is_refused_naming_the_key():
+    result = run_main("--set", "resources.gpu.network=tcp")
+    assert result.exit_code != 0 and result.stdout == ""
+    assert "resources.gpu.network: 'tcp' presets NCCL, which a job without GPUs does not use " \
+           "(resources.gpu.accelerator_count is 0)" in result.stderr
 
 
 def test_max_restarts_zero_still_renders_a_valid_job():
