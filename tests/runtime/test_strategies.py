@@ -8,6 +8,7 @@ to another world size at an epoch boundary; the final model.pt is a plain state 
 import json
 import os
 import re
+import shutil
 import signal
 
 import pytest
@@ -205,3 +206,31 @@ def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, uninte
     for (name, tensor), other in zip(plain_model(uninterrupted(first)).state_dict().items(),
                                      plain_model(out).state_dict().values()):
         torch.testing.assert_close(other, tensor, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_hsdp_on_two_nodes_writes_sharded_checkpoints_and_resumes_from_one_as_the_uninterrupted_run_ends(small_dir,
+                                                                                                        tmp_path):
+    """STRATEGY=hsdp on 2 launchers ("nodes") of 2 processes: the CNN sharded within each node, replicated across
+    them, its checkpoints written by every rank through torch.distributed.checkpoint; a start from the first
+    epoch's checkpoint ends where the uninterrupted run did."""
+    from tests.worker.launch import run_workload_on_nodes
+
+    settings = {**worker_env(small_dir, tmp_path / "out", STRATEGY="hsdp", EPOCHS=2, OMP_NUM_THREADS=1)}
+    nodes = run_workload_on_nodes("worker", settings, tmp_path, small_dir, tmp_path / "out")
+    for node in nodes:
+        assert node.returncode == 0, node.stdout[-3000:] + node.stderr[-3000:]
+    assert "world size 4 (2 nodes x 2)" in nodes[0].stdout and "strategy hsdp" in nodes[0].stdout
+    checkpoints = tmp_path / "out" / "checkpoints"
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["ckpt-e0001-s000000.dcp", "ckpt-e0002-s000000.dcp"]
+    uninterrupted = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    final = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
+    # as if the second epoch's end never happened: its checkpoint and the model gone
+    shutil.rmtree(checkpoints / "ckpt-e0002-s000000.dcp")
+    (tmp_path / "out" / "model.pt").unlink()
+    again = run_workload_on_nodes("worker", settings, tmp_path, small_dir, tmp_path / "out")
+    assert all(node.returncode == 0 for node in again), again[0].stdout[-3000:]
+    assert "Rank 0: resuming from ckpt-e0001-s000000.dcp" in again[0].stdout, again[0].stderr[-2000:]
+    resumed = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
+    assert all(torch.allclose(resumed[key], final[key], atol=1e-6) for key in final)
+    assert [json.loads(line)["loss"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == \
+        [json.loads(line)["loss"] for line in uninterrupted]
