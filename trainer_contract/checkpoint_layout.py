@@ -97,11 +97,12 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def prune(directory: Path, keep: int, naming: Naming = EPOCH_STEP) -> None:
-    """Keep the newest ``keep`` checkpoints of ``naming``, of either format; with MNIST's naming also the newest at
-    an epoch's start, the only kind another world size resumes from (time-based checkpoints fall mid-epoch)."""
+def prune(directory: Path, keep: int, naming: Naming = EPOCH_STEP, also: frozenset[str] = frozenset()) -> None:
+    """Keep the newest ``keep`` checkpoints of ``naming``, of either format, and those named in ``also`` (the best by
+    a metric); with MNIST's naming also the newest at an epoch's start, the only kind another world size resumes
+    from (time-based checkpoints fall mid-epoch)."""
     found = list_checkpoints(directory, naming)
-    kept = {path for _, path in found[:keep]}
+    kept = {path for _, path in found[:keep]} | {path for _, path in found if path.name in also}
     if naming is EPOCH_STEP:
         kept |= set([path for order, path in found if order[1] == 0][:1])
     for _, old in found:

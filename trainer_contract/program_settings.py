@@ -276,6 +276,31 @@ class QaConfig(ShardedSettings, PretrainedModelSettings):
 
 
 @dataclass(frozen=True)
+class EvaluationSettings:
+    """When the programs whose loop is this project's own evaluate, and which checkpoint they keep and export for
+    its scores (trainer_runtime/pretrained/best_checkpoint.py)."""
+
+    eval_steps: int = setting(
+        "EVAL_STEPS", parse_non_negative_int, 0,
+        "Evaluate every N optimizer steps as well as at each epoch's end, as TRL's eval_strategy=steps with "
+        "eval_steps: each evaluation writes its record at its step (metrics.jsonl, TensorBoard) and a checkpoint "
+        "follows it; 0: at epochs' ends only.")
+    metric_for_best_model: str = setting(
+        "METRIC_FOR_BEST_MODEL", choice("none", "loss"), "none",
+        "TRL's metric_for_best_model with load_best_model_at_end: the checkpoint with the best evaluation of this "
+        "metric (loss) is kept beside the newest KEEP_CHECKPOINTS and is what the run exports at its end; none: the "
+        "last model.")
+
+
+def _best_by(metrics: str, *choices: str):
+    """METRIC_FOR_BEST_MODEL as a program declares it: the words of its evaluation's scores."""
+    return changed(EvaluationSettings, "metric_for_best_model", help="TRL's metric_for_best_model with "
+                   f"load_best_model_at_end: {metrics} (lower loss and perplexity, higher accuracy and f1 are "
+                   "better); the checkpoint with the best evaluation of it is kept beside the newest KEEP_CHECKPOINTS "
+                   "and is what the run exports at its end; none: the last model.", parse=choice(*choices))
+
+
+@dataclass(frozen=True)
 class TableDataSettings:
     """Which of DATASET_DIR's files train and which evaluate, for the programs that read tables
     (trainer_runtime/pretrained/tables.py): by their split's name unless globs name them; an evaluation split
@@ -297,7 +322,7 @@ class TableDataSettings:
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TableDataSettings, AdamWSettings):
+class FinetuneConfig(EvaluationSettings, TableDataSettings, AdamWSettings):
     """The text-classification workload (`python -m worker.finetune`): a pretrained Hub model fine-tuned for text
     classification with plain PyTorch, DistributedDataParallel and automatic mixed precision. A seed's config.yaml
     of hyper-parameters sets these by their lower-case names (values' hyperparameters_file)."""
@@ -324,13 +349,14 @@ class FinetuneConfig(TableDataSettings, AdamWSettings):
                                shaping=True)
     text_pair_column: str = setting("TEXT_PAIR_COLUMN", str, "",
                                     "A second text per example (sentence pairs); empty: none.", shaping=True)
+    metric_for_best_model: str = _best_by("loss, accuracy or f1", "none", "loss", "accuracy", "f1")
     label_column: str = setting("LABEL_COLUMN", parse_name, "label",
                                 "The column holding each example's label: class numbers from 0, or names.",
                                 shaping=True)
 
 
 @dataclass(frozen=True)
-class SftConfig(ShardedSettings, TableDataSettings, AdamWSettings):
+class SftConfig(ShardedSettings, EvaluationSettings, TableDataSettings, AdamWSettings):
     """Supervised fine-tuning of a causal language model (`python -m worker.sft`): any AutoModelForCausalLM with
     LoRA adapters (peft) or whole, on prompt/completion or chat data, DDP or FSDP2 with automatic mixed precision."""
 
@@ -352,6 +378,7 @@ class SftConfig(ShardedSettings, TableDataSettings, AdamWSettings):
     max_seq_length: int = changed(PretrainedModelSettings, "max_seq_length",
                                   help="Tokens per example (longer ones are cut), or per block with PACKING.")
     checkpoint_every_steps: int = changed(PretrainedModelSettings, "checkpoint_every_steps", 200)
+    metric_for_best_model: str = _best_by("loss or perplexity", "none", "loss", "perplexity")
     prompt_column: str = setting("PROMPT_COLUMN", parse_name, "prompt", "The column holding each example's prompt.",
                                  shaping=True)
     completion_column: str = setting("COMPLETION_COLUMN", parse_name, "completion",

@@ -5,6 +5,7 @@ values, with the test cluster's partition and no GPUs, on the real Slurm)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -24,22 +25,46 @@ def commands(guide: str) -> list[str]:
     return [line.split("  #")[0].strip() for line in block.strip().splitlines()]
 
 
+@contextlib.contextmanager
+def guide_world(tmp_path, model_dir, repo_id: str, buckets: tuple[str, ...]):
+    """What a guide's commands meet here: moto's S3 at the guide's 127.0.0.1:9000 with ``buckets``, the tests' Hub
+    serving ``model_dir`` as ``repo_id``, examples/ beside the commands and a fresh user's environment; yields
+    (S3 client, Hub, environment)."""
+    from testbed.storage_servers import HubServer, S3Server, port_is_free
+
+    assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the guide's S3 there"
+    s3, hub = S3Server(port=9000), HubServer()
+    try:
+        hub.add(repo_id, {path.name: path.read_bytes() for path in model_dir.iterdir()})
+        client = s3.client()
+        for bucket in buckets:
+            client.create_bucket(Bucket=bucket)
+        (tmp_path / "examples").symlink_to(ROOT / "examples")
+        yield client, hub, {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE,
+                            "XDG_STATE_HOME": str(tmp_path / "state")}
+    finally:
+        s3.close()
+        hub.close()
+
+
+def quietly(commands: list[str], tmp_path, env: dict) -> None:
+    """Each command succeeds and says nothing on stderr (no warning either)."""
+    for command in commands:
+        rendered = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120)
+        assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
+
+
 @pytest.mark.slow
 def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirrors_its_checkpoints(tmp_path):
     pytest.importorskip("transformers")
     from testbed.qa_data import make_model
-    from testbed.storage_servers import HubServer, S3Server, port_is_free
     from testbed.text_data import rows
 
     render, render_on_cpus, run = commands("csv-on-one-node")
-    assert port_is_free(9000), "127.0.0.1:9000 is taken: this test serves the guide's S3 there"
-    s3, hub = S3Server(port=9000), HubServer()
-    try:
-        model = make_model(tmp_path / "model")
-        hub.add("distilbert/distilbert-base-uncased", {path.name: path.read_bytes() for path in model.iterdir()})
-        client = s3.client()
-        for bucket in ("team-data", "team-checkpoints"):
-            client.create_bucket(Bucket=bucket)
+    model = make_model(tmp_path / "model")
+    with guide_world(tmp_path, model, "distilbert/distilbert-base-uncased", ("team-data", "team-checkpoints")) as \
+            (client, hub, env):
         for split, count, seed in (("train", 256, 1), ("validation", 64, 2)):
             text = io.StringIO()
             writer = csv.DictWriter(text, fieldnames=["text", "label"])
@@ -47,13 +72,7 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
             writer.writerows(rows(count, seed))
             client.put_object(Bucket="team-data", Key=f"reviews/{split}.csv", Body=text.getvalue().encode())
         (tmp_path / "minio.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
-        (tmp_path / "examples").symlink_to(ROOT / "examples")
-        env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), **ROOT_ALLOWANCE,
-               "XDG_STATE_HOME": str(tmp_path / "state")}
-        for command in (render, render_on_cpus):
-            rendered = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                      timeout=120)
-            assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
+        quietly([render, render_on_cpus], tmp_path, env)
         # the cluster's render fails a pod without its GPUs; the one for this machine trains on the CPUs
         assert '"INDEXED_TRAINER_CPU_FALLBACK": "false"' in (tmp_path / "reviews.yaml").read_text()
         assert '"INDEXED_TRAINER_CPU_FALLBACK": "true"' in (tmp_path / "reviews-on-cpus.yaml").read_text()
@@ -72,9 +91,6 @@ def test_the_csv_guide_stages_from_the_bucket_trains_on_four_processes_and_mirro
         keys = {item["Key"] for item in client.list_objects_v2(Bucket="team-checkpoints")["Contents"]}
         assert any(key.startswith("reviews/step-") for key in keys), keys
         assert "testing" not in log.replace("s3://", "")  # the Secret's values are never printed
-    finally:
-        s3.close()
-        hub.close()
 
 
 def test_the_slurm_guide_renders_two_whole_gpu_nodes_with_its_logs_in_the_shared_directory(tmp_path):
@@ -92,3 +108,43 @@ def test_the_slurm_guide_renders_two_whole_gpu_nodes_with_its_logs_in_the_shared
         assert line in script, line
     assert "trainer_launcher" not in script and "trainer_stager" not in script  # the nodes need PyTorch only
     assert submit.startswith("mkdir -p /scratch/alice/pretrain/logs && sbatch pretrain.sbatch")
+
+
+@pytest.mark.slow
+def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on_this_machine(tmp_path):
+    """The 7B LoRA guide as written: its cluster render (Kueue's suspended Job, 8 GPUs and the RDMA resource per
+    pod, NCCL's verbs transport, no warning), then its values on this machine's CPUs, one process per pod, with the
+    tests' tiny Llama served as Qwen/Qwen2.5-7B-Instruct and 9,000 short conversations under the guide's S3 prefix:
+    the guide's own hyper-parameters (4,096-token packed blocks, 2 x 8 a step per process, 2 % held out, the best
+    checkpoint by loss) stage, train, evaluate and export the merged model to the bucket."""
+    pytest.importorskip("peft")
+    from testbed.sft_data import make_chat_data, make_model
+
+    render, render_on_cpus, run = commands("lora-on-16-gpus")
+    model = make_model(tmp_path / "model")
+    with guide_world(tmp_path, model, "Qwen/Qwen2.5-7B-Instruct", ("team-data", "team-checkpoints", "team-models")) \
+            as (client, hub, env):
+        chats = make_chat_data(tmp_path / "chats", train=9000, validation=0)
+        lines = (chats / "train.jsonl").read_text().splitlines(keepends=True)
+        for part in range(2):
+            client.put_object(Bucket="team-data", Key=f"support-chats/conversations/part-{part:05d}.jsonl",
+                              Body="".join(lines[part::2]).encode())
+        (tmp_path / "s3.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        quietly([render, render_on_cpus], tmp_path, env)
+        cluster = (tmp_path / "support.yaml").read_text()
+        for line in ('"NCCL_IB_DISABLE": "0"', "suspend: true", '"kueue.x-k8s.io/queue-name": "team-gpus"',
+                     '"rdma/ib": "1"', '"nvidia.com/gpu": "8"', '"TRAIN_FILES": "conversations/*.jsonl"',
+                     '"INDEXED_TRAINER_CPU_FALLBACK": "false"'):
+            assert line in cluster, line
+        ran = subprocess.run(["bash", "-c", f"{run} --env HF_ENDPOINT={hub.url}"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=900)
+        log = ran.stdout + ran.stderr
+        assert ran.returncode == 0, log[-4000:]
+        assert "held-out examples" in log and "(EVAL_FRACTION; SEED chose the rows)" in log, log[-4000:]
+        assert "(32 examples a step: BATCH_SIZE 2 x GRADIENT_ACCUMULATION_STEPS 8 x 2 processes)" in log, log[-4000:]
+        output = next((tmp_path / "state").rglob("runs/support-sft"))
+        summary = json.loads((output / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["best_checkpoint"]["metric"] == "loss"
+        keys = {item["Key"] for item in client.list_objects_v2(Bucket="team-models")["Contents"]}
+        assert any(key.startswith("support-sft/merged/") for key in keys), keys
+        assert "testing" not in log.replace("s3://", "")  # the Secret's values are never printed

@@ -110,6 +110,42 @@ def test_max_steps_ends_the_run_inside_an_epoch_where_the_cosine_schedule_reache
     assert (tmp_path / "out" / "checkpoints" / "step-00000020.ckpt").is_file()
 
 
+def test_eval_steps_evaluate_within_the_epoch_and_the_best_checkpoint_by_a_metric_is_kept_and_exported(world,
+                                                                                                       tmp_path):
+    """EVAL_STEPS=3 (TRL's eval_strategy=steps): an evaluation record, and a checkpoint, every 3 steps; with
+    METRIC_FOR_BEST_MODEL=loss (load_best_model_at_end) the checkpoint of the lowest evaluation loss is kept beside
+    the newest one (KEEP_CHECKPOINTS=1) and its weights are what the run exports, its scores summary.json's."""
+    import torch
+    from safetensors.torch import load_file
+
+    from trainer_runtime.checkpoints import single_file
+
+    model, data = world
+    # a rate that overshoots: the loss falls, then rises again before the run's end
+    result = run_finetune(model, data, tmp_path / "out", {
+        "MAX_STEPS": "9", "EVAL_STEPS": "3", "METRIC_FOR_BEST_MODEL": "loss", "KEEP_CHECKPOINTS": "1",
+        "CHECKPOINT_EVERY_STEPS": "0", "LEARNING_RATE": "0.05", "LR_SCHEDULER_TYPE": "constant"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [(line["step"], line["loss"]) for line in records if "accuracy" in line]
+    assert [step for step, _ in evaluated] == [3, 6, 9]
+    assert "Rank 0: epoch 1, step 3, evaluation: accuracy " in result.stdout
+    best_step = min(evaluated, key=lambda record: record[1])[0]  # the first of the lowest
+    assert best_step != 9, evaluated  # the case this test is for: the best is not the last
+    best = f"step-{best_step:08d}.ckpt"
+    kept = sorted(path.name for path in (tmp_path / "out" / "checkpoints").iterdir())
+    assert kept == sorted({best, "step-00000009.ckpt"})
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["best_checkpoint"]["checkpoint"] == best and summary["step"] == 9
+    assert summary["loss"] == pytest.approx(dict(evaluated)[best_step], abs=1e-4)
+    assert f"Rank 0: exporting the best checkpoint by loss, {best} " in result.stdout
+    exported = load_file(tmp_path / "out" / "bert_classifier_trained" / "model.safetensors")
+    trained = single_file.read_payload(tmp_path / "out" / "checkpoints" / best)["model"]
+    shared = sorted(set(exported) & set(trained))
+    assert len(shared) > 10 and all(torch.equal(exported[key], trained[key].to(exported[key].dtype))
+                                    for key in shared)
+
+
 @pytest.fixture(scope="module")
 def whole(world, tmp_path_factory):
     """The uninterrupted run: what an interrupted one must end as."""

@@ -48,16 +48,17 @@ class CheckpointStore:
     def __init__(self, directory: Path, naming: layout.Naming, *, keep: int, log: Callable[[str], None],
                  mirror: CheckpointMirror | None = None):
         self.directory, self.naming, self.keep, self.log, self.mirror = directory, naming, keep, log, mirror
+        self.also_kept: frozenset[str] = frozenset()  # kept beside the newest: the best by a metric, by name
 
     def newest(self, read: Callable[[Path], Found]) -> tuple[Path, Found] | None:
         return newest(self.directory, self.naming, read, self.log)
 
     def published(self, path: Path) -> None:
-        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there, note it
-        for the launchers (a round that published one made progress: trainer_contract.gang_rounds), show it in the
-        live metrics (its step and time) and offer it to the mirror, which uploads it beside the training and
-        removes from the bucket what the volume no longer keeps."""
-        layout.prune(self.directory, self.keep, self.naming)
+        """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there (and
+        ``also_kept``), note it for the launchers (a round that published one made progress:
+        trainer_contract.gang_rounds), show it in the live metrics (its step and time) and offer it to the mirror,
+        which uploads it beside the training and removes from the bucket what the volume no longer keeps."""
+        layout.prune(self.directory, self.keep, self.naming, self.also_kept)
         note_progress(path.name)
         live().checkpoint_written(path)
         if self.mirror is not None:

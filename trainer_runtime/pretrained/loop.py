@@ -10,6 +10,7 @@ checkpoint and evaluate."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.best_checkpoint import BestCheckpoint
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.pretrained.schedules import schedule_for
 from trainer_runtime.stop import StopRequest
@@ -33,6 +35,8 @@ from trainer_runtime.stop import StopRequest
 Collate = Callable[[list[Any]], dict[str, torch.Tensor]]
 # What a batch's loss is the mean over (the model's own loss: per example, or per supervised token of a causal LM)
 Weigh = Callable[[dict[str, torch.Tensor]], int]
+# A workload's evaluation: its scores and the line that says them
+Evaluate = Callable[[], tuple[dict[str, float], str]]
 
 
 def examples_in(batch: dict[str, torch.Tensor]) -> int:
@@ -70,12 +74,14 @@ class Loop:
         self.schedule = schedule_for(self.optimizer, config.lr_scheduler_type, config.warmup_steps, self.total)
         self.step = 0
         self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0)
+        self.best = BestCheckpoint(getattr(config, "metric_for_best_model", "none"))
+        self.evaluating_seconds = 0.0  # this start's evaluations: not training time
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds (whole on rank 0; a collective: every rank calls it)."""
         model, optimizer = self.strategy.trainable_state()
         return {"model": model, "optimizer": optimizer, "schedule": self.schedule.state_dict(),
-                "scaler": self.precision.state_dict(), "step": self.step}
+                "scaler": self.precision.state_dict(), "step": self.step, "best": self.best.best}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         groups = state["optimizer"]["param_groups"]
@@ -88,6 +94,7 @@ class Loop:
         self.schedule.load_state_dict(state["schedule"])
         self.precision.load_state_dict(state["scaler"])
         self.step = state["step"]
+        self.best.best = state.get("best")  # absent from the checkpoints of versions before METRIC_FOR_BEST_MODEL
         self.batches.resume_at = divmod(self.step, len(self.batches))
 
     def train_step(self, indices: list[int], stop_requested: bool) -> tuple[float, int, StepAgreement]:
@@ -123,12 +130,16 @@ class Loop:
         return step_loss, tokens, agreed
 
     def epochs(self, run_log: RunLog, stop: StopRequest, store: CheckpointStore, record: dict[str, Any],
-               evaluate: Callable[[], tuple[dict[str, float], str]]) -> dict[str, float]:
+               evaluate: Evaluate) -> dict[str, float]:
         """Every epoch left from where the run stands, each ended by ``evaluate()`` (its scores and the line that
-        says them) and a checkpoint; the last scores with this start's training seconds (evaluations left out,
-        checkpoints in: what tokens/s per process divides by). ``Stopped`` when the gang agreed to stop."""
+        says them) and a checkpoint, as every EVAL_STEPS steps are; the last scores with this start's training
+        seconds (evaluations left out, checkpoints in: what tokens/s per process divides by). ``Stopped`` when the
+        gang agreed to stop."""
         def checkpoint() -> None:
             self.checkpoint(store, record)
+
+        def evaluated(epoch: int, within: bool) -> dict[str, float]:
+            return self.evaluation_point(epoch, within, run_log, evaluate, checkpoint, store)
 
         per_epoch = len(self.batches)
         config, world = self.config, self.strategy.world_size
@@ -136,17 +147,26 @@ class Loop:
                       f"examples a step: BATCH_SIZE {config.batch_size} x GRADIENT_ACCUMULATION_STEPS "
                       f"{config.gradient_accumulation_steps} x {world} processes)")
         result: dict[str, float] = {}
-        began, evaluating = time.monotonic(), 0.0
+        began = time.monotonic()
         self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         for epoch in range(self.step // per_epoch, self.epochs_in_all):
-            self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested)
-            evaluation_began = time.monotonic()
-            result, line = evaluate()
-            evaluating += time.monotonic() - evaluation_began
-            run_log.evaluated(self.step, epoch + 1, result, line)
-            checkpoint()
-        training = time.monotonic() - began - evaluating
+            self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested, functools.partial(evaluated, epoch, True))
+            result = evaluated(epoch, False)
+        training = time.monotonic() - began - self.evaluating_seconds
         return {**(result or evaluate()[0]), "train_seconds": round(training, 3)}  # nothing left: as it is
+
+    def evaluation_point(self, epoch: int, within: bool, run_log: RunLog, evaluate: Evaluate,
+                         checkpoint: Callable[[], None], store: CheckpointStore) -> dict[str, float]:
+        """Evaluate (at epoch ``epoch``'s end, or ``within`` it), record the scores, offer them as the best so far
+        (METRIC_FOR_BEST_MODEL: the store then keeps this step's checkpoint beside the newest), then checkpoint."""
+        began = time.monotonic()
+        result, line = evaluate()
+        self.evaluating_seconds += time.monotonic() - began
+        run_log.evaluated(self.step, epoch + 1, result, line, within_epoch=within)
+        self.best.offer(result, self.step, checkpoint_record.checkpoint_name(self.step))
+        store.also_kept = frozenset(self.best.kept())
+        checkpoint()
+        return result
 
     def checkpoint(self, store: CheckpointStore, record: dict[str, Any]) -> None:
         """The state as one file named by the step with the run's ``record``, written by rank 0 and published in
@@ -161,13 +181,14 @@ class Loop:
         self.clock.restart()  # the write is not training: the next interval starts once it is done
 
     def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[[], None],
-                  stop_requested: Callable[[], bool]) -> None:
-        """Epoch ``epoch`` (from 0) from where the run stands; ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps and
-        when the gang agrees that CHECKPOINT_EVERY_SECONDS have passed (but at the epoch's last step: ``epochs``
-        checkpoints after the evaluation), and then ``Stopped`` raised when a rank's ``stop_requested()`` was true
-        in a step."""
+                  stop_requested: Callable[[], bool], evaluate_here: Callable[[], Any] = lambda: None) -> None:
+        """Epoch ``epoch`` (from 0) from where the run stands; ``evaluate_here()`` (which checkpoints) every
+        EVAL_STEPS steps, else ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps and when the gang agrees that
+        CHECKPOINT_EVERY_SECONDS have passed (but at the epoch's last step: ``epochs`` evaluates and checkpoints
+        after it), and then ``Stopped`` raised when a rank's ``stop_requested()`` was true in a step."""
         self.batches.set_epoch(epoch)
         per_epoch, every, losses = len(self.batches), self.config.checkpoint_every_steps, []
+        evaluate_every = getattr(self.config, "eval_steps", 0)
         end = min((epoch + 1) * per_epoch, self.total)  # MAX_STEPS may end the run inside this epoch
         for indices in self.batches:
             if self.step >= end:
@@ -184,7 +205,11 @@ class Loop:
             if agreed.stop:
                 checkpoint()
                 raise Stopped
-            if (agreed.checkpoint or (every and self.step % every == 0)) and not last:
+            if last:
+                continue
+            if evaluate_every and self.step % evaluate_every == 0:
+                evaluate_here()
+            elif agreed.checkpoint or (every and self.step % every == 0):
                 checkpoint()
 
 

@@ -70,13 +70,14 @@ class RunLog:
                     {"train/loss": loss, "train/learning_rate": learning_rate,
                      "train/tokens_per_second": tokens_per_second})
 
-    def evaluated(self, step: int, epoch: int, scores: dict[str, float], words: str) -> None:
-        """``words``: the scores as the line says them (every rank holds the same; rank 0 says them). The record
-        keeps the seconds since this start's training began (evaluations included): the time to a score."""
+    def evaluated(self, step: int, epoch: int, scores: dict[str, float], words: str, within_epoch: bool = False) -> None:
+        """``words``: the scores as the line says them (every rank holds the same; rank 0 says them), at an epoch's
+        end or ``within_epoch`` (EVAL_STEPS). The record keeps the seconds since this start's training began
+        (evaluations included): the time to a score."""
         for metric, value in scores.items():
             self.live.evaluation(metric, value)
         if self.rank == 0:
-            say(self.rank, f"epoch {epoch}, evaluation: {words}")
+            say(self.rank, f"epoch {epoch}{f', step {step}' if within_epoch else ''}, evaluation: {words}")
         self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()},
                      "seconds": round(time.monotonic() - self.began, 3)},
                     {f"eval/{key}": value for key, value in scores.items()})

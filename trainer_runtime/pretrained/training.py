@@ -57,6 +57,30 @@ class Workload:
     weigh: Weigh = examples_in
 
 
+def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: Log) -> dict[str, Any]:
+    """With METRIC_FOR_BEST_MODEL, the best checkpoint's weights into the model (every rank: the export may gather
+    them), its scores and where they came from for summary.json; nothing where the last step is the best or no
+    metric is set. A best checkpoint no longer on the volume (a run restored from the bucket keeps the newest
+    only) leaves the last model, said."""
+    best = loop.best.best if loop.best.tracking else None
+    if best is None:
+        return {}
+    said = {"best_checkpoint": {key: best[key] for key in ("checkpoint", "step", "metric", "value")}}
+    if best["step"] == loop.step:
+        log(f"the last step is the best by {best['metric']} ({best['value']:.4f}): exporting it")
+        return said
+    path = store.directory / best["checkpoint"]
+    if not path.exists():
+        log(f"the best checkpoint by {best['metric']}, {best['checkpoint']}, is no longer on the volume: exporting "
+            "the last model")
+        return {}
+    state = single_file.read_payload(path)
+    loop.strategy.load_trainable_state(state["model"], state["optimizer"])
+    log(f"exporting the best checkpoint by {best['metric']}, {best['checkpoint']} ({best['value']:.4f} at step "
+        f"{best['step']}; the last step's {last.get(best['metric'], float('nan')):.4f})")
+    return {**best["scores"], **said}
+
+
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
     """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
@@ -82,7 +106,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
         return code
     finally:
         run_log.close()
-    summary = {**result, "step": loop.step, **now}
+    summary = {**result, **best_model(loop, store, result, log), "step": loop.step, **now}
     written = workload.export(config, loop, loaded, summary, log)
     if env.is_rank0:
         write_summary(config.output_dir, summary, written)
