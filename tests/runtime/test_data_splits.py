@@ -127,14 +127,17 @@ def test_a_layout_that_cannot_train_or_evaluate_is_refused_in_one_line_naming_th
     assert "\n" not in str(refused.value)
 
 
+# each variable's refused values, and the words of the refusal
+REFUSED = {
+    "TRAIN_FILES": {"../other/*.jsonl": "leaves the data's folder",
+                    "a/*.jsonl,chat/../../x.jsonl": "leaves the data's folder ('chat/../../x.jsonl')"},
+    "EVAL_FILES": {"/etc/*.json": "leaves the data's folder"},
+    "EVAL_FRACTION": {value: "must be a fraction" for value in ("1", "-0.1", "nan")},
+}
+
+
 @pytest.mark.parametrize("variable, value, problem", [
-    ("TRAIN_FILES", "../other/*.jsonl", "leaves the data's folder"),
-    ("EVAL_FILES", "/etc/*.json", "leaves the data's folder"),
-    ("TRAIN_FILES", "a/*.jsonl,chat/../../x.jsonl", "leaves the data's folder ('chat/../../x.jsonl')"),
-    ("EVAL_FRACTION", "1", "must be a fraction"),
-    ("EVAL_FRACTION", "-0.1", "must be a fraction"),
-    ("EVAL_FRACTION", "nan", "must be a fraction"),
-])
+    (variable, value, problem) for variable, refused in REFUSED.items() for value, problem in refused.items()])
 def test_globs_out_of_the_data_and_fractions_out_of_range_are_refused_naming_the_variable(variable, value, problem):
     for config_class in (FinetuneConfig, SftConfig):
         with pytest.raises(ConfigError) as refused:
