@@ -148,6 +148,7 @@ class Loop:
                       f"{config.gradient_accumulation_steps} x {world} processes)")
         result: dict[str, float] = {}
         began = time.monotonic()
+        store.also_kept = frozenset(self.best.kept())  # a resumed run's best, before any checkpoint prunes
         self.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         for epoch in range(self.step // per_epoch, self.epochs_in_all):
             self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested, functools.partial(evaluated, epoch, True))

@@ -63,7 +63,7 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
     metric is set. A best checkpoint no longer on the volume (a run restored from the bucket keeps the newest
     only) leaves the last model, said."""
     best = loop.best.best if loop.best.tracking else None
-    if best is None:
+    if best is None or best.get("metric") != loop.best.metric:  # none, or one by a metric no longer asked for
         return {}
     said = {"best_checkpoint": {key: best[key] for key in ("checkpoint", "step", "metric", "value")}}
     if best["step"] == loop.step:
