@@ -108,9 +108,12 @@ def make_link_out(data: Path) -> None:
     ({"train.jsonl": (0, 4), "notes.txt": (0, 1)}, {"EVAL_FILES": "*.txt"}, None, r"^EVAL_FILES: notes.txt is not "
      r"one of the formats read \(.parquet, .csv, .jsonl, .json\); narrow the globs$"),
     ({"train.jsonl": (0, 4), "validation.jsonl": (0, 1)}, {"EVAL_FILES": "*.jsonl"}, None,
-     r"^EVAL_FILES: train.jsonl is a training file too: .* narrow TRAIN_FILES or EVAL_FILES$"),
+     r"^EVAL_FILES: train.jsonl is a training file and an evaluation file: .* narrow TRAIN_FILES or EVAL_FILES$"),
     ({"train.jsonl": (0, 4)}, {"EVAL_FILES": "*.jsonl", "TRAIN_FILES": "train.jsonl"}, None,
-     r"^EVAL_FILES: train.jsonl is a training file too"),
+     r"^EVAL_FILES: train.jsonl is a training file and an evaluation file"),
+    # a glob that takes in the validation split, which evaluation takes by its name
+    ({"train.jsonl": (0, 4), "validation.jsonl": (0, 1)}, {"TRAIN_FILES": "*.jsonl"}, None,
+     r"^TRAIN_FILES: validation.jsonl is a training file and an evaluation file"),
     ({"train.jsonl": (0, 4)}, {"EVAL_FILES": "linked.jsonl"}, make_link_out,
      r"^EVAL_FILES: linked.jsonl links out of "),
 ])

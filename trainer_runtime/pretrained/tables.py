@@ -133,8 +133,9 @@ def splits(settings: Any) -> tuple[Split, Split]:
     if evaluation is not None:
         eval_paths, name, described = evaluation
         both = sorted(set(eval_paths) & set(train_paths))
-        if both:
-            raise DatasetError(f"EVAL_FILES: {both[0].relative_to(dataset_dir)} is a training file too: the "
+        if both:  # named by the variable that took it in: EVAL_FILES, else TRAIN_FILES' glob
+            raise DatasetError(f"{'EVAL_FILES' if settings.eval_files else 'TRAIN_FILES'}: "
+                               f"{both[0].relative_to(dataset_dir)} is a training file and an evaluation file: the "
                                "evaluation would score what the model learnt; narrow TRAIN_FILES or EVAL_FILES")
         return train, Split(name, _described(described, eval_paths, dataset_dir), read_table(eval_paths))
     if not settings.eval_fraction:
