@@ -74,7 +74,7 @@ class Loop:
         self.schedule = schedule_for(self.optimizer, config.lr_scheduler_type, config.warmup_steps, self.total)
         self.step = 0
         self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0)
-        self.best = BestCheckpoint(getattr(config, "metric_for_best_model", "none"))
+        self.best = BestCheckpoint(config.metric_for_best_model)
         self.evaluating_seconds = 0.0  # this start's evaluations: not training time
 
     def state_dict(self) -> dict[str, Any]:
@@ -189,7 +189,7 @@ class Loop:
         after it), and then ``Stopped`` raised when a rank's ``stop_requested()`` was true in a step."""
         self.batches.set_epoch(epoch)
         per_epoch, every, losses = len(self.batches), self.config.checkpoint_every_steps, []
-        evaluate_every = getattr(self.config, "eval_steps", 0)
+        evaluate_every = self.config.eval_steps
         end = min((epoch + 1) * per_epoch, self.total)  # MAX_STEPS may end the run inside this epoch
         for indices in self.batches:
             if self.step >= end:
