@@ -7,6 +7,7 @@ records in one metrics.jsonl), and neither is lost. Torch-free.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer_runtime.metrics import STARTS_DIRECTORY
@@ -38,3 +39,11 @@ def set_aside(output_dir: Path, program_entries: tuple[str, ...], now: float | N
     for entry in present:
         entry.rename(target / entry.name)
     return target
+
+
+def start_anew(output_dir: Path, program_entries: tuple[str, ...], log: Callable[[str], None]) -> None:
+    """RESUME=false's first act, by rank 0 before any rank writes: the run there set aside, and said."""
+    moved = set_aside(output_dir, program_entries)
+    if moved is not None:
+        log(f"RESUME=false: the run that was in {output_dir} is kept, whole, in {moved}; this run starts from the "
+            "beginning")

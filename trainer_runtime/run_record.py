@@ -36,6 +36,14 @@ def differs(recorded: Any, now: Any) -> bool:
     return str(recorded) != str(now)  # by text: earlier versions recorded str(value)
 
 
+def recorded_value(value: Any) -> Any:
+    """A setting as a record (a checkpoint's, summary.json's) keeps it: JSON's values, which safe_load's allow-list
+    reads back: a path as text, a tuple (TRAIN_FILES' globs) as a list."""
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value) if isinstance(value, Path) else value
+
+
 def changed_settings(recorded: dict[str, Any], now: dict[str, Any], config_class: type, what: str) -> list[str]:
     """One line per shaping setting (declared ``shaping`` in trainer_contract/program_settings.py) of ``recorded``
     (the run's record, as ``what`` names it) that differs from ``now``."""

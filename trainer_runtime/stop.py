@@ -12,7 +12,10 @@ written whole, and the run is complete.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from typing import Any
+
+from trainer_contract import exit_codes
 
 
 class Terminated(BaseException):
@@ -45,6 +48,23 @@ class StopRequest:
     def defer(self) -> None:
         """From now on only remember the signal (training, the final save)."""
         self.immediate = False
+
+    def ended(self, stopped: Stopped, log: Callable[[str], None]) -> int:
+        """The exit code of a process whose gang stopped, said in one line: TERMINATED where the signal arrived here,
+        PEER_LOST where it arrived at a peer (a victim: the gang restarts from the checkpoint)."""
+        code = exit_codes.TERMINATED if self.requested else exit_codes.PEER_LOST
+        log(f"stopped on request at {stopped.where}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
+        return code
+
+
+class Stopped(Exception):
+    """The gang agreed to stop (SIGTERM somewhere in it) and checkpointed the point it reached, ``where`` (a step,
+    an epoch's batch): the next start goes on from it. Every workload's loop raises it; ``StopRequest.ended`` turns
+    it into the exit code."""
+
+    def __init__(self, where: str):
+        super().__init__(f"stopped on request at {where}")
+        self.where = where
 
 
 def agreed(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:

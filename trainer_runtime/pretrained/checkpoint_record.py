@@ -59,7 +59,7 @@ def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
     shaping = {key: getattr(config, key) for key in shaping_settings(type(config))}
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
-            "world_size": world_size, "config": {key: _recorded(value) for key, value in shaping.items()},
+            "world_size": world_size, "config": {key: run_record.recorded_value(value) for key, value in shaping.items()},
             "content_revisions": {key: content_revision(value) for key, value in shaping.items()
                                   if isinstance(value, Path)}}
 
@@ -71,13 +71,6 @@ def content_revision(path: Path) -> str | None:
     if path.is_file():
         return file_digest(path)[:16]
     return revision(path, True) if path.is_dir() else None
-
-
-def _recorded(value: Any) -> Any:
-    """A setting as a record keeps it: JSON's values (summary.json) and nothing safe_load's allow-list refuses."""
-    if isinstance(value, tuple):  # TRAIN_FILES' globs: a list, as JSON and a read record have it
-        return list(value)
-    return str(value) if isinstance(value, Path) else value
 
 
 def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: Any) -> list[str]:

@@ -30,7 +30,7 @@ from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.best_checkpoint import BestCheckpoint
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.pretrained.schedules import schedule_for
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.stop import Stopped, StopRequest
 
 Collate = Callable[[list[Any]], dict[str, torch.Tensor]]
 # What a batch's loss is the mean over (the model's own loss: per example, or per supervised token of a causal LM)
@@ -205,14 +205,10 @@ class Loop:
                 losses = []
             if agreed.stop:
                 checkpoint()
-                raise Stopped
+                raise Stopped(f"step {self.step}")
             if last:
                 continue
             if evaluate_every and self.step % evaluate_every == 0:
                 evaluate_here()
             elif agreed.checkpoint or (every and self.step % every == 0):
                 checkpoint()
-
-
-class Stopped(Exception):
-    """The gang agreed to stop (SIGTERM somewhere in it); the checkpoint is written."""

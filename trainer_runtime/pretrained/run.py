@@ -110,10 +110,8 @@ def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: C
     first step's collective)."""
     store.remove_stale_temporaries()
     if not config.resume:
-        moved = previous_runs.set_aside(config.output_dir, run_files) if is_rank0 else None
-        if moved is not None:
-            log(f"RESUME=false: the run that was in {config.output_dir} is kept, whole, in {moved}; this run starts "
-                "from the beginning")
+        if is_rank0:
+            previous_runs.start_anew(config.output_dir, run_files, log)
         return None
     found = store.newest(checkpoint_record.read_record)
     if found is None:

@@ -20,10 +20,10 @@ from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import write_summary
-from trainer_runtime.pretrained.loop import Loop, Stopped, Weigh, examples_in
+from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import resume_from
 from trainer_runtime.pretrained.run_log import RunLog
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.stop import Stopped, StopRequest
 
 Log = Callable[[str], None]
 Evaluated = Callable[[], "tuple[dict[str, float], str]"]
@@ -100,10 +100,8 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     stop.defer()
     try:
         result = loop.epochs(run_log, stop, store, now, workload.evaluation(config, env, loop, loaded, log))
-    except Stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
-        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
-        log(f"stopped on request at step {loop.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
-        return code
+    except Stopped as stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
+        return stop.ended(stopped, log)
     finally:
         run_log.close()
     summary = {**result, **best_model(loop, store, result, log), "step": loop.step, **now}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from trainer_contract.program_settings import TrainConfig
@@ -27,7 +26,7 @@ MODEL_WEIGHTS = "model.pt"
 
 def recorded_config(config: TrainConfig) -> dict[str, Any]:
     """The configuration as a checkpoint and model.json record it: numbers, booleans, null, paths as text."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()}
+    return {key: run_record.recorded_value(value) for key, value in asdict(config).items()}
 
 
 def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -> list[str]:

@@ -27,7 +27,7 @@ from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.run_summary import write_summary
 from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.stop import Stopped, StopRequest
 from trainer_stager.checkpoint_mirror import mirror_from
 from worker.mnist import data, export, resume, settings
 from worker.mnist.metrics import EpochTally, epoch_record
@@ -36,14 +36,6 @@ from worker.mnist.model import MnistCNN, parameter_count
 # Test images per forward pass: 1000 held 230 MiB of conv activations at every rank's peak; 128 and 64 slowed
 # the next epoch's training by a fifth on this CPU (oneDNN; measured with python -m bench's throughput row).
 EVAL_CHUNK = 250
-
-
-class Stopped(Exception):
-    """The ranks agreed to stop early (SIGTERM somewhere in the gang); the checkpoint is written."""
-
-    def __init__(self, signalled_here: bool):
-        super().__init__("stopped on request")
-        self.exit_code = exit_codes.TERMINATED if signalled_here else exit_codes.PEER_LOST
 
 
 class AlreadyComplete(Exception):
@@ -144,10 +136,8 @@ class Trainer:
         if verdict.set_aside_previous and self.env.is_rank0:
             # before any rank can write: the others wait for rank 0 in the first collective of the data or
             # the training
-            moved = previous_runs.set_aside(self.config.output_dir, (settings.MODEL_SUMMARY, settings.MODEL_WEIGHTS))
-            if moved is not None:
-                self.log(f"RESUME=false: the run that was in {self.config.output_dir} is kept, whole, in {moved}; "
-                         "this run starts from the beginning")
+            previous_runs.start_anew(self.config.output_dir, (settings.MODEL_SUMMARY, settings.MODEL_WEIGHTS),
+                                     self.log)
         return verdict
 
     def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
@@ -205,7 +195,7 @@ class Trainer:
             if agreed.stop:
                 self.log0(f"stop requested: checkpointing epoch {epoch + 1} at batch {step + 1}")
                 self.save_mid_epoch(Position(epoch, step + 1), tally, carried_loss, carried_samples, wait=True)
-                raise Stopped(self.stop.requested)
+                raise Stopped(f"epoch {epoch + 1}, batch {step + 1}")
             if agreed.checkpoint and step + 1 < self.steps:
                 self.save_mid_epoch(Position(epoch, step + 1), tally, carried_loss, carried_samples, wait=False)
         return tally
@@ -276,7 +266,7 @@ class Trainer:
                                   wait=stop)  # a stop's checkpoint is on disk before the process exits
         self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))
         if stop and not last:
-            raise Stopped(self.stop.requested)
+            raise Stopped(f"the end of epoch {epoch + 1}")
         return result
 
     def images_seen(self, position: Position) -> int:
@@ -332,9 +322,7 @@ def run(config: TrainConfig, env: DistEnv) -> int:
         return exit_codes.OK
     except Stopped as stopped:
         failed = False  # its checkpoint is written (synchronously)
-        trainer.log("stopped: " + ("SIGTERM received here" if stopped.exit_code == exit_codes.TERMINATED
-                                   else "a peer was asked to stop; the gang restarts from the checkpoint"))
-        return stopped.exit_code
+        return trainer.stop.ended(stopped, trainer.log)
     except NAMED as failure:
         code = exit_for(failure, env.is_rank0, trainer.log)
         if code is None:

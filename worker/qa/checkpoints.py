@@ -20,7 +20,7 @@ from trainer_runtime.checkpoints import safe_load, sharded, single_file
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.pretrained import checkpoint_record
-from trainer_runtime.stop import StopRequest, agreed
+from trainer_runtime.stop import Stopped, StopRequest, agreed
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -78,14 +78,6 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
         return rest
 
 
-class Stopped(Exception):
-    """The gang agreed to stop (SIGTERM somewhere in it); the step reached is checkpointed."""
-
-    def __init__(self, step: int):
-        super().__init__(f"stopped at step {step}")
-        self.step = step
-
-
 class Checkpointing(L.Callback):
     """A checkpoint every ``every_steps`` optimizer steps (0: none by steps), when ``clock`` (CHECKPOINT_EVERY_SECONDS)
     is due, and at each epoch's end, after its evaluation, and of the step reached when the gang agrees to stop
@@ -112,12 +104,12 @@ class Checkpointing(L.Callback):
         if stopping or time_due or (self.every_steps and trainer.global_step % self.every_steps == 0):
             self.save(trainer)
         if stopping:
-            raise Stopped(trainer.global_step)
+            raise Stopped(f"step {trainer.global_step}")
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self.save(trainer)
         if agreed((self.stop.requested,), module.device)[0]:
-            raise Stopped(trainer.global_step)
+            raise Stopped(f"step {trainer.global_step}")
 
     def save(self, trainer: L.Trainer) -> None:
         hooks.point("checkpoint")

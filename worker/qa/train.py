@@ -36,7 +36,7 @@ from trainer_runtime.pretrained.run import (
     run_logged,
 )
 from trainer_runtime.pretrained.run_log import RunLog
-from trainer_runtime.stop import StopRequest
+from trainer_runtime.stop import Stopped, StopRequest
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader
 from worker.qa.export import export_model, full_state_dict
@@ -167,10 +167,8 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     stop.defer()
     try:
         state = _fit(trainer, module, loaders, found[0] if found else None, evaluation)
-    except checkpoints.Stopped as stopped:  # the step reached is checkpointed: the next start goes on from it
-        code = exit_codes.TERMINATED if stop.requested else exit_codes.PEER_LOST
-        log(f"stopped on request at step {stopped.step}, checkpointed; exiting {code} ({exit_codes.meaning(code)})")
-        return code
+    except Stopped as stopped:  # the step reached is checkpointed: the next start goes on from it
+        return stop.ended(stopped, log)
     finally:
         run_log.close()
     if env.is_rank0:
