@@ -16,6 +16,7 @@ from typing import Any
 
 from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_runtime.peer_failures import PeerLost
+from trainer_runtime.stop import ending
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ def prepared_once(preparation: Preparation, store: Any, preparer: bool, prepare:
         try:
             result = prepare()
         except failure as exc:
+            ending()  # the peers learn of it next, and exit first: this process's own code must stand
             store.set(preparation.key, json.dumps({"ok": False, "error": str(exc)}))
             raise
         except BaseException:  # a stop (trainer_runtime.stop.Terminated) or a crash: the others need not wait it out

@@ -12,6 +12,7 @@ written whole, and the run is complete.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,16 @@ class Stopped(Exception):
     def __init__(self, where: str):
         super().__init__(f"stopped on request at {where}")
         self.where = where
+
+
+def ending() -> None:
+    """The process has decided how it ends (a refusal its peers are told of at once): from here a signal changes
+    nothing. The peers exit as its victims in a moment and torchrun then sends this process SIGTERM, which would
+    otherwise make a refusal (69, 78: counted) a stop (143: ignored, the pod made again for the same refusal). Only
+    the main thread receives signals (elsewhere: nothing to do)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def agreed(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:

@@ -5,6 +5,7 @@ resume with other data or another LoRA shape is refused naming each."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -125,9 +126,15 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, un
     fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
     killed = run_sft(model, data, tmp_path / "killed", fault)
     assert killed.returncode != 0
+    # the data tokenized once, by rank 0, into the token cache; the resumed run reads it there
+    assert re.findall(r"Rank (\d): tokenized (\d+) training and \d+ evaluation examples", killed.stdout) == [
+        ("0", "96")], killed.stdout[-3000:]
+    assert "Rank 0: 96 training examples (" in killed.stdout
     resumed = run_sft(model, data, tmp_path / "killed", fault)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    assert not re.search(r"tokenized \d+ training", resumed.stdout)
+    assert "Rank 0: the tokenized data is read from " in resumed.stdout
     expected, got = adapter_of(uninterrupted), adapter_of(tmp_path / "killed")
     assert expected.keys() == got.keys() and all((expected[key] == got[key]).all() for key in expected)
 

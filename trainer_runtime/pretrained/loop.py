@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -59,7 +59,7 @@ class Loop:
     points it is due (every CHECKPOINT_EVERY_STEPS steps, when the gang agrees that CHECKPOINT_EVERY_SECONDS have
     passed, a stop agreed by the gang); ``state_dict`` is what it writes (a collective: every rank calls it)."""
 
-    def __init__(self, model: torch.nn.Module, examples: list[Any], batches: RankBatches, collate: Collate,
+    def __init__(self, model: torch.nn.Module, examples: Sequence[Any], batches: RankBatches, collate: Collate,
                  config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp", weigh: Weigh = examples_in):
         self.examples, self.batches, self.collate, self.weigh = examples, batches, collate, weigh
         self.config, self.device, self.rank = config, device, env.rank

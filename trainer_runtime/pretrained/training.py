@@ -5,7 +5,7 @@ another model, tokenizer, data or shaping setting), train under the stop agreeme
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +17,11 @@ from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import join, record_attempt
-from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained import checkpoint_record, token_cache
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
-from trainer_runtime.pretrained.run import resume_from
+from trainer_runtime.pretrained.run import require_model, resume_from
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.stop import Stopped, StopRequest
 
@@ -35,20 +35,21 @@ class Loaded:
 
     tokenizer: Any
     model: Any
-    train: list
-    evaluation: list
+    train: Sequence
+    evaluation: Sequence
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A program's parts. ``load(config, log)``: rank 0's log only. ``collate(config, loaded)``: a batch's tensors
+    """A program's parts. ``load(config, log, tokenizing)``: rank 0's log only; ``tokenizing.tokenized`` gives the
+    splits from the token cache, made once (trainer_runtime.pretrained.token_cache). ``collate(config, loaded)``: a batch's tensors
     from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
     ``export(config, loop, loaded, summary, log)``: run on every rank (it may gather a sharded model), rank 0 writes
     the trained model and returns what it wrote (summary.json's "export"). ``records_data``: a resume is refused
     with other data too. ``strategy(config)``: the loop's strategy word. ``weigh(batch)``: what the model's loss on
     a batch is the mean over (GRADIENT_ACCUMULATION_STEPS weights each batch of a step by it)."""
 
-    load: Callable[[Any, Log], Loaded]
+    load: Callable[[Any, Log, token_cache.Tokenizing], Loaded]
     collate: Callable[[Any, Loaded], Callable[[list], dict]]
     evaluation: Callable[[Any, DistEnv, Loop, Loaded, Log], Evaluated]
     export: Callable[[Any, Loop, Loaded, dict, Log], Any]
@@ -84,15 +85,17 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
     """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
-    device = join(config, env, log).device  # and the fault-injection seam "start"
+    gang = join(config, env, log)  # and the fault-injection seam "start"
     record_attempt(env, config.output_dir)
-    loaded = workload.load(config, log if env.is_rank0 else lambda message: None)
+    require_model(config.model_dir)  # before the record's digests of its files
     now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
+    tokenizing = token_cache.Tokenizing(config, env, gang.store, token_cache.key_of(now, config), log)
+    loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing)
     found = resume_from(config, now, store, log, env.is_rank0)
     # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
     batches = RankBatches(len(loaded.train), config.batch_size * config.gradient_accumulation_steps, env.rank,
                           env.world_size, config.seed, True)
-    loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, device, env,
+    loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, gang.device, env,
                 workload.strategy(config), workload.weigh)
     if found:
         loop.load_state_dict(single_file.read_payload(found[0]))

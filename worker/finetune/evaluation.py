@@ -4,6 +4,7 @@ macro F1 and loss are those of the whole split at any world size."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,7 +28,7 @@ def scores(confusion: torch.Tensor, loss_sum: float) -> dict[str, float]:
             "loss": loss_sum / max(total, 1.0)}
 
 
-def evaluate(model: torch.nn.Module, examples: list[dict[str, Any]], num_labels: int, batch_size: int, pad_id: int,
+def evaluate(model: torch.nn.Module, examples: Sequence[dict[str, Any]], num_labels: int, batch_size: int, pad_id: int,
              precision: Precision, device: torch.device, rank: int, world_size: int) -> dict[str, float]:
     counts = torch.zeros(num_labels * num_labels + 1, dtype=torch.float64, device=device)  # confusion, loss sum
     with evaluating(model):

@@ -92,5 +92,5 @@ def _export(config: FinetuneConfig, loop: Loop, loaded: Loaded, summary: dict[st
     return str(destination)
 
 
-CLASSIFIER = Workload(load=lambda config, log: Loaded(*_load_data(config, log)), collate=_collate,
+CLASSIFIER = Workload(load=lambda config, log, tokenizing: Loaded(*_load_data(config, log)), collate=_collate,
                       evaluation=_evaluation, export=_export)

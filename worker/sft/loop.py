@@ -5,6 +5,7 @@ summed across the gang, and its perplexity), and greedy completions of fixed pro
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ def supervised_tokens(batch: dict[str, torch.Tensor]) -> int:
     return int((batch["labels"][:, 1:] != IGNORE).sum())
 
 
-def evaluate(model: torch.nn.Module, examples: list[Example], batch_size: int, pad_id: int, precision: Precision,
+def evaluate(model: torch.nn.Module, examples: Sequence[Example], batch_size: int, pad_id: int, precision: Precision,
              device: torch.device, rank: int, world_size: int) -> dict[str, float]:
     """The mean loss per supervised token over the whole split (trainer_runtime.sharded_evaluation), and its
     perplexity."""

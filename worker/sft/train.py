@@ -23,6 +23,7 @@ from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
 from trainer_runtime.pretrained.run import quiet_transformers, run_logged
 from trainer_runtime.pretrained.tables import DatasetError
+from trainer_runtime.pretrained.token_cache import Codec, TokenizedSplits, Tokenizing
 from trainer_runtime.pretrained.training import Loaded, Workload, train
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
@@ -64,36 +65,48 @@ def examples_of(config: SftConfig, tokenizer: Any, split: tables.Split, limit: i
     return kept
 
 
-def _load(config: SftConfig, log) -> tuple[Any, Any, list, list]:
+# An example in the token cache: its two columns of token ids; a label is IGNORE or a token.
+CODEC = Codec(encode=lambda example: {"input_ids": example.input_ids, "labels": example.labels},
+              decode=lambda columns: sft_examples.Example(columns["input_ids"], columns["labels"]),
+              ranges=lambda vocabulary: {"input_ids": (0, vocabulary - 1),
+                                         "labels": (sft_examples.IGNORE, vocabulary - 1)})
+
+
+def _tokenized(config: SftConfig, tokenizer: Any, log) -> TokenizedSplits:
+    """The splits read and tokenized (rank 0, once: the token cache keeps them), with what the start line says."""
+    train_rows, held_out = tables.splits(config)
+    train = examples_of(config, tokenizer, train_rows, config.train_samples, log)
+    evaluation = examples_of(config, tokenizer, held_out, config.eval_samples, log)
+    return TokenizedSplits(train, evaluation, {"evaluation_split": held_out.name, "evaluation_source": held_out.source,
+                                               "supervised_tokens": sum(example.supervised for example in train)})
+
+
+def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    try:  # before the model loads: a refusal comes at once
-        train_rows, held_out = tables.splits(config)
-    except DatasetError as error:
-        raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
-    torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
-    model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
-                           config.attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
     if config.chat_template_path is not None:  # rendered with it and exported with it (save_pretrained keeps it)
         tokenizer.chat_template = sft_examples.chat_template_from(config.chat_template_path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    try:
-        train = examples_of(config, tokenizer, train_rows, config.train_samples, log)
-        evaluation = examples_of(config, tokenizer, held_out, config.eval_samples, log)
+    try:  # before the model loads: a refusal comes at once
+        data = tokenizing.tokenized(CODEC, len(tokenizer), lambda: _tokenized(config, tokenizer, log))
     except DatasetError as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
+    torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
+    model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
+                           config.attn_implementation)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     adapted = f"LoRA rank {config.lora_rank}" if config.lora_rank else "full fine-tune"
-    log(f"{len(train)} training {'blocks' if config.packing else 'examples'} "
-        f"({sum(e.supervised for e in train)} supervised tokens), {len(evaluation)} {held_out.name} examples, from "
-        f"{config.dataset_dir} (evaluation: {held_out.source}); {adapted}: "
+    facts = data.facts
+    log(f"{len(data.train)} training {'blocks' if config.packing else 'examples'} "
+        f"({facts['supervised_tokens']} supervised tokens), {len(data.evaluation)} {facts['evaluation_split']} "
+        f"examples, from {config.dataset_dir} (evaluation: {facts['evaluation_source']}); {adapted}: "
         f"{trainable} of {total} weights train, under {config.strategy}"
         f"{', activations recomputed' if config.activation_checkpointing else ''}")
-    return tokenizer, model, train, evaluation
+    return Loaded(tokenizer, model, data.train, data.evaluation)
 
 
 def _evaluation(config: SftConfig, env: DistEnv, loop: Loop, loaded: Loaded, log):
@@ -133,7 +146,7 @@ def _export(config: SftConfig, loop: Loop, loaded: Loaded, summary: dict[str, An
     return [str(path) for path in written]
 
 
-SFT = Workload(load=lambda config, log: Loaded(*_load(config, log)),
+SFT = Workload(load=_load,
                collate=lambda config, loaded: lambda examples: collate(examples, loaded.tokenizer.pad_token_id),
                evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy,
                weigh=supervised_tokens)
