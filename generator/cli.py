@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from generator import __version__
+from generator import __version__, sizing
 from generator.errors import GeneratorError
 from generator.targets import Target, ignored_keys, targets
 
@@ -63,8 +63,9 @@ class TargetChoice(click.ParamType):
 
 
 def _warn(target, values: dict, spec) -> None:
-    """What renders but is likely not meant, on stderr: the target's own warnings, and the keys it ignores."""
-    for warning in target.warnings(values, spec):
+    """What renders but is likely not meant, on stderr: the target's own warnings, what will not fit the model's
+    size (generator.sizing), and the keys it ignores."""
+    for warning in (*target.warnings(values, spec), *sizing.warnings(values, spec, target.name)):
         click.echo(f"gen-manifests: warning: {warning}", err=True)
     ignored = ignored_keys(values, target.name)
     if ignored:
