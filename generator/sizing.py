@@ -21,9 +21,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from generator.spec import JobSpec
-from trainer_contract.config_reading import load_config
-from trainer_contract.program_settings import BUILT_IN_PROGRAMS
-from trainer_contract.settings import ConfigError, config_fields
 
 # Under half of an 80 GB GPU: the frozen base, LoRA's activations and optimizer state fit beside it.
 FITS_ONE_GPU_GIB = 40.0
@@ -34,8 +31,8 @@ SIZED_VOLUME_TARGETS = frozenset({"kubernetes", "local"})
 
 def warnings(values: Mapping[str, Any], spec: JobSpec, target: str) -> Iterable[str]:
     weights = ((values.get("initializer") or {}).get("model") or {}).get("weights_gib")
-    config = _program_config(spec)
-    if weights is None or config is None:
+    config = spec.program_config()
+    if weights is None or config is None or not hasattr(config, "model_dir"):  # MNIST's: no pretrained model
         return
     lora = getattr(config, "lora_rank", 0) > 0
     yield from _memory(weights, spec)
@@ -48,18 +45,6 @@ def warnings(values: Mapping[str, Any], spec: JobSpec, target: str) -> Iterable[
                "copy on each GPU and all-reduces only the adapters' gradients, where fsdp all-gathers the frozen base "
                f"at every step{' across the nodes' if spec.replicas > 1 else ''}; set config_map.STRATEGY: ddp unless "
                "the GPUs are smaller")
-
-
-def _program_config(spec: JobSpec) -> Any | None:
-    """The built-in workload's settings as its processes will read them, or None (a program of the user's, or one
-    without a pretrained model)."""
-    config_class = BUILT_IN_PROGRAMS.get(spec.program[1]) if spec.built_in_worker else None
-    if config_class is None or "model_dir" not in {item.name for item in config_fields(config_class)}:
-        return None
-    try:
-        return load_config(spec.environment, config_class=config_class)
-    except ConfigError:  # validation names it; no estimate from settings that do not parse
-        return None
 
 
 def _memory(weights: float, spec: JobSpec) -> Iterable[str]:

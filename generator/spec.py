@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 from trainer_contract import gang_rounds, metrics, pod_environment, program_settings, warm_start
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
+from trainer_contract.config_reading import load_config
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
+from trainer_contract.settings import ConfigError
 from trainer_contract.storage import (
     EXPORT_VARIABLE,
     STAGED,
@@ -147,6 +149,17 @@ class JobSpec:
         """torchrun's wait between forwarding SIGTERM and killing the workers: inside the grace period, with a
         few seconds left for torchrun itself to exit."""
         return max(1, self.grace_seconds - 5)
+
+    def program_config(self) -> Any | None:
+        """A built-in program's settings as its processes will read them (config_map over its defaults), or None:
+        a program of the user's, or settings it cannot read (the values' own check names them)."""
+        config_class = program_settings.BUILT_IN_PROGRAMS.get(self.program[1]) if self.built_in_worker else None
+        if config_class is None:
+            return None
+        try:
+            return load_config(self.environment, config_class=config_class)
+        except ConfigError:
+            return None
 
     @property
     def staged(self) -> dict[Role, StorageUri]:

@@ -29,6 +29,7 @@ from generator.spec import (
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
+from trainer_contract.global_batch import accumulation_problem
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.pod_environment import RUNTIME_PREFIXES, reserved
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, FP16_NEEDS_CUDA, program_variables
@@ -267,7 +268,7 @@ def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
     return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_pattern_problems(values, spec)) + \
-        list(_metrics_problems(spec)) + [
+        list(_metrics_problems(spec)) + list(_batch_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
 
 
@@ -281,6 +282,16 @@ def _pattern_problems(values: dict, spec: JobSpec) -> Iterable[str]:
                 has = "no storage_uri" if source is None else f"storage_uri {source.text}"
                 yield (f"initializer.{role}.{key}: selects files of an hf:// repository, and the {role} has {has}: "
                        "remove it")
+
+
+def _batch_problems(spec: JobSpec) -> Iterable[str]:
+    """GLOBAL_BATCH_SIZE kept on the job's processes (replicas x processes per pod), as the program will check."""
+    config = spec.program_config()
+    if config is None or not hasattr(config, "global_batch_size"):
+        return
+    problem = accumulation_problem(config, spec.replicas * spec.procs_per_node)
+    if problem:
+        yield f"config_map.{problem} (replicas {spec.replicas} x {spec.procs_per_node} processes per pod)"
 
 
 def _metrics_problems(spec: JobSpec) -> Iterable[str]:

@@ -180,6 +180,13 @@ class AdamWSettings(PretrainedModelSettings):
         "one batch, each batch's loss weighted by its share of the step's examples (sft: of its supervised tokens, "
         "as transformers counts them); steps, MAX_STEPS and the checkpoint cadence count optimizer steps.",
         shaping=True)
+    global_batch_size: int = setting(
+        "GLOBAL_BATCH_SIZE", parse_non_negative_int, 0,
+        "Examples a step learns from across every process, kept whatever their number: each process accumulates "
+        "GLOBAL_BATCH_SIZE / (BATCH_SIZE x processes) batches (a whole number, else refused), so a run resumes on "
+        "another number of nodes with every step's examples as before (the start says so); set it or "
+        "GRADIENT_ACCUMULATION_STEPS, not both. 0: BATCH_SIZE x GRADIENT_ACCUMULATION_STEPS x processes, and a "
+        "resume needs the same processes.", shaping=True)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from trainer_contract.settings import config_fields, shaping_settings
 
 SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
 # the settings of the programs whose loop is this project's own (AdamWSettings) that shape a run
-ADAMW = {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "gradient_accumulation_steps"}
+ADAMW = {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "gradient_accumulation_steps",
+         "global_batch_size"}
 # which rows train (TableDataSettings); EVAL_FILES only says which evaluate
 TABLES = {"train_files", "eval_fraction"}
 

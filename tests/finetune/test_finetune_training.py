@@ -6,6 +6,7 @@ step reseeds it), checkpoints and stops on SIGTERM, and refuses to resume with a
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -296,3 +297,46 @@ def test_gradient_accumulation_learns_as_the_larger_batch_does_and_a_resume_with
                          {**exact, "BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "EPOCHS": "3"})
     assert again.returncode == 78, again.stdout[-3000:]
     assert "GRADIENT_ACCUMULATION_STEPS" in again.stdout
+
+
+def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_as_before(tmp_path):
+    """GLOBAL_BATCH_SIZE=32 of BATCH_SIZE 8: 2 processes accumulate 2 batches a step, 1 process 4, and each step
+    takes the same 32 examples (trainer_runtime.pretrained.batches.RankBatches), so a run killed on 2 processes
+    resumes on 1 and ends with the uninterrupted run's losses and weights (to float rounding); without it, the
+    resume on another number of processes is refused naming WORLD_SIZE."""
+    import torch
+    from safetensors.torch import load_file
+
+    root = tmp_path / "world"  # no dropout: the step's masks would differ by rank
+    model, data = make_model(root / "model"), make_texts(root / "data", train=256, validation=32)
+    kept = {"EPOCHS": "2", "PRECISION": "fp32", "BATCH_SIZE": "8", "GLOBAL_BATCH_SIZE": "32",
+            "CHECKPOINT_EVERY_STEPS": "4"}
+    whole = run_finetune(model, data, tmp_path / "whole", kept)
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    killed = run_workload("worker.finetune", SETTINGS, model, data, tmp_path / "killed",
+                          {**kept, **fault_env("sigkill@batch=1.6,rank=1,attempt=0")})
+    assert killed.returncode != 0 and (tmp_path / "killed" / "checkpoints" / "step-00000004.ckpt").exists()
+    resumed = run_workload("worker.finetune", SETTINGS, model, data, tmp_path / "killed", kept, processes=1)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert ("Rank 0: step-00000004.ckpt was taken with 2 processes, now 1: GLOBAL_BATCH_SIZE=32 keeps every step's "
+            "examples, the accumulation changes") in resumed.stdout
+    assert ("Rank 0: training from step 4 of 16 (32 examples a step: BATCH_SIZE 8 x GRADIENT_ACCUMULATION_STEPS 4 x "
+            "1 processes, GLOBAL_BATCH_SIZE 32)") in resumed.stdout, resumed.stdout[-3000:]
+
+    def records(output):  # a step's logged loss is rank 0's share's; an evaluation is the whole split's
+        return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+
+    assert [line["step"] for line in records(tmp_path / "killed") if "accuracy" not in line] == list(range(1, 17))
+    evaluations = [[line["loss"] for line in records(output) if "accuracy" in line]
+                   for output in (tmp_path / "whole", tmp_path / "killed")]
+    assert len(evaluations[0]) == 2 and evaluations[1] == pytest.approx(evaluations[0], rel=1e-4)
+    expected = load_file(tmp_path / "whole" / "bert_classifier_trained" / "model.safetensors")
+    got = load_file(tmp_path / "killed" / "bert_classifier_trained" / "model.safetensors")
+    assert all(torch.allclose(expected[key], got[key], rtol=1e-3, atol=1e-5) for key in expected)
+    # the accumulation alone does not keep the steps' examples on another number of processes
+    plain = {**kept, "GLOBAL_BATCH_SIZE": "0", "GRADIENT_ACCUMULATION_STEPS": "2"}
+    assert run_finetune(model, data, tmp_path / "plain", plain).returncode == 0
+    refused = run_workload("worker.finetune", SETTINGS, model, data, tmp_path / "plain", plain, processes=1)
+    assert refused.returncode == 78, refused.stdout[-3000:]
+    assert re.search(r"WORLD_SIZE: checkpoint step-\d+\.ckpt was taken with 2 processes, now 1: each process's share "
+                     r"of the epoch would change \(GLOBAL_BATCH_SIZE keeps", refused.stdout), refused.stdout[-3000:]

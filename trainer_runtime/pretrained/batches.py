@@ -8,6 +8,9 @@ from typing import Any
 
 import torch
 
+from trainer_contract import exit_codes, global_batch
+from trainer_runtime.failures import Refusal
+
 
 def collate(items: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """One batch, padded to its longest text (not to MAX_SEQ_LENGTH: short texts cost short steps), with its
@@ -25,10 +28,22 @@ def collate(items: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]
     return batch
 
 
+def accumulation_steps(config: Any, world_size: int) -> int:
+    """The batches of BATCH_SIZE each process sums before a step (trainer_contract.global_batch); Refusal (78) where
+    GLOBAL_BATCH_SIZE cannot be kept on ``world_size`` processes."""
+    problem = global_batch.accumulation_problem(config, world_size)
+    if problem:
+        raise Refusal(exit_codes.BAD_CONFIG, [problem])
+    return global_batch.accumulation_steps(config, world_size)
+
+
 class RankBatches:
     """Batches of feature indices for one rank: every rank gets the same number of batches (the shortest share
     is padded by repeating from the start, as DistributedSampler does), shuffled per epoch from ``seed`` when
-    ``shuffle``. ``consumed`` batches of epoch ``epoch`` are skipped on the first pass after a resume."""
+    ``shuffle``. ``consumed`` batches of epoch ``epoch`` are skipped on the first pass after a resume. Together the
+    ranks' batches number ``b`` are the order's b-th block of ``batch_size x world_size`` indices (the ranks take
+    turns within it): with that product fixed (GLOBAL_BATCH_SIZE), every step takes the same examples, and an
+    epoch has as many steps, on any number of ranks; only the last step's repeats differ."""
 
     def __init__(self, size: int, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool):
         self.size, self.batch_size, self.rank, self.world_size = size, batch_size, rank, world_size

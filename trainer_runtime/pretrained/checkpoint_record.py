@@ -90,9 +90,10 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
                  for key, revision_now in now.get("content_revisions", {}).items()
                  if key in kept and recorded.get("config", {}).get(key) == now["config"].get(key)
                  and kept[key] != revision_now]
-    if recorded.get("world_size") != now["world_size"]:
+    if recorded.get("world_size") != now["world_size"] and not getattr(config, "global_batch_size", 0):
         problems.append(f"WORLD_SIZE: checkpoint {name} was taken with {recorded.get('world_size')} processes, now "
-                        f"{now['world_size']}: each process's share of the epoch would change")
+                        f"{now['world_size']}: each process's share of the epoch would change (GLOBAL_BATCH_SIZE keeps every step's "
+                        "examples on any number)")
     if problems:
         problems.append(run_record.ways_out(config.output_dir, put_back="model or value(s)"))
     return problems

@@ -143,9 +143,11 @@ class Loop:
 
         per_epoch = len(self.batches)
         config, world = self.config, self.strategy.world_size
-        run_log.start(self.step, self.total, f" ({config.batch_size * config.gradient_accumulation_steps * world} "
-                      f"examples a step: BATCH_SIZE {config.batch_size} x GRADIENT_ACCUMULATION_STEPS "
-                      f"{config.gradient_accumulation_steps} x {world} processes)")
+        accumulated = self.batches.batch_size // config.batch_size
+        kept = f", GLOBAL_BATCH_SIZE {config.global_batch_size}" if config.global_batch_size else ""
+        run_log.start(self.step, self.total, f" ({config.batch_size * accumulated * world} examples a step: "
+                      f"BATCH_SIZE {config.batch_size} x GRADIENT_ACCUMULATION_STEPS {accumulated} x {world} "
+                      f"processes{kept})")
         result: dict[str, float] = {}
         began = time.monotonic()
         store.also_kept = frozenset(self.best.kept())  # a resumed run's best, before any checkpoint prunes

@@ -121,4 +121,7 @@ def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: C
     if problems:
         raise Refusal(exit_codes.BAD_CONFIG, problems)
     log(f"resuming from {path.name}")
+    if recorded.get("world_size") != now["world_size"]:  # allowed: GLOBAL_BATCH_SIZE keeps each step's examples
+        log(f"{path.name} was taken with {recorded.get('world_size')} processes, now {now['world_size']}: "
+            f"GLOBAL_BATCH_SIZE={config.global_batch_size} keeps every step's examples, the accumulation changes")
     return found

@@ -18,7 +18,7 @@ from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record, token_cache
-from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.pretrained.batches import RankBatches, accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import require_model, resume_from
@@ -93,7 +93,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing)
     found = resume_from(config, now, store, log, env.is_rank0)
     # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
-    batches = RankBatches(len(loaded.train), config.batch_size * config.gradient_accumulation_steps, env.rank,
+    batches = RankBatches(len(loaded.train), config.batch_size * accumulation_steps(config, env.world_size), env.rank,
                           env.world_size, config.seed, True)
     loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, gang.device, env,
                 workload.strategy(config), workload.weigh)
