@@ -227,3 +227,51 @@ def test_examples_whose_supervised_tokens_the_cut_took_away_are_left_out_and_sai
                                            r"token within MAX_SEQ_LENGTH=16 tokens \(the prompts fill it\): raise "
                                            r"MAX_SEQ_LENGTH"):
         examples_of(config, tokenizer, train(), 0)
+
+
+# A ChatML template that renders tools and tool calls as Qwen's does in outline: the tool schemas in a system turn,
+# an assistant's calls after its text, a tool's result as its own turn.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\ntools: {{ tools | map(attribute='function') | map(attribute='name') | join(', ') }}"
+    "<|im_end|>\n{% endif %}{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "{% for call in message.get('tool_calls') or [] %}<call>{{ call['function']['name'] }}"
+    "({{ call['function']['arguments'] | tojson }})</call>{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+WEATHER = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+CALLING = [{"role": "user", "content": "weather in paris?"},
+           {"role": "assistant", "content": None,
+            "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": {"city": "paris"}}}]},
+           {"role": "tool", "name": "weather", "tool_call_id": "0", "content": "sunny"},
+           {"role": "assistant", "content": "it is sunny"}]
+
+
+def test_tool_calls_are_rendered_and_learnt_and_tool_results_and_schemas_are_context(tmp_path):
+    tokenizer = make_tokenizer(tmp_path / "tokenizer", chat_template=TOOL_TEMPLATE)
+    table = {"messages": [CALLING], "tools": [WEATHER]}
+    (example,) = tokenized(tokenizer, table, 512, "the train split", COLUMNS)
+    text = tokenizer.decode(example.input_ids)
+    assert text.startswith("<|im_start|>system\ntools: weather<|im_end|>\n<|im_start|>user\nweather in paris?")
+    assert '<|im_start|>tool\nsunny<|im_end|>' in text
+    assert supervised_text(tokenizer, example) == '<call>weather({"city": "paris"})</call><|im_end|>\nit is sunny<|im_end|>\n'
+
+
+@pytest.mark.parametrize("record, message", [
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}], "message 1: expected {role"),
+    ([{"role": "user", "content": "hi", "tool_calls": CALLING[1]["tool_calls"]}, {"role": "assistant", "content": "x"}],
+     "message 0: tool_calls must be an assistant message's list"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [{"name": "weather"}]}],
+     "message 1: tool_calls must be an assistant message's list"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": "weather()"}],
+     "message 1: tool_calls must be"),
+    ([{"role": "tool", "content": "sunny", "tool_call_id": 7}, {"role": "assistant", "content": "x"}],
+     "message 0: tool_call_id must be text"),
+])
+def test_a_malformed_tool_call_or_result_is_refused_naming_the_message(tokenizer, record, message):
+    with pytest.raises(DatasetError, match=message) as refused:
+        conversation(tokenizer, record, 64, where="the train split's record 3")
+    assert str(refused.value).startswith("the train split's record 3")
+
+
+def test_tools_that_are_not_a_list_of_schemas_are_refused(tokenizer):
+    with pytest.raises(DatasetError, match="tools must be a list of tool schemas"):
+        conversation(tokenizer, CALLING, 64, where="record 0", tools="weather")

@@ -34,6 +34,8 @@ from trainer_runtime.pretrained.tables import DatasetError
 IGNORE = -100
 _MARKER = "\x00indexed-trainer\x00"  # stands for a turn's content where only what comes before it is wanted
 ROLES = ("system", "user", "assistant", "tool")
+TOOL_RESULT_FIELDS = ("name", "tool_call_id")  # a tool turn's, kept where the data has them
+TOOLS_COLUMN = "tools"  # a conversation's tool schemas, where the data has the column: rendered as the template does
 # A chat template is code from the model's repository: Jinja's sandbox keeps it from the system, not from looping.
 # One rendering longer than this is a template that loops, refused rather than left to hang every rank.
 CHAT_TEMPLATE_SECONDS = 10.0
@@ -76,38 +78,69 @@ def prompt_completion(tokenizer: Any, prompt: str, completion: str, max_length: 
     return Example(ids, labels)
 
 
-def _messages(record: Any, where: str) -> list[dict[str, str]]:
-    """A conversation as the chat template takes it; DatasetError naming the record when it is not one."""
+def _messages(record: Any, where: str) -> list[dict[str, Any]]:
+    """A conversation as the chat template takes it, tool calls and tool results included (the fields of
+    transformers' chat format: an assistant turn's ``tool_calls``, a tool turn's ``name`` and ``tool_call_id``);
+    DatasetError naming the record when it is not one."""
     if not isinstance(record, Sequence) or isinstance(record, (str, bytes)) or not record:
         raise DatasetError(f"{where}: messages must be a non-empty list of {{role, content}}")
-    messages = []
-    for turn, message in enumerate(record):
-        if (not isinstance(message, Mapping) or message.get("role") not in ROLES
-                or not isinstance(message.get("content"), str)):
-            raise DatasetError(f"{where}, message {turn}: expected {{role: one of {', '.join(ROLES)}, content: "
-                               f"text}}, found {str(message)[:80]!r}")
-        messages.append({"role": message["role"], "content": message["content"]})
+    messages = [_message(message, f"{where}, message {turn}") for turn, message in enumerate(record)]
     if not any(message["role"] == "assistant" for message in messages):
         raise DatasetError(f"{where}: no assistant message, nothing to learn from")
     return messages
 
 
-def conversation(tokenizer: Any, record: Any, max_length: int, where: str = "a conversation") -> Example:
-    """The conversation rendered with the chat template; the assistant turns' tokens supervised."""
+def _message(message: Any, where: str) -> dict[str, Any]:
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if (not isinstance(message, Mapping) or message.get("role") not in ROLES
+            or not (isinstance(content, str) or (content is None and calls))):
+        raise DatasetError(f"{where}: expected {{role: one of {', '.join(ROLES)}, content: text}}, found "
+                           f"{str(message)[:80]!r}")
+    kept: dict[str, Any] = {"role": message["role"], "content": content or ""}
+    if calls is not None:
+        if message["role"] != "assistant" or not _tool_calls(calls):
+            raise DatasetError(f"{where}: tool_calls must be an assistant message's list of {{type: function, "
+                               f"function: {{name, arguments}}}}, found {str(calls)[:80]!r}")
+        kept["tool_calls"] = calls
+    for key in TOOL_RESULT_FIELDS:
+        if message.get(key) is not None:
+            if not isinstance(message[key], str):
+                raise DatasetError(f"{where}: {key} must be text, found {str(message[key])[:80]!r}")
+            kept[key] = message[key]
+    return kept
+
+
+def _tool_calls(calls: Any) -> bool:
+    """Whether ``calls`` is a list of function calls as chat templates read them."""
+    return (isinstance(calls, Sequence) and not isinstance(calls, (str, bytes)) and bool(calls)
+            and all(isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)
+                    and isinstance(call["function"].get("name"), str)
+                    and isinstance(call["function"].get("arguments"), (Mapping, str)) for call in calls))
+
+
+def conversation(tokenizer: Any, record: Any, max_length: int, where: str = "a conversation",
+                 tools: Any = None) -> Example:
+    """The conversation rendered with the chat template (with ``tools``, its tool schemas, where it has some); the
+    assistant turns' tokens supervised, their tool calls included."""
     if not getattr(tokenizer, "chat_template", None):
         raise DatasetError("the tokenizer has no chat template, so conversations (a messages column) cannot be "
                            "rendered: use a model whose tokenizer has one, or prompt/completion columns")
     messages = _messages(record, where)
+    if tools is not None and not (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
+                                  and all(isinstance(tool, Mapping) for tool in tools)):
+        raise DatasetError(f"{where}: {TOOLS_COLUMN} must be a list of tool schemas, found {str(tools)[:80]!r}")
+    options = {"tools": list(tools)} if tools else {}
 
-    def render(turns: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-        return _ids(tokenizer, chat(tokenizer, turns, add_generation_prompt=generation_prompt))
+    def render(turns: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+        return _ids(tokenizer, chat(tokenizer, turns, add_generation_prompt=generation_prompt, **options))
 
     ids = render(messages, False)
     labels = [IGNORE] * len(ids)
     for turn, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        start = _opening(tokenizer, message) if turn == 0 else render(messages[:turn], True)
+        start = _opening(tokenizer, message, options) if turn == 0 else render(messages[:turn], True)
         end = render(messages[:turn + 1], False)
         if ids[:len(start)] != start or ids[:len(end)] != end:
             raise DatasetError(f"{where}: the chat template renders the turns before assistant message {turn} "
@@ -178,7 +211,7 @@ def chat_template_from(path: Path) -> str:
     return template
 
 
-def chat(tokenizer: Any, turns: list[dict[str, str]], **options: Any) -> str:
+def chat(tokenizer: Any, turns: list[dict[str, Any]], **options: Any) -> str:
     """``turns`` rendered by the tokenizer's chat template, in at most CHAT_TEMPLATE_SECONDS."""
     try:
         with _time_limit(CHAT_TEMPLATE_SECONDS):
@@ -190,11 +223,11 @@ def chat(tokenizer: Any, turns: list[dict[str, str]], **options: Any) -> str:
             "or prompt/completion columns"]) from None
 
 
-def _opening(tokenizer: Any, first: dict[str, str]) -> list[int]:
+def _opening(tokenizer: Any, first: dict[str, Any], options: dict[str, Any]) -> list[int]:
     """The tokens before the content of a conversation's first turn when it is the assistant's (its header, and a
     default system prompt where the template adds one): the template renders that turn with a marker for its
     content, and the text before the marker is tokenized (the caller checks it is a prefix of the whole)."""
-    text = chat(tokenizer, [{**first, "content": _MARKER}])
+    text = chat(tokenizer, [{**first, "content": _MARKER}], **options)
     return _ids(tokenizer, text[:text.find(_MARKER)]) if _MARKER in text else []
 
 
@@ -204,7 +237,8 @@ def tokenized(tokenizer: Any, table: Mapping[str, list[Any]], max_length: int, s
     messages, prompt and completion's names."""
     shape = shape_of(table, columns["messages"], columns["prompt"], columns["completion"])
     if shape == "conversations":
-        return [conversation(tokenizer, record, max_length, f"{source}, record {index}")
+        tools = table.get(TOOLS_COLUMN) or [None] * len(table[columns["messages"]])
+        return [conversation(tokenizer, record, max_length, f"{source}, record {index}", tools[index])
                 for index, record in enumerate(table[columns["messages"]])]
     return [prompt_completion(tokenizer, str(prompt), str(completion), max_length)
             for prompt, completion in zip(table[columns["prompt"]], table[columns["completion"]], strict=True)]
