@@ -408,11 +408,6 @@ class SftConfig(ShardedSettings, EvaluationSettings, TableDataSettings, AdamWSet
         "ACTIVATION_CHECKPOINTING", parse_boolean, False,
         "Recompute each decoder block's activations in backward instead of keeping them: less memory for "
         "longer sequences, about a third more compute.")
-    tokenize_timeout: float = setting(
-        "TOKENIZE_TIMEOUT", parse_positive_float, 3600.0,
-        "Seconds the other processes wait while rank 0 tokenizes the data into OUTPUT_DIR/token-cache/ (once: a "
-        "restart, a resume on another node count and a new run with the same tokenizer, data and shaping settings "
-        "read it there).")
     packing: bool = setting("PACKING", parse_boolean, False,
                             "Concatenate the examples and train on full blocks of MAX_SEQ_LENGTH tokens.", shaping=True)
     export_merged: bool = setting("EXPORT_MERGED", parse_boolean, False,
@@ -422,6 +417,11 @@ class SftConfig(ShardedSettings, EvaluationSettings, TableDataSettings, AdamWSet
         "TRL's chat_template_path: the chat template the messages column is rendered with (and the export keeps), "
         "instead of the tokenizer's own: a Jinja file, or a directory holding a tokenizer with one; empty: the "
         "tokenizer's.", shaping=True)
+    tokenize_timeout: float = setting(
+        "TOKENIZE_TIMEOUT", parse_positive_float, 3600.0,
+        "Seconds the other processes wait while rank 0 tokenizes the data into OUTPUT_DIR/token-cache/ (once: a "
+        "restart, a resume on another node count and a new run with the same tokenizer, data and shaping settings "
+        "read it there).")
     sample_prompts: str = setting("SAMPLE_PROMPTS", str, "",
                                   "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
                                   "evaluation; empty: none.")

@@ -194,3 +194,13 @@ def test_any_examples_read_back_as_written(tmp_path_factory, train, evaluation):
     got = cache.read(pytest.fail)
     assert got is not None and list(got.train) == train and list(got.evaluation) == evaluation
     assert got.facts == {"n": len(train)}
+
+
+def test_a_volume_that_cannot_keep_the_cache_trains_on_what_was_made_and_says_so(tmp_path):
+    (tmp_path / "token-cache").write_text("a file where the cache's directory goes")  # mkdir fails as on a full volume
+    make, said = Maker(), []
+    got = tokenized(tmp_path, make=make, said=said)
+    assert list(got.train) == TRAIN and make.passes == 1
+    assert said[0].startswith(f"the tokenized data could not be kept in {tmp_path / 'token-cache' / 'k1'} (")
+    assert said[0].endswith("training on it without a cache (a restart tokenizes again)")
+    assert [path.name for path in tmp_path.iterdir()] == ["token-cache"]  # no temporary left

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -220,3 +221,41 @@ def test_gradient_accumulation_under_fsdp_learns_as_the_larger_batch_does(world,
                                                                              losses["accumulated"], strict=True))
     larger, accumulated = adapter_of(tmp_path / "larger"), adapter_of(tmp_path / "accumulated")
     assert all(torch.allclose(larger[key], accumulated[key], atol=1e-4) for key in larger)
+
+
+def test_a_full_fine_tune_under_fsdp_checkpoints_each_ranks_shards_and_resumes_from_them(world, tmp_path):
+    """LORA_RANK=0 under fsdp: a checkpoint is a directory of every rank's shards (DCP) with a manifest of their
+    digests and the run's progress beside, not the weights and AdamW's state gathered on rank 0; a run killed
+    after one resumes from it and ends as the uninterrupted run did (the same shards: bit-identical), and under ddp
+    it resumes too (resharded, to float rounding)."""
+    import torch
+    from safetensors.torch import load_file
+
+    model, data = world
+    full = {"STRATEGY": "fsdp", "LORA_RANK": "0", "EPOCHS": "2", "LEARNING_RATE": "0.001"}
+    whole = run_sft(model, data, tmp_path / "whole", full)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
+    killed = run_sft(model, data, tmp_path / "killed", {**full, **fault})
+    assert killed.returncode != 0
+    checkpoint = tmp_path / "killed" / "checkpoints" / "step-00000010.ckpt"
+    assert checkpoint.is_dir(), sorted(path.name for path in checkpoint.parent.iterdir())
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "manifest.json", "extra.pt"} <= \
+        {path.name for path in checkpoint.iterdir()}
+    shutil.copytree(tmp_path / "killed", tmp_path / "under-ddp")
+    resumed = run_sft(model, data, tmp_path / "killed", {**full, **fault})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    under_ddp = run_sft(model, data, tmp_path / "under-ddp", {**full, **fault, "STRATEGY": "ddp"})
+    assert under_ddp.returncode == 0, under_ddp.stdout[-3000:] + under_ddp.stderr[-3000:]
+    assert "Rank 0: resuming from step-00000010.ckpt" in under_ddp.stdout
+
+    def exported(output):
+        return load_file(next(output.glob("llama_sft_trained/**/model.safetensors")))
+
+    expected = exported(tmp_path / "whole")
+    for output, exact in ((tmp_path / "killed", True), (tmp_path / "under-ddp", False)):
+        got = exported(output)
+        assert got.keys() == expected.keys()
+        assert all((got[key] == expected[key]).all() if exact else torch.allclose(got[key], expected[key], atol=1e-4)
+                   for key in expected), output

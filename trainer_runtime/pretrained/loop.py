@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ import torch.distributed as dist
 
 from trainer_contract import hooks
 from trainer_runtime import strategies
-from trainer_runtime.checkpoints import single_file
+from trainer_runtime.checkpoints import safe_load, sharded, single_file
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
@@ -77,11 +78,38 @@ class Loop:
         self.best = BestCheckpoint(config.metric_for_best_model)
         self.evaluating_seconds = 0.0  # this start's evaluations: not training time
 
+    @property
+    def sharded_checkpoints(self) -> bool:
+        """A full fine-tune under fsdp or hsdp: each rank writes and reads its own shards of the weights and of
+        AdamW's state (the sharded format), rather than gathering all of it on rank 0 and reading it whole on every
+        rank. A LoRA run's adapters (MiB) stay one file, which resumes under any strategy."""
+        return self.strategy.shards_parameters and all(p.requires_grad for p in self.model.parameters())
+
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint holds (whole on rank 0; a collective: every rank calls it)."""
+        """What a checkpoint file holds (whole on rank 0; a collective: every rank calls it)."""
         model, optimizer = self.strategy.trainable_state()
-        return {"model": model, "optimizer": optimizer, "schedule": self.schedule.state_dict(),
-                "scaler": self.precision.state_dict(), "step": self.step, "best": self.best.best}
+        return {"model": model, "optimizer": optimizer, **self.progress()}
+
+    def progress(self) -> dict[str, Any]:
+        """Where the run stands beside its tensors: the schedule, the scaler, the step and the best evaluation."""
+        return {"schedule": self.schedule.state_dict(), "scaler": self.precision.state_dict(), "step": self.step,
+                "best": self.best.best}
+
+    def restore(self, path: Path, progress: bool = True) -> None:
+        """Every rank: the weights and optimizer state of checkpoint ``path`` (a file, or a directory of shards,
+        resharded to this gang), and with ``progress`` where the run stood."""
+        if not path.is_dir():
+            state = single_file.read_payload(path)
+            if progress:
+                self.load_state_dict(state)
+            else:
+                self.strategy.load_trainable_state(state["model"], state["optimizer"])
+            return
+        shards = self.strategy.sharded_state()
+        safe_load.dcp_load(shards, path)
+        self.strategy.load_sharded_state(shards)
+        if progress:
+            self.load_progress(sharded.read_extra(path))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         groups = state["optimizer"]["param_groups"]
@@ -91,6 +119,9 @@ class Loop:
             self.optimizer.load_state_dict(state["optimizer"])
         else:
             self.strategy.load_trainable_state(state["model"], state["optimizer"])
+        self.load_progress(state)
+
+    def load_progress(self, state: dict[str, Any]) -> None:
         self.schedule.load_state_dict(state["schedule"])
         self.precision.load_state_dict(state["scaler"])
         self.step = state["step"]
@@ -172,13 +203,18 @@ class Loop:
         return result
 
     def checkpoint(self, store: CheckpointStore, record: dict[str, Any]) -> None:
-        """The state as one file named by the step with the run's ``record``, written by rank 0 and published in
-        ``store``; no rank goes on (or exits) before it is whole."""
+        """The state named by the step with the run's ``record``: one file written by rank 0, or every rank's shards
+        (``sharded_checkpoints``: the record in the manifest, the progress beside); published in ``store``; no rank
+        goes on (or exits) before it is whole."""
         hooks.point("checkpoint")
-        state = self.state_dict()
+        path = store.directory / checkpoint_record.checkpoint_name(self.step)
+        if self.sharded_checkpoints:
+            sharded.write_shards(self.strategy.sharded_state(), record, path, self.rank, extra=self.progress())
+        else:
+            state = self.state_dict()
+            if self.rank == 0:
+                single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: record})
         if self.rank == 0:
-            path = store.directory / checkpoint_record.checkpoint_name(self.step)
-            single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: record})
             store.published(path)
         dist.barrier()
         self.clock.restart()  # the write is not training: the next interval starts once it is done

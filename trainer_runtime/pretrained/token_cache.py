@@ -143,6 +143,17 @@ class TokenCache:
         temporary = self.root / f"{TEMP_PREFIX}{self.key}-{os.getpid()}"
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir()
+        try:
+            self._write_into(temporary, splits)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        shutil.rmtree(self.directory, ignore_errors=True)  # an unusable one of the same key
+        temporary.rename(self.directory)
+        fsync_directory(self.root)
+        self._prune()
+
+    def _write_into(self, temporary: Path, splits: TokenizedSplits) -> None:
         manifest: dict[str, Any] = {"format": FORMAT, "key": self.key, "written_at": time.time(), "splits": {},
                                     "facts": splits.facts}
         for name, examples in zip(SPLITS, (splits.train, splits.evaluation), strict=True):
@@ -151,10 +162,6 @@ class TokenCache:
         for path in temporary.iterdir():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
-        shutil.rmtree(self.directory, ignore_errors=True)  # an unusable one of the same key
-        temporary.rename(self.directory)
-        fsync_directory(self.root)
-        self._prune()
 
     def _write_split(self, directory: Path, name: str, examples: Sequence) -> dict[str, int]:
         encoded = [self.codec.encode(example) for example in examples]
@@ -217,9 +224,9 @@ class Tokenizing:
         if here:
             return here[0]
         found = cache.read(lambda message: None)  # rank 0 said what was wrong with it
-        if found is None:  # OUTPUT_DIR is not the volume rank 0 wrote to
-            self.log(f"rank 0 tokenized the data into {cache.directory}, which this process does not see: "
-                     "tokenizing here (OUTPUT_DIR is best on a volume every pod mounts)")
+        if found is None:  # rank 0 could not write it, or OUTPUT_DIR is not the volume rank 0 wrote to
+            self.log(f"the tokenized data is not in {cache.directory} for this process (rank 0 could not keep it "
+                     "there, or OUTPUT_DIR is not on a volume every pod mounts): tokenizing here")
             return make()
         return found
 
@@ -231,7 +238,12 @@ class Tokenizing:
             return found
         started = time.monotonic()
         made = make()
-        cache.write(made)
+        try:
+            cache.write(made)
+        except OSError as error:  # a full or read-only volume: train on what was made, without a cache
+            self.log(f"the tokenized data could not be kept in {cache.directory} ({error}); training on it without "
+                     "a cache (a restart tokenizes again)")
+            return made
         self.log(f"tokenized {len(made.train)} training and {len(made.evaluation)} evaluation examples in "
                  f"{time.monotonic() - started:.1f} s into {cache.directory} (a restart reads them there)")
         return cache.read(self.log) or made

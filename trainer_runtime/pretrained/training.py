@@ -13,7 +13,6 @@ import torch.distributed as dist
 
 from trainer_contract import exit_codes, hooks
 from trainer_runtime import process_group
-from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import join, record_attempt
@@ -42,8 +41,8 @@ class Loaded:
 @dataclass(frozen=True)
 class Workload:
     """A program's parts. ``load(config, log, tokenizing)``: rank 0's log only; ``tokenizing.tokenized`` gives the
-    splits from the token cache, made once (trainer_runtime.pretrained.token_cache). ``collate(config, loaded)``: a batch's tensors
-    from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
+    splits from the token cache, made once (trainer_runtime.pretrained.token_cache). ``collate(config, loaded)``: a
+    batch's tensors from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
     ``export(config, loop, loaded, summary, log)``: run on every rank (it may gather a sharded model), rank 0 writes
     the trained model and returns what it wrote (summary.json's "export"). ``records_data``: a resume is refused
     with other data too. ``strategy(config)``: the loop's strategy word. ``weigh(batch)``: what the model's loss on
@@ -75,8 +74,7 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
         log(f"the best checkpoint by {best['metric']}, {best['checkpoint']}, is no longer on the volume: exporting "
             "the last model")
         return {}
-    state = single_file.read_payload(path)
-    loop.strategy.load_trainable_state(state["model"], state["optimizer"])
+    loop.restore(path, progress=False)
     log(f"exporting the best checkpoint by {best['metric']}, {best['checkpoint']} ({best['value']:.4f} at step "
         f"{best['step']}; the last step's {last.get(best['metric'], float('nan')):.4f})")
     return {**best["scores"], **said}
@@ -98,7 +96,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, gang.device, env,
                 workload.strategy(config), workload.weigh)
     if found:
-        loop.load_state_dict(single_file.read_payload(found[0]))
+        loop.restore(found[0])
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
     try:
