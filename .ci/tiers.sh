@@ -4,9 +4,11 @@
 #
 #   tier NAME PYTEST-ARGS...                 run one tier; a failing tier stops the run (pytest's exit 5,
 #                                            "no test in this tier", is not a failure)
-#   tier_needing VARIABLE NAME PYTEST-ARGS...  the same, only where $VARIABLE names the tier's assets: else one
-#                                            line says why, and no pytest starts (a tier whose every test
-#                                            skips would close the run on a summary that executed nothing)
+#   beside NAME FUNCTION                     FUNCTION's tiers in the background, beside the next ones (the tiers
+#                                            that mostly wait, beside those that compute), their output kept in
+#                                            $CI_RESULTS/NAME.log
+#   beside_join                              wait for them, show their output, and stop the run if one failed
+#                                            (also on the run's exit, so a failing foreground tier shows theirs)
 #   closing_count                            one count over every tier's JUnit report, CI's last line
 
 CI_PYTEST="${CI_PYTEST:-.venv/bin/pytest}"
@@ -22,14 +24,23 @@ tier() {
   if [ "$status" != 0 ] && [ "$status" != 5 ]; then exit "$status"; fi
 }
 
-tier_needing() {
-  local variable="$1" name="$2"
-  shift 2
-  if [ -z "${!variable:-}" ]; then
-    echo "ci: tier $name skipped: $variable unset"
-    return 0
-  fi
-  tier "$name" "$@"
+beside() {
+  local name="$1" sequence="$2"
+  mkdir -p "$CI_RESULTS"
+  BESIDE_LOG="$CI_RESULTS/$name.log"
+  echo "ci: tiers $name run beside the next ones; their output follows them (live: $BESIDE_LOG)"
+  ( "$sequence" ) > "$BESIDE_LOG" 2>&1 &
+  BESIDE_PID=$!
+  trap beside_join EXIT
+}
+
+beside_join() {
+  if [ -z "${BESIDE_PID:-}" ]; then return 0; fi
+  local pid="$BESIDE_PID" status=0
+  BESIDE_PID=""
+  wait "$pid" || status=$?
+  cat "$BESIDE_LOG"
+  if [ "$status" != 0 ]; then exit "$status"; fi
 }
 
 closing_count() {

@@ -43,6 +43,10 @@ from trainer_contract.atomic import atomic_write
 from trainer_contract.exit_codes import meaning
 from trainer_contract.progress import format_duration
 
+# How soon, at the earliest, a pod the controller deletes gets its SIGTERM: the kubelet's relist period (its PLEG),
+# by which a pod that ended on its own has reported so.
+KUBELET_RELIST_SECONDS = 1.0
+
 # Where local-job's status cannot be the controller's, said in every status it writes (and docs/reliability.md).
 DIFFERENCES = (
     "no active, ready or terminating counts and no uncountedTerminatedPods: every pod is listed under pods instead",
@@ -279,12 +283,38 @@ class JobController:
         return False, reason, message
 
     def _succeed(self, running: dict[int, LocalPod], reason: str, message: str) -> tuple[bool, str, str]:
-        """SuccessCriteriaMet at once; the pods still running are terminated (not counted as failed), then the
+        """SuccessCriteriaMet at once; the pods still running are terminated, none counted as failed, and one that
+        ends Succeeded counts (the controller counts every pod that reaches Succeeded before Complete), then the
         Job is Complete."""
         self.condition("SuccessCriteriaMet", reason, message)
+        self._reap_until_the_deletion_lands(running)
+        ending = dict(running)
         self._end(running, f"SuccessCriteriaMet ({message})", "the Job met its successPolicy")
+        for index, pod in ending.items():
+            if pod.record.phase == "Succeeded":
+                self.accounting.pod_succeeded(index)
         self.condition("Complete", reason, message)
         return True, reason, message
+
+    def _reap_until_the_deletion_lands(self, running: dict[int, LocalPod]) -> None:
+        """A pod that ends on its own before the controller's deletion reaches its kubelet ends as it would have:
+        a real deletion lands no sooner than the kubelet's next relist (KUBELET_RELIST_SECONDS), while a torchrun
+        gang leaves its exit barrier together, its followers a few milliseconds after the index that ended the
+        Job. Counted as the controller counts a pod that ends before Complete."""
+        deadline = time.monotonic() + KUBELET_RELIST_SECONDS
+        while running and time.monotonic() < deadline:
+            for index, pod in list(running.items()):
+                if not pod.step():
+                    continue
+                del running[index]
+                self.display.pod_ended(pod.record.name)
+                self.factory.release(pod.run)
+                if pod.record.phase == "Succeeded":
+                    self.accounting.pod_succeeded(index)
+                elif self.policy_match(pod.record)[0] != failure_policy.IGNORE:
+                    self.accounting.failed += 1
+            time.sleep(0.05)
+        self.publish()
 
     def _end(self, running: dict[int, LocalPod], why: str, because: str) -> None:
         if running:

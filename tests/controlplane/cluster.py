@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on 127.0.0.1 for the controlplane tier, as controller-runtime's envtest runs
-one: etcd, kube-apiserver, kube-controller-manager (the Job controller) and kube-scheduler from the binaries
-in the directory $KUBE_ASSETS names, and fake Nodes. There is no kubelet: a test writes pods' status through
-the status subresource, as a kubelet would.
+one: etcd, kube-apiserver, kube-controller-manager (the Job controller) and kube-scheduler from the directory
+$KUBE_ASSETS names or from ../shared/k8s (tests/kube_binaries.py), and fake Nodes. There is no kubelet: a test
+writes pods' status through the status subresource, as a kubelet would.
 
     KUBE_ASSETS=/path/to/bin .venv/bin/pytest -m controlplane
 
@@ -11,30 +11,19 @@ How to get the binaries without a registry: tests/controlplane/README.md.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-ASSETS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+from tests.kube_binaries import CONTROL_PLANE, binaries
+
 TOKEN = "indexed-trainer-test-token"
 
 
 def assets_dir() -> tuple[Path | None, str]:
-    """The assets' directory, or None and why not."""
-    named = os.environ.get("KUBE_ASSETS")
-    if not named:
-        return None, "KUBE_ASSETS is not set (a directory with etcd, kube-apiserver, kube-controller-manager, " \
-                     "kube-scheduler; see tests/controlplane/README.md)"
-    directory = Path(named)
-    missing = [name for name in ASSETS if not os.access(directory / name, os.X_OK)]
-    if missing:
-        return None, f"KUBE_ASSETS={directory} lacks {', '.join(missing)}"
-    if shutil.which("kubectl") is None:
-        return None, "kubectl is not installed"
-    return directory, ""
+    """The control plane's binaries' directory, or None and why not (tests/kube_binaries.py)."""
+    return binaries(CONTROL_PLANE)
 
 
 def free_port() -> int:

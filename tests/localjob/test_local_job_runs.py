@@ -69,10 +69,12 @@ def test_two_pods_train_to_the_documented_accuracy(tmp_path):
     # progress: the epoch's elapsed time and ETA; at the end a line per index, how its pod ended
     assert re.search(r"^\[mnist-train-0-\w{5}\] Rank 0: epoch 1/5, test accuracy=[01]\.\d{4}, .*, \d+ s elapsed, "
                      r"about \d+ (s|min \d\d s) left$", log, re.M)
-    assert re.search(r"^local-job: index 0: mnist-train-0-\w{5} Succeeded, exit 0 after \d+ s$", log, re.M)
-    # index 1 ends by itself, or is stopped once index 0's success met the successPolicy (a race either way)
+    # (a pod of over a minute, under load, says "1 min 05 s")
+    assert re.search(r"^local-job: index 0: mnist-train-0-\w{5} Succeeded, exit 0 after \d+ (s|min \d\d s)$", log, re.M)
+    # index 1 leaves torchrun's exit barrier with index 0 and ends by itself within the kubelet's relist (tests/
+    # localjob/test_job_end.py), or, on a machine too busy for that, is stopped by the Job's end
     assert re.search(r"^local-job: index 1: mnist-train-1-\w{5} (Succeeded, exit 0|Failed, exit 143 \(terminated: "
-                     r"the Job met its successPolicy\)) after \d+ s$", log, re.M)
+                     r"the Job met its successPolicy\)) after \d+ (s|min \d\d s)$", log, re.M)
     assert re.search(r"^local-job: Job mnist-train complete after \d+ (s|min \d\d s): ", log, re.M)
     assert "\x1b[" not in log  # piped: plain lines, no cursor movement
     # pod log files carry the time of each line, as `kubectl logs --timestamps` shows it
@@ -181,13 +183,14 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
 def test_active_deadline_ends_the_job(tmp_path):
     claim = volume(tmp_path, SMALL)
     # the deadline must fall once the gang trains: two pods' check-config, torch's imports and the gang's
-    # forming take 8-15 s on a busy 2-core machine (an 8 s deadline fell before the gang formed, twice in CI)
-    manifests = render("active_deadline_seconds=30", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
+    # forming take 8-15 s on a busy 2-core machine, over 30 s beside CI's other tiers (an 8 s deadline fell before
+    # the gang formed twice in CI, a 30 s one once)
+    manifests = render("active_deadline_seconds=45", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
     started = time.monotonic()
     result, log, status = run_local_job(tmp_path, manifests, claim)
     assert result.returncode == 1
     assert status["condition"]["reason"] == "DeadlineExceeded"
-    assert time.monotonic() - started < 30 + 15 + 30
+    assert time.monotonic() - started < 45 + 15 + 30
     # FailureTarget at the deadline, Failed once both pods ended; both pods count as failed, as on a cluster
     target, final = status["conditions"]
     assert (target["type"], final["type"]) == ("FailureTarget", "Failed")
