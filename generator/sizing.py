@@ -5,7 +5,7 @@ are rules of thumb (below), and a user may know better.
 
 - Each process of a pod loads the whole model into host memory (from_pretrained reads it before it moves to a GPU):
   the processes per pod times the weights, against resources.memory.
-- The shared volume holds the staged model, KEEP_CHECKPOINTS checkpoints (a full fine-tune's: the weights and
+- The shared volume holds the staged model, KEEP_CHECKPOINTS checkpoints (and the best, with METRIC_FOR_BEST_MODEL) (a full fine-tune's: the weights and
   AdamW's two moments, in the weights' own dtype, about three times the weights; LoRA's: the adapters, a few MiB)
   and the export (the weights, or under LoRA the adapters, and the merged model with EXPORT_MERGED), against
   shared_volume.size where the render makes the volume (an existing claim's size is not known here; Slurm's
@@ -56,12 +56,14 @@ def _memory(weights: float, spec: JobSpec) -> Iterable[str]:
 
 
 def _volume(weights: float, size: float, config: Any, lora: bool) -> Iterable[str]:
-    keep = config.keep_checkpoints
+    # the best evaluation's checkpoint is kept beside the newest KEEP_CHECKPOINTS (METRIC_FOR_BEST_MODEL)
+    keep = config.keep_checkpoints + (getattr(config, "metric_for_best_model", "none") != "none")
     checkpoints = 0.0 if lora else keep * FULL_CHECKPOINT_TIMES_WEIGHTS * weights
     export = weights if not lora or getattr(config, "export_merged", False) else 0.0
     need = weights + checkpoints + export
     if need > size:
-        kept = (f"{keep} checkpoint(s) of about {FULL_CHECKPOINT_TIMES_WEIGHTS * weights:g} GiB (KEEP_CHECKPOINTS; the "
-                "weights and AdamW's two moments)") if checkpoints else "LoRA's checkpoints (the adapters)"
+        kept = (f"{keep} checkpoint(s) of about {FULL_CHECKPOINT_TIMES_WEIGHTS * weights:g} GiB (KEEP_CHECKPOINTS"
+                f"{' and the best, METRIC_FOR_BEST_MODEL' if keep > config.keep_checkpoints else ''}; the weights and "
+                "AdamW's two moments)") if checkpoints else "LoRA's checkpoints (the adapters)"
         yield (f"the shared volume holds the staged model ({weights:g} GiB), {kept} and the export "
                f"({export:g} GiB): about {need:g} GiB, over shared_volume.size {size:g} GiB; raise it")

@@ -18,9 +18,10 @@ MEMORY = ("each of a pod's 8 processes loads the whole model (initializer.model.
           "before it moves to a GPU: 121.6 GiB at once, over resources.memory 64 GiB; raise resources.memory")
 
 
-def full_volume(keep: int, need: float, size: int) -> str:
+def full_volume(keep: int, need: float, size: int, best: bool = False) -> str:
+    kept = "KEEP_CHECKPOINTS and the best, METRIC_FOR_BEST_MODEL" if best else "KEEP_CHECKPOINTS"
     return (f"the shared volume holds the staged model (15.2 GiB), {keep} checkpoint(s) of about 45.6 GiB "
-            f"(KEEP_CHECKPOINTS; the weights and AdamW's two moments) and the export (15.2 GiB): about {need:g} GiB, "
+            f"({kept}; the weights and AdamW's two moments) and the export (15.2 GiB): about {need:g} GiB, "
             f"over shared_volume.size {size} GiB; raise it")
 
 
@@ -41,6 +42,10 @@ CASES = {
         ("config_map.LORA_RANK=0", "shared_volume.size=200"), []),
     "KEEP_CHECKPOINTS counts": (("config_map.LORA_RANK=0", "shared_volume.size=200",
                                  "config_map.KEEP_CHECKPOINTS=4"), [full_volume(4, 212.8, 200)]),
+    # 2 checkpoints (121.6 GiB in all) fit 150 GiB; with the best beside them, 3 do not
+    "the best checkpoint is kept beside them": (("config_map.LORA_RANK=0", "shared_volume.size=150",
+                                                 "config_map.METRIC_FOR_BEST_MODEL=loss"),
+                                                [full_volume(3, 167.2, 150, best=True)]),
     "LoRA's merged export": (("config_map.EXPORT_MERGED=true", "shared_volume.size=20"), [
         "the shared volume holds the staged model (15.2 GiB), LoRA's checkpoints (the adapters) and the export "
         "(15.2 GiB): about 30.4 GiB, over shared_volume.size 20 GiB; raise it"]),
