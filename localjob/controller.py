@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from localjob import eviction, failure_policy, success_policy
@@ -189,12 +190,7 @@ class JobController:
 
     def _reap(self, running: dict[int, LocalPod], pending: list[int]) -> Ended | None:
         """Every pod that has ended, counted as the controller counts it; the Job's end if one ends it."""
-        for index, pod in list(running.items()):
-            if not pod.step():
-                continue
-            del running[index]
-            self.display.pod_ended(pod.record.name)
-            self.factory.release(pod.run)
+        for index, pod in self._ended(running):
             self.publish()
             record = pod.record
             if record.phase == "Succeeded":
@@ -212,6 +208,16 @@ class JobController:
                 pending.append(index)
                 self._note_backoff(index, now)
         return None
+
+    def _ended(self, running: dict[int, LocalPod]) -> Iterator[tuple[int, LocalPod]]:
+        """The pods that have ended since the last look, one at a time (a caller that stops early leaves the rest
+        running, to be seen next), each taken out of ``running`` and its resources released."""
+        for index, pod in list(running.items()):
+            if pod.step():
+                del running[index]
+                self.display.pod_ended(pod.record.name)
+                self.factory.release(pod.run)
+                yield index, pod
 
     def _settled(self) -> Ended | None:
         """The successPolicy met, or every index succeeded (or failed for good)."""
@@ -303,12 +309,7 @@ class JobController:
         Job. Counted as the controller counts a pod that ends before Complete."""
         deadline = time.monotonic() + KUBELET_RELIST_SECONDS
         while running and time.monotonic() < deadline:
-            for index, pod in list(running.items()):
-                if not pod.step():
-                    continue
-                del running[index]
-                self.display.pod_ended(pod.record.name)
-                self.factory.release(pod.run)
+            for index, pod in self._ended(running):
                 if pod.record.phase == "Succeeded":
                     self.accounting.pod_succeeded(index)
                 elif self.policy_match(pod.record)[0] != failure_policy.IGNORE:
