@@ -93,10 +93,22 @@ def _relative(uri: StorageUri, key: str) -> str:
 def _download(s3, uri: StorageUri, item: dict, target: Path, progress: Progress) -> dict:
     target.parent.mkdir(parents=True, exist_ok=True)
     body = s3.get_object(Bucket=uri.bucket, Key=item["Key"])["Body"]
-    md5 = hashlib.md5(usedforsecurity=False)
-    size = copy_stream(body, target, progress, md5)
+    md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    size = copy_stream(body, target, progress, _Both(md5, sha256))
     etag = item.get("ETag", "").strip('"')
     if size != item["Size"] or ("-" not in etag and etag and etag != md5.hexdigest()):
         raise StagingError(f"{uri.describe}: {item['Key']} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; "
                            f"listed {item['Size']} bytes, ETag {etag})", retryable=True)
-    return {"bytes": size, "etag": etag}
+    # the SHA-256 too: a workload knows the staged file by it without reading it again (digests.staged_sha256s)
+    return {"bytes": size, "etag": etag, "sha256": sha256.hexdigest()}
+
+
+class _Both:
+    """Two digests fed the same bytes (one pass over a download)."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def update(self, chunk: bytes) -> None:
+        self.first.update(chunk)
+        self.second.update(chunk)

@@ -5,6 +5,7 @@ a volume too small, index 0 killed mid-download, offline."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -439,6 +440,9 @@ def test_a_bucket_prefix_is_staged_verified_and_a_rerun_needs_no_bucket(s3, tmp_
     place = Path(environ["DATASET_DIR"])
     assert (place / "MNIST/raw/a.gz").read_bytes() == objects["mnist/MNIST/raw/a.gz"]
     assert not (place / "c").exists() and not (place / "other").exists()
+    # each object's SHA-256 beside its ETag: the workload knows the file without reading it again
+    marker = json.loads((place / storage.MARKER).read_text())
+    assert marker["files"]["MNIST/raw/a.gz"]["sha256"] == hashlib.sha256(objects["mnist/MNIST/raw/a.gz"]).hexdigest()
     gone = stager({**environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})  # nothing answers there
     assert gone.returncode == 0 and "nothing fetched" in gone.stdout
 

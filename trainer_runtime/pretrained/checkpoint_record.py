@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
-from trainer_contract.digests import file_digest
+from trainer_contract.digests import file_digest, known_or_hashed, staged_sha256s
 from trainer_contract.settings import shaping_settings
 from trainer_runtime import run_record
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
@@ -33,21 +33,23 @@ checkpoint_name = layout.step_checkpoint_name
 
 
 def revision(directory: Path, tokenizer: bool) -> str:
-    """A digest of the model's files (``tokenizer`` False) or of its tokenizer's: what a resume must find again."""
-    digest = hashlib.sha256()
+    """A digest of the model's files (``tokenizer`` False) or of its tokenizer's: what a resume must find again. The
+    same whether the stager vouches for a file's SHA-256 or it is read."""
+    digest, known = hashlib.sha256(), staged_sha256s(directory)
     for path in sorted(directory.iterdir()):
         if path.is_file() and not path.name.startswith(".") and (path.name in TOKENIZER_FILES) == tokenizer:
-            digest.update(f"{path.name} {file_digest(path)}\n".encode())
+            digest.update(f"{path.name} {known_or_hashed(path, path.name, known)}\n".encode())
     return digest.hexdigest()[:16]
 
 
 def data_revision(directory: Path) -> str:
     """A digest of every file of a data set (its splits' files, in any folder below it): what a resume of a workload
     that records it must find again."""
-    digest = hashlib.sha256()
+    digest, known = hashlib.sha256(), staged_sha256s(directory)
     for path in sorted(directory.glob("**/*")):
+        name = path.relative_to(directory).as_posix()
         if path.is_file() and not any(part.startswith(".") for part in path.relative_to(directory).parts):
-            digest.update(f"{path.relative_to(directory)} {file_digest(path)}\n".encode())
+            digest.update(f"{name} {known_or_hashed(path, name, known)}\n".encode())
     return digest.hexdigest()[:16]
 
 
