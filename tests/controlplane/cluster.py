@@ -19,6 +19,8 @@ from pathlib import Path
 from tests.kube_binaries import CONTROL_PLANE, binaries
 
 TOKEN = "indexed-trainer-test-token"
+# What the tiers' scenarios need of kube-controller-manager: Jobs, their pods' garbage, namespaces' deletion.
+CONTROLLERS = ("job-controller", "garbage-collector-controller", "namespace-controller")
 
 
 def assets_dir() -> tuple[Path | None, str]:
@@ -39,7 +41,10 @@ class ControlPlane:
         self.kubeconfig = workdir / "kubeconfig"
 
     # -- life -----------------------------------------------------------------------------------------
-    def start(self, nodes: int = 4) -> ControlPlane:
+    def start(self, nodes: int = 4, apiserver_args: tuple[str, ...] = (), authorization: str = "RBAC",
+              controllers: tuple[str, ...] = CONTROLLERS) -> ControlPlane:
+        """etcd, the API server (with ``apiserver_args``), the controllers named and the scheduler; ``nodes`` fake
+        Nodes (a real node's kubelet registers its own: tests/realnode)."""
         work = self.workdir
         (work / "logs").mkdir(parents=True, exist_ok=True)
         subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
@@ -55,7 +60,7 @@ class ControlPlane:
         self._spawn("kube-apiserver", "--etcd-servers", f"http://127.0.0.1:{etcd_port}",
                     "--secure-port", str(api_port), "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
                     "--cert-dir", str(work / "apiserver-certs"), "--token-auth-file", str(work / "tokens.csv"),
-                    "--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/24",
+                    "--authorization-mode", authorization, *apiserver_args, "--service-cluster-ip-range", "10.96.0.0/24",
                     "--service-account-issuer", "https://kubernetes.default.svc",
                     "--service-account-key-file", str(work / "sa.pub"),
                     "--service-account-signing-key-file", str(work / "sa.key"),
@@ -69,7 +74,7 @@ class ControlPlane:
         }))
         self._wait_ready()
         self._spawn("kube-controller-manager", "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
-                    "--controllers", "job,garbage-collector-controller,namespace-controller",
+                    "--controllers", ",".join(controllers),
                     "--secure-port", str(free_port()), "--bind-address", "127.0.0.1",
                     "--cert-dir", str(work / "kcm-certs"))
         self._spawn("kube-scheduler", "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
@@ -95,16 +100,17 @@ class ControlPlane:
             time.sleep(0.5)
         raise TimeoutError(f"kube-apiserver not ready in {timeout} s; see {self.workdir}/logs/")
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 5) -> None:
+        """Each process by PID, the last started first: SIGTERM, then SIGKILL after ``grace`` seconds (the API
+        server sits out more than 5 s of SIGTERM)."""
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                try:
+                    process.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
     # -- use ------------------------------------------------------------------------------------------
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
