@@ -88,7 +88,7 @@ def test_a_failing_tier_fails_the_run_and_every_started_tier_shows_its_output(tm
 
 def test_ci_run_uses_the_tier_runner_for_every_tier():
     script = (ROOT / ".ci" / "run").read_text()
-    assert "source .ci/tiers.sh" in script and "beside waiting waiting_tiers" in script
+    assert "source .ci/tiers.sh" in script and "beside clusters cluster_tiers" in script
     assert script.rstrip().splitlines()[-1] == "closing_count"
     tiers = re.findall(r'^\s*tier (\w+) -m "([^"]+)"', script, re.M)
-    assert [name for name, _ in tiers] == ["fast", "image", "realnode", "controlplane", "slurm", "training"]
+    assert [name for name, _ in tiers] == ["fast", "image", "realnode", "controlplane", "training", "slurm"]
