@@ -31,7 +31,8 @@ def binaries(names: tuple[str, ...]) -> tuple[Path | None, str]:
     missing = [name for name in names if not os.access(directory / name, os.X_OK)]
     if missing:
         source = f"KUBE_ASSETS={named}" if named else f"{directory} (from {SHARED_K8S})"
-        hint = " (etcd: install Debian's etcd-server)" if missing == ["etcd"] else ""
+        # Debian's etcd on PATH serves the unpacked binaries only; a KUBE_ASSETS directory holds its own
+        hint = " (etcd: install Debian's etcd-server)" if missing == ["etcd"] and not named else ""
         return None, f"{source} lacks {', '.join(missing)}{hint}"
     if shutil.which("kubectl") is None:
         return None, "kubectl is not installed"
