@@ -55,6 +55,8 @@ DIFFERENCES = (
     "reports a little later)",
     "Interrupted (local-job itself stopped by a signal) has no counterpart: a deleted Job keeps no status",
     "suspend is not honoured: a suspended Job (a Kueue queue's) runs at once",
+    "a pod's root is not read-only: a program writing outside its volumes succeeds here, where a kubelet's pod fails "
+    "(gen-manifests refuses an OUTPUT_DIR, EXPORT_DIR or checkpoint directory outside them)",
 )
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
-from status_views.kubernetes import describe, job_state, latest_progress, launcher_warnings
+from status_views.kubernetes import describe, job_state, latest_progress, launcher_warnings, telling_container
 from status_views.view import JobGone, JobState
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
-from trainer_contract.names import INDEX_LABEL
+from trainer_contract.names import INDEX_LABEL, WORKER_CONTAINER
 
 
 class NoStatus(JobGone):
@@ -47,12 +47,18 @@ def pod_log(root: Path, pod: str) -> str:
                      for line in text.splitlines())
 
 
-def last_line(log: str) -> str:
-    """A failed pod's message, as the kubelet's FallbackToLogsOnError gives it: the launcher's last word, else
-    the log's last line."""
+# What the kubelet's FallbackToLogsOnError keeps of a failed container's log: its last 80 lines, at most 2048 bytes.
+FALLBACK_LINES, FALLBACK_BYTES = 80, 2048
+
+
+def termination_message(log: str) -> str:
+    """A failed pod's termination message, as a kubelet gives it: the launcher's last word (the message it writes),
+    else the log's tail (FallbackToLogsOnError)."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     said = [line for line in lines if line.startswith("launcher: ")]
-    return (said or lines or [""])[-1]
+    if said:
+        return said[-1]
+    return "\n".join(lines[-FALLBACK_LINES:]).encode()[-FALLBACK_BYTES:].decode(errors="ignore")
 
 
 def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]:
@@ -68,21 +74,31 @@ def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]
            "status": {"conditions": conditions, "succeeded": status.get("succeeded", 0),
                       "failed": status.get("failed", 0),
                       "active": sum(1 for r in records if r["phase"] == "Running") if alive else 0}}
-    pods = []
-    for record in records:
-        codes = list(record.get("exit_codes", {}).values())
-        if record["phase"] == "Running" and alive:
-            state: dict = {"running": {"startedAt": _stamp(record["started"])}}
-        elif codes:
-            message = last_line(pod_log(root, record["name"])) if codes[-1] else ""
-            state = {"terminated": {"exitCode": codes[-1], "message": message, "startedAt": _stamp(record["started"]),
-                                    "finishedAt": _stamp(record.get("finished"))}}
-        else:
-            state = {"waiting": {"reason": "LocalJobGone" if not alive else "ContainerCreating"}}
-        pods.append({"metadata": {"name": record["name"], "creationTimestamp": _stamp(record["started"]),
-                                  "labels": {INDEX_LABEL: str(record["index"])}},
-                     "status": {"phase": record["phase"], "containerStatuses": [{"name": "worker", "state": state}]}})
-    return job, pods
+    return job, [pod_object(record, root, alive) for record in records]
+
+
+def pod_object(record: dict, root: Path, alive: bool) -> dict:
+    """One pod record as the API returns the pod: the init containers that ran (check-config, stage) with their exit
+    codes, and the worker's state; after an init container's failure the worker waits in PodInitializing, as a
+    kubelet reports it. A failure's message is the pod log's last line (the kubelet's FallbackToLogsOnError)."""
+    codes = dict(record.get("exit_codes") or {})
+
+    def ended(code: int) -> dict:
+        return {"terminated": {"exitCode": code, "message": termination_message(pod_log(root, record["name"])) if code else "",
+                               "startedAt": _stamp(record["started"]), "finishedAt": _stamp(record.get("finished"))}}
+    init = [{"name": name, "state": ended(code)} for name, code in codes.items() if name != WORKER_CONTAINER]
+    if record["phase"] == "Running" and alive:
+        state: dict = {"running": {"startedAt": _stamp(record["started"])}}
+    elif WORKER_CONTAINER in codes:
+        state = ended(codes[WORKER_CONTAINER])
+    elif any(status["state"]["terminated"]["exitCode"] for status in init):
+        state = {"waiting": {"reason": "PodInitializing"}}
+    else:
+        state = {"waiting": {"reason": "LocalJobGone" if not alive else "ContainerCreating"}}
+    return {"metadata": {"name": record["name"], "creationTimestamp": _stamp(record["started"]),
+                         "labels": {INDEX_LABEL: str(record["index"])}},
+            "status": {"phase": record["phase"], "initContainerStatuses": init,
+                       "containerStatuses": [{"name": WORKER_CONTAINER, "state": state}]}}
 
 
 def read_status(root: Path) -> dict:
@@ -105,8 +121,10 @@ def read_state(root: Path, now: datetime | None = None) -> JobState:
         raise NoStatus(f"{root / LIVE_STATUS} was written by an older local-job; run the Job again to see its status")
     alive = status["condition"] is None and running_controller(root) == status["localJob"]["pid"]
     job, pods = as_objects(status, root, alive)
-    leaders = [pod["metadata"]["name"] for pod in pods if pod["metadata"]["labels"][INDEX_LABEL] == "0"]
-    log = pod_log(root, leaders[-1]) if leaders else ""
+    leaders = [pod for pod in pods if pod["metadata"]["labels"][INDEX_LABEL] == "0"]
+    # the worker's log (kubectl logs -c worker): none where an init container failed and the worker never ran
+    worker_ran = leaders and not telling_container(leaders[-1])[0]
+    log = pod_log(root, leaders[-1]["metadata"]["name"]) if worker_ran else ""
     warnings = [text for name in sorted({pod["metadata"]["name"] for pod in pods})
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))

@@ -34,20 +34,45 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
+# The closing line of a built-in program that refused to start (trainer_runtime's "exiting with code N (...)"):
+# it repeats the code the view shows beside its meaning; the line before it says why.
+CLOSING_LINE = "exiting with code "
+
+
+def telling_line(message: str) -> str | None:
+    """The line of a termination message (the launcher's, or the kubelet's tail of the log) that says why: the
+    last one, unless that only repeats the exit code."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    telling = [line for line in lines if CLOSING_LINE not in line]
+    return (telling or lines or [None])[-1]
+
+
+def telling_container(pod: dict) -> tuple[str, dict]:
+    """The container whose state tells how the pod stands, (its name where it is not the worker, its state): an
+    init container (check-config, stage) that ended with an error (the pod failed there: the worker never ran,
+    its own state says only PodInitializing), else the worker."""
+    status = pod.get("status") or {}
+    for container in status.get("initContainerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated") or {}
+        if ended.get("exitCode"):
+            return f" in {container.get('name', '?')}", container["state"]
+    worker: dict = next(iter(status.get("containerStatuses") or []), {})
+    return "", worker.get("state") or {}
+
+
 def pod_line(pod: dict, now: datetime) -> str:
     """One pod: its name, phase, how long it has run or how it ended (exit code, meaning, message)."""
     name, status = pod["metadata"]["name"], pod.get("status") or {}
     phase = status.get("phase", "Unknown")
-    container: dict = next(iter(status.get("containerStatuses") or []), {})
-    state = container.get("state") or {}
+    where, state = telling_container(pod)
     if "terminated" in state:
         ended = state["terminated"]
         code = ended.get("exitCode")
         began, finished = _parse_time(ended.get("startedAt")), _parse_time(ended.get("finishedAt"))
         took = f" after {format_duration((finished - began).total_seconds())}" if began and finished else ""
-        line = f"{name} {phase}, exit {code}" + (f" ({meaning(code)})" if code else "") + took
-        message = (ended.get("message") or "").strip().splitlines()
-        return line + (f": {message[-1]}" if message else "")
+        line = f"{name} {phase}, exit {code}{where}" + (f" ({meaning(code)})" if code else "") + took
+        said = telling_line(ended.get("message") or "")
+        return line + (f": {said}" if said else "")
     if "running" in state:
         started = _parse_time(state["running"].get("startedAt"))
         return f"{name} {phase}" + (f" for {format_duration((now - started).total_seconds())}" if started else "")
@@ -61,18 +86,18 @@ def last_error(pods: list[dict]) -> str | None:
     message (the launcher's termination message, or the log's tail)."""
     failed = []
     for pod in pods:
-        container: dict = next(iter((pod.get("status") or {}).get("containerStatuses") or []), {})
-        ended = (container.get("state") or {}).get("terminated")
+        where, state = telling_container(pod)
+        ended = state.get("terminated")
         if ended and ended.get("exitCode"):
             cause = ended["exitCode"] not in exit_codes.codes_taking("free", "stop")  # not a victim
             failed.append((cause, ended.get("finishedAt") or pod["metadata"].get("creationTimestamp") or "", pod,
-                           ended))
+                           where, ended))
     if not failed:
         return None
-    _, _, pod, ended = max(failed, key=lambda item: item[:2])
-    message = (ended.get("message") or "").strip().splitlines()
-    return (f"{pod['metadata']['name']} exit {ended['exitCode']} ({meaning(ended['exitCode'])})"
-            + (f": {message[-1]}" if message else ""))
+    _, _, pod, where, ended = max(failed, key=lambda item: item[:2])
+    said = telling_line(ended.get("message") or "")
+    return (f"{pod['metadata']['name']} exit {ended['exitCode']}{where} ({meaning(ended['exitCode'])})"
+            + (f": {said}" if said else ""))
 
 
 def pod_facts(pod: dict) -> dict[str, str]:

@@ -59,16 +59,16 @@ class Faults:
 
 
 class _Server:
-    """A threaded HTTP server on 127.0.0.1 with a request log and faults."""
+    """A threaded HTTP server on 127.0.0.1 (or ``host``: a pod's gateway) with a request log and faults."""
 
     handler: type[BaseHTTPRequestHandler]
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         self.log: list[tuple[str, str]] = []  # (method, path) of every request
         self.faults = Faults()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer((host, 0), self._handler())
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def _handler(self):
@@ -171,7 +171,7 @@ class HubServer(_Server):
 
     LFS_SUFFIXES = (".safetensors", ".bin", ".parquet", ".gz")
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         # (repo_type, repo_id) -> revision -> (commit, files)
         self.repos: dict[tuple[str, str], dict[str, tuple[str, dict[str, bytes]]]] = {}
 
@@ -183,7 +183,7 @@ class HubServer(_Server):
                 self.owner.route(self, head=True)  # type: ignore[attr-defined]
 
         self.handler = Handler
-        super().__init__()
+        super().__init__(host)
 
     def add(self, repo_id: str, files: dict[str, bytes], *, revision: str = "main",
             repo_type: str = "model") -> str:

@@ -39,9 +39,9 @@ STAND_IN = textwrap.dedent('''\
     sys.exit(1 if failed else 0 if passed + skipped else 5)
 ''')
 
-# .ci/run's shape, over the stand-in: a fast tier, two waiting tiers beside a computing one, the closing count
-SEQUENCE = 'waiting() { tier cluster -m "cluster"; tier queue -m "queue"; }; tier fast -m "not slow"; ' \
-           'beside waiting waiting; tier training -m "slow"; beside_join; closing_count'
+# .ci/run's shape, over the stand-in: two waiting tiers beside the fast and the computing one, the closing count
+SEQUENCE = 'waiting() { tier cluster -m "cluster"; tier queue -m "queue"; }; beside waiting waiting; ' \
+           'tier fast -m "not slow"; tier training -m "slow"; beside_join; closing_count'
 
 
 def run_tiers(tmp_path, counts: str, **env: str) -> tuple[int, list[str], list[str]]:
@@ -61,12 +61,13 @@ def summaries(lines: list[str]) -> list[str]:
             and not line.startswith("ci:")]
 
 
-def test_the_waiting_tiers_run_beside_the_computing_one_and_their_output_follows_it(tmp_path):
+def test_the_waiting_tiers_run_beside_the_computing_ones_and_their_output_follows_them(tmp_path):
     code, lines, calls = run_tiers(tmp_path, "not slow=10/1/0;slow=4/0/0;cluster=0/16/0;queue=3/0/0",
-                                   SLEEP_slow="1")
+                                   SLEEP_not_slow="1")
     assert code == 0, lines
-    # the cluster and queue tiers ran while the training tier did
-    assert calls.index("start slow") < calls.index("end queue") < calls.index("end slow"), calls
+    # the cluster and queue tiers ran while the fast tier did, the training tier after it
+    assert calls.index("start not slow") < calls.index("end queue") < calls.index("end not slow"), calls
+    assert calls.index("end not slow") < calls.index("start slow"), calls
     assert summaries(lines) == ["10 passed, 1 skipped in 0.01s", "4 passed in 0.01s", "16 skipped in 0.01s",
                                 "3 passed in 0.01s"]  # the last runner summary executed tests
     assert lines[-1] == "ci: 17 passed, 0 failed, 17 skipped"  # the plain count CI reads last
@@ -91,4 +92,4 @@ def test_ci_run_uses_the_tier_runner_for_every_tier():
     assert "source .ci/tiers.sh" in script and "beside clusters cluster_tiers" in script
     assert script.rstrip().splitlines()[-1] == "closing_count"
     tiers = re.findall(r'^\s*tier (\w+) -m "([^"]+)"', script, re.M)
-    assert [name for name, _ in tiers] == ["fast", "image", "realnode", "controlplane", "training", "slurm"]
+    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "fast", "training", "slurm"]

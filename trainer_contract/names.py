@@ -19,6 +19,9 @@ JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 # annotation of the same key) and the Job's name.
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# The pod's training container (its init containers: check-config, stage): the podFailurePolicy's rules name it,
+# the status views tell its state from theirs.
+WORKER_CONTAINER = "worker"
 
 
 def pod_hostname(job: str, index: int) -> str:

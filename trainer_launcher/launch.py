@@ -118,6 +118,9 @@ def unwritable(path: Path) -> str | None:
         existing = existing.parent
     if os.access(existing, os.W_OK | os.X_OK):
         return None
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:  # a pod's root (readOnlyRootFilesystem): no owner can fix that
+        return (f"{existing} is on a read-only filesystem (a pod's root is); put it under the shared volume "
+                f"({launcher.SHARED_MOUNT}/, where it defaults to) or a writable volume")
     owner = existing.stat().st_uid
     return (f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}); make the volume "
             f"writable by uid {os.getuid()} (on the host: sudo chown -R {os.getuid()} DIR, or docker run --user "

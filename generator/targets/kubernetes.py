@@ -9,6 +9,7 @@ passes through ``to_yaml``.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from generator.targets.labels import LABEL_NAME, label_key_problem, label_proble
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
 from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
+from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.quantities import cpu_quantity, gib_quantity, parse_quantity
 
 # The labels the Service selects the Job's pods by (values may not override them).
@@ -157,6 +159,30 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     yield from netpol.option_problems(spec, options.network_policy)
 
 
+# What a run writes and must keep past its pod, for the other pods to read too (the placement's variables): in a pod
+# only the shared volume and a writable extra volume hold it; the root is read-only, and /tmp and /dev/shm are each
+# pod's own, gone with it. (Kubernetes only: on Slurm any path of the nodes' shared filesystem will do.)
+KEPT_DIRECTORIES = ("OUTPUT_DIR", storage.EXPORT_VARIABLE, CHECKPOINT_DIR_VARIABLE)
+
+
+def kept_directory_problems(spec: JobSpec) -> Iterable[str]:
+    """config_map (or env) naming a kept directory outside the volumes the pod writes to."""
+    writable = [launcher.SHARED_MOUNT, *(v.mount_path for v in spec.extra_volumes if not v.read_only)]
+    given = {**{(f"config_map.{k}", k): v for k, v in spec.environment.items()},
+             **{(f"env.{e.name}", e.name): e.value for e in spec.env if e.value is not None}}
+    for (key, variable), path in sorted(given.items()):
+        if variable not in KEPT_DIRECTORIES or not path.startswith("/"):
+            continue
+        place = posixpath.normpath(path)
+        if any(place == mount or place.startswith(mount.rstrip("/") + "/") for mount in writable):
+            continue
+        lost = " (each pod's own, lost with it and unseen by the other pods)" if any(
+            place == own or place.startswith(own + "/") for own in ("/tmp", "/dev/shm")) else " (the container's root is read-only)"
+        yield (f"{key}: {path} is outside the volumes a pod writes to{lost}: put it under the shared volume "
+               f"{launcher.SHARED_MOUNT}/ (remove it for the default, {launcher.SHARED_MOUNT}/runs/{spec.name}), or "
+               "under the mount_path of one of extra_volumes")
+
+
 def _extra_resource_problems(options: KubernetesOptions) -> Iterable[str]:
     """resources.extra as the API server takes a container's resources: a qualified name (an extended resource's with
     a domain, or hugepages-<size>), a whole number (hugepages: a quantity); not what the values' own keys say."""
@@ -281,6 +307,7 @@ class JobObjects:
     network_policy: netpol.NetworkPolicyOptions | None = None  # rendered when enabled
     shared_mount: str = launcher.SHARED_MOUNT
     metrics_port_name: str = metrics.PORT_NAME
+    worker_container: str = names.WORKER_CONTAINER
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
 
 
@@ -432,6 +459,7 @@ class KubernetesTarget(Target):
     def problems(self, spec: JobSpec) -> Iterable[str]:
         yield from credential_problems(spec, self.own(spec))
         yield from netpol.problems(spec, self.own(spec).network_policy)
+        yield from kept_directory_problems(spec)
 
     def warnings(self, values: Mapping[str, Any], spec: JobSpec) -> Iterable[str]:
         return netpol.warnings(self.own(spec).network_policy)

@@ -59,13 +59,13 @@ SCENARIOS = [
 # Not here: index 0 succeeding while another index still runs. Under torchrun it cannot: a finished agent waits in
 # torchrun's exit barrier for the others (the built-in worker's followers finish first, by design).
 
-_POD = re.compile(r"\b(?:[a-z0-9-]+/)?[a-z][a-z0-9-]*-\d+-[a-z0-9]{5}\b")
+POD_NAME = re.compile(r"\b(?:[a-z0-9-]+/)?[a-z][a-z0-9-]*-\d+-[a-z0-9]{5}\b")
 
 
 def comparable(status: dict) -> dict:
     """The fields both executors report, pod names (random suffixes, namespaces) replaced by <pod>."""
     return {
-        "conditions": [(c["type"], c.get("reason", ""), _POD.sub("<pod>", c.get("message", "")))
+        "conditions": [(c["type"], c.get("reason", ""), POD_NAME.sub("<pod>", c.get("message", "")))
                        for c in status.get("conditions") or [] if c.get("status", "True") == "True"],
         "failed": status.get("failed", 0),
         "succeeded": status.get("succeeded", 0),

@@ -147,3 +147,20 @@ def test_status_wait_on_a_run_whose_local_job_is_gone_ends_with_1(tmp_path):
     result = subprocess.run([str(BIN / "local-job"), "status", "--wait", "--volume-root", str(tmp_path)],
                             capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
     assert result.returncode == 1 and "ended before the Job did" in result.stderr, result.stderr
+
+
+def test_a_pod_failed_in_an_init_container_reads_as_the_kubelets_pod_does(tmp_path):
+    """check-config refused the values: the same lines as for a cluster's pod (tests/status_views' counterpart, and
+    the realnode tier's test_values_a_hand_edit_broke_fail_the_job_at_once): the exit is check-config's, the worker
+    waits in PodInitializing."""
+    failed = record("mnist-train-0-ddddd", 0, "Failed", {"check-config": 78}, STARTED + 2)
+    publish(tmp_path, [failed], dead_pid(), logs={"mnist-train-0-ddddd": [
+        "Rank 0: configuration error: EPOCHS: 'abc' must be a whole number",
+        "Rank 0: exiting with code 78 (bad configuration); see `python -m worker --help`"]})
+    lines = read_state(tmp_path, NOW).lines
+    meaning = "bad configuration: retrying cannot help, the Job fails"
+    assert (f"index 0: mnist-train-0-ddddd Failed, exit 78 in check-config ({meaning}) after 2 s: Rank 0: "
+            "configuration error: EPOCHS: 'abc' must be a whole number") in lines
+    assert (f"last error: mnist-train-0-ddddd exit 78 in check-config ({meaning}): Rank 0: configuration error: "
+            "EPOCHS: 'abc' must be a whole number") in lines
+    assert not any(line.startswith("index 0's latest progress") for line in lines)  # the worker never ran

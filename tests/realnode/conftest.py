@@ -63,7 +63,8 @@ def worker_image(node, podman, image) -> str:  # noqa: F811 - the image tier's f
 def namespace(node, request):
     """A namespace of the test's own, deleted afterwards (the next test waits for its pods to be gone: the node
     holds one job at a time) with its volume; its directory (values, volume) under STATE/jobs/<namespace>."""
-    name = request.node.name.removeprefix("test_").replace("_", "-")[:40].rstrip("-")
+    test, _, case = request.node.name.removeprefix("test_").rstrip("]").partition("[")
+    name = test.replace("_", "-")[:40 - len(case) - 1 if case else 40].rstrip("-") + (f"-{case}" if case else "")
     node.kubectl("create", "namespace", name)
     workdir = STATE / "jobs" / name
     workdir.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,9 @@ def values(namespace: str, image: str, **config_map) -> dict:
             "config_map": {"MNIST_SAMPLE_FALLBACK": True, "EPOCHS": 2, **config_map}}
 
 
-def volume(node: RealNode, namespace: str, directory: Path) -> Path:
-    """A hostPath PersistentVolume (ReadWriteMany) bound in advance to the rendered claim (no provisioner
-    here), its directory owned by the pods' user (fsGroup does not apply to hostPath)."""
+def volume(node: RealNode, namespace: str, directory: Path, name: str = NAME) -> Path:
+    """A hostPath PersistentVolume (ReadWriteMany) bound in advance to the claim rendered for job `name` (no
+    provisioner here), its directory owned by the pods' user (fsGroup does not apply to hostPath)."""
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     shutil.chown(directory, 10001, 10001)
@@ -34,7 +34,7 @@ def volume(node: RealNode, namespace: str, directory: Path) -> Path:
         "spec": {"capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany"],
                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                  "hostPath": {"path": str(directory), "type": "Directory"},
-                 "claimRef": {"namespace": namespace, "name": f"{NAME}-data"}}}))
+                 "claimRef": {"namespace": namespace, "name": f"{name}-data"}}}))
     return directory
 
 
@@ -58,13 +58,13 @@ def wait_for(check, what: str, timeout: float = 300, every: float = 0.5):
     raise TimeoutError(f"{what}: not within {timeout} s")
 
 
-def job(node: RealNode, namespace: str) -> dict:
-    return node.get("-n", namespace, "job", NAME)
+def job(node: RealNode, namespace: str, name: str = NAME) -> dict:
+    return node.get("-n", namespace, "job", name)
 
 
-def finished(node: RealNode, namespace: str) -> str | None:
+def finished(node: RealNode, namespace: str, name: str = NAME) -> str | None:
     """Complete or Failed once the Job has that condition, else None."""
-    for condition in job(node, namespace).get("status", {}).get("conditions", []):
+    for condition in job(node, namespace, name).get("status", {}).get("conditions", []):
         if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
             return condition["type"]
     return None
@@ -94,8 +94,8 @@ def wait_in_log(node: RealNode, namespace: str, pod: str, text: str, timeout: fl
                     f"{text!r} in {pod}'s log", timeout, every=1)
 
 
-def wait_finished(node: RealNode, namespace: str, timeout: float = 600) -> str:
-    return wait_for(lambda: finished(node, namespace), f"job {namespace}/{NAME} finished", timeout, every=1)
+def wait_finished(node: RealNode, namespace: str, timeout: float = 600, name: str = NAME) -> str:
+    return wait_for(lambda: finished(node, namespace, name), f"job {namespace}/{name} finished", timeout, every=1)
 
 
 def run_job(node: RealNode, namespace: str, workdir: Path, image: str, **config_map) -> tuple[dict, Path]:

@@ -28,14 +28,12 @@ def test_the_default_job_completes_with_both_pods_meeting(node, worker_image, na
     model = json.loads((claim / "runs" / NAME / "model.json").read_text())
     assert model["data"] == "mnist-sample"  # no network: the sample the worker ships, said in the log too
     assert (claim / "runs" / NAME / "model.pt").stat().st_uid == 10001  # written by the pods' user
+    every_container_ran_unprivileged(node, name)
 
 
-def test_every_container_ran_unprivileged(node, worker_image, namespace):
+def every_container_ran_unprivileged(node, name: str) -> None:
     """The pod spec's security context, and what containerd gave runc for each container: uid and gid 10001,
     a read-only root filesystem, no capability, no privilege escalation."""
-    name, workdir = namespace
-    run_job(node, name, workdir, worker_image, EPOCHS=1)
-    assert wait_finished(node, name) == "Complete"
     for pod in pods(node, name):
         context = pod["spec"]["securityContext"]
         assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (10001, 10001, True)

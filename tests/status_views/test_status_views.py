@@ -49,6 +49,22 @@ def test_each_index_its_pods_exit_codes_meanings_and_progress():
     ]
 
 
+def test_a_pod_failed_in_an_init_container_shows_that_containers_exit_and_message():
+    """check-config refused the values: the worker never ran (its state says PodInitializing); the line and the last
+    error are check-config's, as a real kubelet reports them."""
+    failed = pod("mnist-train-0-ddddd", 0, "2026-11-24T11:59:00Z", "Failed", {"waiting": {"reason": "PodInitializing"}})
+    failed["status"]["initContainerStatuses"] = [{"name": "check-config", "state": {"terminated": {
+        "exitCode": 78, "message": "Rank 0: configuration error: EPOCHS: 'abc' must be a whole number\n"
+                                    "Rank 0: exiting with code 78 (bad configuration); see `python -m worker --help`\n"}}}]
+    lines = describe({**JOB, "spec": {"completions": 1}}, [failed], None, NOW)
+    meaning = "bad configuration: retrying cannot help, the Job fails"
+    # the message's closing line only repeats the code: the line before it says why
+    assert lines[1] == f"index 0: mnist-train-0-ddddd Failed, exit 78 in check-config ({meaning}): Rank 0: " \
+                       "configuration error: EPOCHS: 'abc' must be a whole number"
+    assert lines[-1] == f"last error: mnist-train-0-ddddd exit 78 in check-config ({meaning}): Rank 0: configuration " \
+                        "error: EPOCHS: 'abc' must be a whole number"
+
+
 def test_a_finished_job_shows_its_conditions():
     job = {**JOB, "status": {"succeeded": 2, "conditions": [
         {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "Reached"},
