@@ -80,12 +80,13 @@ def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]
 def pod_object(record: dict, root: Path, alive: bool) -> dict:
     """One pod record as the API returns the pod: the init containers that ran (check-config, stage) with their exit
     codes, and the worker's state; after an init container's failure the worker waits in PodInitializing, as a
-    kubelet reports it. A failure's message is the pod log's last line (the kubelet's FallbackToLogsOnError)."""
+    kubelet reports it. A failure's message is what a kubelet would keep (termination_message)."""
     codes = dict(record.get("exit_codes") or {})
 
     def ended(code: int) -> dict:
-        return {"terminated": {"exitCode": code, "message": termination_message(pod_log(root, record["name"])) if code else "",
-                               "startedAt": _stamp(record["started"]), "finishedAt": _stamp(record.get("finished"))}}
+        message = termination_message(pod_log(root, record["name"])) if code else ""
+        return {"terminated": {"exitCode": code, "message": message, "startedAt": _stamp(record["started"]),
+                               "finishedAt": _stamp(record.get("finished"))}}
     init = [{"name": name, "state": ended(code)} for name, code in codes.items() if name != WORKER_CONTAINER]
     if record["phase"] == "Running" and alive:
         state: dict = {"running": {"startedAt": _stamp(record["started"])}}

@@ -43,8 +43,8 @@ def telling_line(message: str) -> str | None:
     """The line of a termination message (the launcher's, or the kubelet's tail of the log) that says why: the
     last one, unless that only repeats the exit code."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    telling = [line for line in lines if CLOSING_LINE not in line]
-    return (telling or lines or [None])[-1]
+    chosen = [line for line in lines if CLOSING_LINE not in line] or lines
+    return chosen[-1] if chosen else None
 
 
 def telling_container(pod: dict) -> tuple[str, dict]:

@@ -176,8 +176,9 @@ def kept_directory_problems(spec: JobSpec) -> Iterable[str]:
         place = posixpath.normpath(path)
         if any(place == mount or place.startswith(mount.rstrip("/") + "/") for mount in writable):
             continue
-        lost = " (each pod's own, lost with it and unseen by the other pods)" if any(
-            place == own or place.startswith(own + "/") for own in ("/tmp", "/dev/shm")) else " (the container's root is read-only)"
+        pods_own = any(place == own or place.startswith(own + "/") for own in ("/tmp", "/dev/shm"))
+        lost = (" (each pod's own, lost with it and unseen by the other pods)" if pods_own
+                else " (the container's root is read-only)")
         yield (f"{key}: {path} is outside the volumes a pod writes to{lost}: put it under the shared volume "
                f"{launcher.SHARED_MOUNT}/ (remove it for the default, {launcher.SHARED_MOUNT}/runs/{spec.name}), or "
                "under the mount_path of one of extra_volumes")

@@ -56,5 +56,6 @@ def test_the_readme_scripts_submit_show_and_clean_up_the_job(node, worker_image,
     cleaned = script("./clean.sh")
     assert cleaned.returncode == 0, cleaned.stderr
     left = node.get("-n", name, "jobs,services,configmaps,pods,persistentvolumeclaims")["items"]
-    kinds = {(item["kind"], item["metadata"]["name"]) for item in left if item["metadata"]["name"] != "kube-root-ca.crt"}
+    kinds = {(item["kind"], item["metadata"]["name"]) for item in left
+             if item["metadata"]["name"] != "kube-root-ca.crt"}  # the namespace's own
     assert kinds == {("PersistentVolumeClaim", f"{NAME}-data")}, kinds  # the volume keeps data and checkpoints
