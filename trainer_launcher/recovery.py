@@ -13,6 +13,8 @@ the Job:
   made progress (published a newer checkpoint than the one it resumed from) is a fault, not a crash loop: not
   counted. One that made none is counted, and once more rounds failed without progress than max_restarts, the pod
   exits RESTARTS_EXHAUSTED and the Job fails: a deterministic crash still fails it after max_restarts + 1 rounds.
+  The other pods end with the same code (shared_end), not as victims: the Job controller may see any pod's end
+  first, and a 75 seen first would be ignored and its index given a replacement pod.
 
 A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
 to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them. On Slurm
@@ -33,6 +35,13 @@ from trainer_contract.gang_timeline import Timeline
 
 # How long index 0 waits for the verdict of a round another pod failed first (it writes it a moment after its note).
 VERDICT_WAIT_SECONDS = 10.0
+
+
+def shared_end(ended: int) -> int:
+    """What a pod ends with once another pod ended the gang with ``ended``: a code that fails the Job (80 past
+    max_restarts, 78) is shared, so that whichever pod the Job controller sees first fails the Job; a victim's
+    75 there would be ignored and its index given a replacement pod first. Otherwise a victim's PEER_LOST."""
+    return ended if ended == exit_codes.OK or exit_codes.action(ended) == "fail" else exit_codes.PEER_LOST
 
 
 class InPlaceRecovery:
@@ -81,7 +90,7 @@ class InPlaceRecovery:
     def _no_round(self, join_timeout: float) -> int:
         ended = self.rounds.ended()
         if ended is not None:
-            code = exit_codes.OK if ended == exit_codes.OK else exit_codes.PEER_LOST
+            code = shared_end(ended)
             self.say(f"the gang ended while this pod waited for its next round (a pod exited {ended}); exiting "
                      f"{code}")
             return code
@@ -124,19 +133,23 @@ class InPlaceRecovery:
         """Index 0, a victim of a pod that noted its failure first: that pod judges the round (or ends the gang) a
         moment after its note; waiting for its word (bounded: it may have been lost whole since) keeps index 0 from
         opening a round the verdict has already ended, which would wait out the join timeout for a gang that is
-        gone. None for the next round; else the pod's exit code (a victim's)."""
+        gone. None for the next round; else the pod's exit code (the gang's end, shared: shared_end)."""
         deadline = time.monotonic() + VERDICT_WAIT_SECONDS
         while self.rounds.ended() is None and not self.rounds.judged(self.generation) \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self.rounds.ended() is not None:
-            return self.end(exit_codes.PEER_LOST)
+        ended = self.rounds.ended()
+        if ended is not None:
+            code = shared_end(ended)
+            self.say(f"round {self.generation} failed: the pod that failed first ended the gang (exit {ended}); "
+                     f"exiting {code}")
+            return code
         failures = self.rounds.failures()
         if self.rounds.judged(self.generation) and failures > self.limit:
             self.say(f"round {self.generation} failed: the pod that failed first spent the last restart ({failures} "
-                     f"rounds failed, max_restarts {self.limit}) and ends the Job; exiting {exit_codes.PEER_LOST} "
-                     "as its victim")
-            return exit_codes.PEER_LOST
+                     f"rounds failed, max_restarts {self.limit}) and ends the Job; exiting "
+                     f"{exit_codes.RESTARTS_EXHAUSTED} with it")
+            return exit_codes.RESTARTS_EXHAUSTED
         return None
 
     def _count(self, code: int, why: str) -> int | None:

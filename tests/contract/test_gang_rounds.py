@@ -162,7 +162,21 @@ def test_index_0_leaves_the_count_to_the_pod_that_explains_the_round(tmp_path):
     assert decider.after(exit_codes.PEER_LOST, False) is None
     assert decider.rounds.failures() == 1  # pod 1's count, not index 0's too
     GangRounds(tmp_path, 1, "t", "job").end(1, exit_codes.BAD_CONFIG)  # pod 1 ended the gang instead
-    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
+    # index 0 ends with pod 1's code: were its 75 seen first, the Job would give index 0 a replacement pod
+    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.BAD_CONFIG
+
+
+@pytest.mark.parametrize("ended, expected", [
+    (exit_codes.OK, exit_codes.OK),  # the gang completed while this pod waited
+    (exit_codes.RESTARTS_EXHAUSTED, exit_codes.RESTARTS_EXHAUSTED),  # shared: a 75 seen first would be replaced
+    (exit_codes.BAD_CONFIG, exit_codes.BAD_CONFIG),
+    (exit_codes.PEER_LOST, exit_codes.PEER_LOST),  # Slurm: a node lost whole ended the step; the job requeues
+])
+def test_a_pod_waiting_for_a_round_ends_as_the_gang_ended(tmp_path, ended, expected):
+    GangRounds(tmp_path, 0, "t0", "job").end(2, ended)
+    waiting = recovery(tmp_path, 1, 2, 3)
+    waiting.rounds.mark_joined(2)
+    assert waiting._no_round(60) == expected
 
 
 def test_index_0_waits_for_the_verdict_of_the_pod_that_failed_first_before_opening_a_round(tmp_path, monkeypatch):
@@ -176,8 +190,8 @@ def test_index_0_waits_for_the_verdict_of_the_pod_that_failed_first_before_openi
     decider = recovery(tmp_path, 0, 2, 0)
     GangLedger(tmp_path, 1, 2).note(1)
     threading.Timer(0.3, lambda: GangRounds(tmp_path, 1, "t", "job").judge(1, 1, None)).start()
-    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.PEER_LOST
-    assert decider.rounds.failures() == 1 and decider.rounds.ended() is None  # pod 1's own exit (80) ends the Job
+    assert decider.after(exit_codes.PEER_LOST, False) == exit_codes.RESTARTS_EXHAUSTED  # the Job fails by either pod
+    assert decider.rounds.failures() == 1 and decider.rounds.ended() is None
 
     monkeypatch.setattr(recovery_module, "VERDICT_WAIT_SECONDS", 0.3)
     (tmp_path / "lost").mkdir()
