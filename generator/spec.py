@@ -202,7 +202,7 @@ class JobSpec:
         output = f"{shared}/runs/{self.name}"
         export = {EXPORT_VARIABLE: f"{output}/export"} if "export" in self.storage else {}
         own = {CHECKPOINT_DIR_VARIABLE: f"{output}/checkpoints"} if self.mirrors_own_checkpoints else {}
-        return {"DATA_DIR": data, "OUTPUT_DIR": output, **staged, **export, **own}
+        return {program_settings.DATA_VARIABLE: data, program_settings.OUTPUT_VARIABLE: output, **staged, **export, **own}
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's

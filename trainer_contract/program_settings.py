@@ -30,6 +30,10 @@ from trainer_contract.settings import (
     setting,
 )
 
+# The directories every built-in program takes, by the names a render places them under (generator/spec.py's
+# placement, the launcher's gang ledger, the check that a kept directory is on a volume the pods write to).
+OUTPUT_VARIABLE = "OUTPUT_DIR"
+DATA_VARIABLE = "DATA_DIR"
 # STRATEGY's words (trainer_runtime/strategies/ maps each to its class) and PRECISION's.
 STRATEGIES = ("allreduce", "ddp", "fsdp", "hsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -58,7 +62,7 @@ class RunSettings:
         "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).")
     train_samples: int = setting("TRAIN_SAMPLES", parse_non_negative_int, 0,
                                  "Train on the first N examples; 0: all.", shaping=True)
-    output_dir: Path = setting("OUTPUT_DIR", parse_path, Path("runs/local"),
+    output_dir: Path = setting(OUTPUT_VARIABLE, parse_path, Path("runs/local"),
                                "Checkpoints, metrics.jsonl and the run's outputs.")
     export_dir: Path | None = setting("EXPORT_DIR", parse_optional_path, None,
                                       "Where rank 0 exports the trained model; export.storage_uri sets it and uploads "
@@ -223,7 +227,7 @@ class TrainConfig(ShardedSettings, RunSettings):
     keep_checkpoints: int = changed(
         RunSettings, "keep_checkpoints", 3, "Checkpoints kept on the volume, and the newest at an epoch's start "
         "beside them (another world size resumes only from one).")
-    data_dir: Path = setting("DATA_DIR", parse_path, Path("data"),
+    data_dir: Path = setting(DATA_VARIABLE, parse_path, Path("data"),
                              "Where MNIST is (or is downloaded to): DATA_DIR/MNIST/raw/.")
     data_shared: bool = setting(
         "DATA_SHARED", parse_boolean, True,

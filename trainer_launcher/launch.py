@@ -55,6 +55,7 @@ from trainer_contract.gang_rounds import (
     lost_nodes_replaced,
 )
 from trainer_contract.launcher import write_termination_message
+from trainer_contract.program_settings import OUTPUT_VARIABLE
 from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_contract.settings import ConfigError
 from trainer_launcher.checkpoint_watch import watch_from
@@ -160,8 +161,8 @@ def gang_ledger(args, environ=os.environ) -> GangLedger | None:
     otherwise."""
     run = quiet_kept_run(args)
     output = run.output_dir() if run is not None else None
-    if output is None and in_place_settings(environ)[0] and environ.get("OUTPUT_DIR"):
-        output = Path(environ["OUTPUT_DIR"])
+    if output is None and in_place_settings(environ)[0] and environ.get(OUTPUT_VARIABLE):
+        output = Path(environ[OUTPUT_VARIABLE])
     if output is None:
         return None
     nodes = int(str(args.nnodes).split(":")[-1])

@@ -27,6 +27,7 @@ from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
 from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
+from trainer_contract.program_settings import OUTPUT_VARIABLE
 from trainer_contract.quantities import cpu_quantity, gib_quantity, parse_quantity
 
 # The labels the Service selects the Job's pods by (values may not override them).
@@ -162,7 +163,7 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
 # What a run writes and must keep past its pod, for the other pods to read too (the placement's variables): in a pod
 # only the shared volume and a writable extra volume hold it; the root is read-only, and /tmp and /dev/shm are each
 # pod's own, gone with it. (Kubernetes only: on Slurm any path of the nodes' shared filesystem will do.)
-KEPT_DIRECTORIES = ("OUTPUT_DIR", storage.EXPORT_VARIABLE, CHECKPOINT_DIR_VARIABLE)
+KEPT_DIRECTORIES = (OUTPUT_VARIABLE, storage.EXPORT_VARIABLE, CHECKPOINT_DIR_VARIABLE)
 
 
 def kept_directory_problems(spec: JobSpec) -> Iterable[str]:

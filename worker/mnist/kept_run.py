@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainer_contract.config_reading import build_parser, load_config
-from trainer_contract.program_settings import TrainConfig
+from trainer_contract.program_settings import DATA_VARIABLE, OUTPUT_VARIABLE, TrainConfig
 from trainer_contract.settings import ConfigError
 from worker.mnist import export, settings
 
@@ -28,7 +28,7 @@ class MnistRun:
         return cls(load_config(os.environ, flags, config_class=TrainConfig))
 
     def directories(self) -> dict[str, Path]:
-        return {"DATA_DIR": Path(self.config.data_dir), "OUTPUT_DIR": Path(self.config.output_dir)}
+        return {DATA_VARIABLE: Path(self.config.data_dir), OUTPUT_VARIABLE: Path(self.config.output_dir)}
 
     def output_dir(self) -> Path:
         return Path(self.config.output_dir)
