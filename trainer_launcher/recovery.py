@@ -88,11 +88,8 @@ class InPlaceRecovery:
         return None
 
     def _no_round(self, join_timeout: float) -> int:
-        ended = self.rounds.ended()
-        if ended is not None:
-            code = shared_end(ended)
-            self.say(f"the gang ended while this pod waited for its next round (a pod exited {ended}); exiting "
-                     f"{code}")
+        code = self._ended_by_another("the gang ended while this pod waited for its next round")
+        if code is not None:
             return code
         if not self.replaced:
             self.say(f"index 0 vanished whole (its heartbeat stopped) and nothing starts a successor in this step "
@@ -138,11 +135,8 @@ class InPlaceRecovery:
         while self.rounds.ended() is None and not self.rounds.judged(self.generation) \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
-        ended = self.rounds.ended()
-        if ended is not None:
-            code = shared_end(ended)
-            self.say(f"round {self.generation} failed: the pod that failed first ended the gang (exit {ended}); "
-                     f"exiting {code}")
+        code = self._ended_by_another(f"round {self.generation} failed: the pod that failed first ended the gang")
+        if code is not None:
             return code
         failures = self.rounds.failures()
         if self.rounds.judged(self.generation) and failures > self.limit:
@@ -151,6 +145,15 @@ class InPlaceRecovery:
                      f"{exit_codes.RESTARTS_EXHAUSTED} with it")
             return exit_codes.RESTARTS_EXHAUSTED
         return None
+
+    def _ended_by_another(self, what: str) -> int | None:
+        """The code this pod ends with where another pod ended the gang (shared_end), said; None if none did."""
+        ended = self.rounds.ended()
+        if ended is None:
+            return None
+        code = shared_end(ended)
+        self.say(f"{what} (a pod exited {ended}); exiting {code}")
+        return code
 
     def _count(self, code: int, why: str) -> int | None:
         """Judge the round (once for the gang): a fault after progress is not counted; a round without progress
