@@ -193,7 +193,9 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
     for index in range(int(spec.get("completions") or 0)):
         found = sorted(by_index.get(index, []), key=lambda p: p["metadata"].get("creationTimestamp", ""))
         if not found:
-            lines.append(f"index {index}: no pod")
+            # a failed Job's controller deletes its running pods: once terminated they are gone from the API
+            lines.append(f"index {index}: " + ("no pod left (a failed Job's running pods are deleted)"
+                                               if state == "Failed" else "no pod"))
         for number, pod in enumerate(found):
             lines.append(("index " + str(index) + ": " if number == 0 else " " * (len(str(index)) + 8))
                          + pod_line(pod, now))

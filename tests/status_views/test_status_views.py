@@ -75,6 +75,15 @@ def test_a_finished_job_shows_its_conditions():
                          "index 0: no pod", "index 1: no pod"]
 
 
+def test_a_failed_jobs_index_without_a_pod_says_the_controller_deleted_it():
+    """A Job that fails deletes its running pods (the Job controller's cleanup): the index says so, not a bare gap."""
+    job = {**JOB, "status": {"failed": 2, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 78"}]}}
+    lines = describe(job, [], None, NOW)
+    assert lines[2:4] == ["index 0: no pod left (a failed Job's running pods are deleted)",
+                          "index 1: no pod left (a failed Job's running pods are deleted)"]
+
+
 def test_the_latest_progress_is_rank_0s_epoch_line_else_the_last_line():
     log = "launcher: ...\nRank 0: epoch: 2/5, batch: 10/63, mini-batch size: 32\nRank 1: epoch: 2/5\n"
     assert latest_progress(log) == "Rank 0: epoch: 2/5, batch: 10/63, mini-batch size: 32"
