@@ -56,6 +56,36 @@ def tests_the_checkout() -> bool:
     return any(path.resolve() == (ROOT / name).resolve() for name, path in package_dirs().items())
 
 
+_BUSY_AT_SETUP = pytest.StashKey[float | None]()
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds this machine has spent busy since boot, every process's (/proc/stat; None elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_BUSY_AT_SETUP] = machine_busy_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's machine-wide CPU seconds from its setup to its teardown (its programs run under torchrun, slurmd
+    or a kubelet, not as this process's children; a tier running beside adds its own) in the JUnit report beside
+    the wall time: a test that mostly waits shows few, which says where a tier belongs in .ci/run."""
+    began = item.stash.get(_BUSY_AT_SETUP, None)
+    now = machine_busy_seconds() if call.when == "teardown" else None
+    if began is not None and now is not None:
+        item.user_properties.append(("machine_cpu_s", f"{now - began:.1f}"))
+    yield
+
+
 def pytest_report_header(config):
     where = "the checkout (editable install or source path)" if tests_the_checkout() else "the installed package"
     return f"indexed-trainer under test: {where}: {package_dirs()['worker'].parent}"

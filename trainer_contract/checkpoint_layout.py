@@ -11,12 +11,13 @@ first, which nothing lists or reads and the next start removes. Torch-free.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_contract.atomic import TEMP_PREFIX
+from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 
 
 class CorruptCheckpoint(Exception):
@@ -95,6 +96,22 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def publish(written: Path, final: Path) -> None:
+    """A whole checkpoint ``written`` under a temporary name (a file or a directory) renamed to ``final``. What is
+    there already is the same position written again (a stop right after a checkpoint, a run gone back past a damaged
+    one), maybe in the other format (another strategy's): set aside under a temporary name, then removed, so that a
+    crash in between leaves only temporaries, which the next start removes."""
+    if final.exists():
+        old = final.parent / f"{TEMP_PREFIX}old-{final.name}"
+        remove(old)
+        os.replace(final, old)
+        os.replace(written, final)
+        remove(old)
+    else:
+        os.replace(written, final)
+    fsync_directory(final.parent)
 
 
 def prune(directory: Path, keep: int, naming: Naming = EPOCH_STEP, also: frozenset[str] = frozenset()) -> None:

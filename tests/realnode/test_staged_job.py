@@ -1,7 +1,10 @@
 """The seeds' transformer jobs on the real node (examples/bert-squad: Lightning FSDP; examples/hub-finetune: DDP +
-AMP; examples/sft: LoRA): the model and dataset staged by index 0's stage init container from the tests' Hub, which
-the pods reach over the node's bridge (HF_ENDPOINT on the bridge's gateway), both pods train, and rank 0 exports the
-model onto the volume."""
+AMP): the model and dataset staged by index 0's stage init container from the tests' Hub, which the pods reach over
+the node's bridge (HF_ENDPOINT on the bridge's gateway), both pods train, and rank 0 exports the model onto the volume.
+
+Each training loop once per engine, not each workload: Lightning (which reads a pod's environment, KUBERNETES_PORT
+among it) and the plain loop that finetune and sft share. examples/sft runs here in the image tier's restricted pods
+(tests/image), on Slurm (tests/slurm) and under local-job (tests/examples)."""
 
 import importlib
 import json
@@ -19,8 +22,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.slow]
 @pytest.mark.parametrize(("example", "serve", "export", "score"), [
     ("bert-squad", "testbed.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
     ("hub-finetune", "testbed.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
-    ("sft", "testbed.sft_data:serve_capybara_example", "llama_sft_trained/merged", "loss"),
-], ids=["qa", "finetune", "sft"])
+], ids=["qa", "finetune"])
 def test_the_seeds_jobs_are_staged_from_a_hub_over_the_bridge_train_and_export(node, worker_image, namespace, example,
                                                                                serve, export, score):
     from testbed.storage_servers import HubServer

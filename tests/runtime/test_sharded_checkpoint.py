@@ -95,3 +95,62 @@ def test_pruning_keeps_the_newest_checkpoint_at_an_epochs_start_for_another_worl
     (tmp_path / "ckpt-e0002-s000000.pt").write_bytes(b"x")
     layout.prune(tmp_path, keep=2)  # the newer epoch start replaces the older one
     assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0002-s000000.pt", "ckpt-e0001-s000120.pt"]
+
+
+@pytest.mark.slow
+def test_a_gang_hashes_each_file_once_and_agrees_on_the_verdict(tmp_path):
+    """Three gloo ranks verify the checkpoint they wrote (a collective): each file is hashed by one rank only, and a
+    damaged shard that one rank hashed, or a manifest gone, is every rank's verdict, in the same words."""
+    import torch.multiprocessing as mp
+
+    from tests.runtime import sharded_verify_ranks
+    from tests.worker.launch import free_port
+
+    mp.spawn(sharded_verify_ranks.run_rank, args=(3, free_port(), str(tmp_path)), nprocs=3, join=True)
+    outcomes = [json.loads((tmp_path / f"outcome-{rank}.json").read_text()) for rank in range(3)]
+    assert all(outcome["record"] == sharded_verify_ranks.RECORD for outcome in outcomes)
+    hashed = [name for outcome in outcomes for name in outcome["hashed"]]
+    assert sorted(hashed) == [".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]  # each once
+    assert outcomes[0]["hashed"] == [".metadata", sharded_verify_ranks.DAMAGED]  # rank 0's share: it alone reads it
+    assert {outcome["damaged"] for outcome in outcomes} == {
+        f"{sharded_verify_ranks.DAMAGED} does not match its checksum: truncated or corrupt"}
+    assert {outcome["no manifest"] for outcome in outcomes} == {"no manifest.json: the write did not finish"}
+
+
+def test_a_checkpoint_this_process_verified_is_not_hashed_again_until_its_manifest_changes(tmp_path, monkeypatch):
+    path = write(tmp_path, 1)
+    hashed = []
+    digest = sharded.file_digest
+    monkeypatch.setattr(sharded, "file_digest", lambda file: hashed.append(file.name) or digest(file))
+    record = sharded.verify(path)
+    assert sorted(hashed) == [".metadata", "__0_0.distcp"]
+    assert sharded.verify(path) == record and len(hashed) == 2  # the QA workload's second check: nothing read
+    again = TrainingState(Position(1, 0), steps_per_epoch=10, world_size=1, strategy="again").to_record()
+    write(tmp_path, 1, record=again)  # the same position written again: another manifest
+    hashed.clear()
+    assert sharded.verify(path) == again and sorted(hashed) == [".metadata", "__0_0.distcp"]
+
+
+@pytest.mark.parametrize("manifest, reason", [
+    ({"format": sharded.FORMAT, "files": [".metadata"], "meta": {}}, "not an indexed-trainer"),
+    ({"format": sharded.FORMAT, "files": {".metadata": "0" * 64}}, "not an indexed-trainer"),
+    ({"format": sharded.FORMAT, "files": {".metadata": "0" * 64, "../x": "0" * 64}, "meta": {}}, "outside its directory"),
+    ({"format": sharded.FORMAT, "files": {".metadata": 3}, "meta": {}}, "without a digest"),
+])
+def test_a_manifest_of_another_shape_is_refused_before_any_file_is_read(tmp_path, manifest, reason):
+    path = write(tmp_path, 1)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(layout.CorruptCheckpoint, match=reason):
+        sharded.verify(path)
+
+
+def test_a_position_written_again_in_the_other_format_replaces_the_checkpoint_whole(tmp_path):
+    """The transformer workloads name both formats alike (step-N.ckpt): a run under ddp that goes back past a damaged
+    fsdp checkpoint writes a file where the directory was, and the other way round; nothing of the old one stays."""
+    path = tmp_path / "step-00000010.ckpt"
+    sharded.write_shards({"weight": torch.ones(4)}, {"step": 10}, path, rank=0)
+    single_file.write_payload(path, {"step": 10, "weight": torch.zeros(4)})
+    assert path.is_file() and single_file.read_payload(path)["step"] == 10
+    sharded.write_shards({"weight": torch.ones(4)}, {"step": 10, "again": True}, path, rank=0)
+    assert path.is_dir() and sharded.verify(path) == {"step": 10, "again": True}
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary left beside it

@@ -227,7 +227,7 @@ def test_a_full_fine_tune_under_fsdp_checkpoints_each_ranks_shards_and_resumes_f
     """LORA_RANK=0 under fsdp: a checkpoint is a directory of every rank's shards (DCP) with a manifest of their
     digests and the run's progress beside, not the weights and AdamW's state gathered on rank 0; a run killed
     after one resumes from it and ends as the uninterrupted run did (the same shards: bit-identical), and under ddp
-    it resumes too (resharded, to float rounding)."""
+    it resumes too (resharded, to float rounding), past a damaged newest checkpoint that both ranks pass over."""
     import torch
     from safetensors.torch import load_file
 
@@ -246,9 +246,14 @@ def test_a_full_fine_tune_under_fsdp_checkpoints_each_ranks_shards_and_resumes_f
     resumed = run_sft(model, data, tmp_path / "killed", {**full, **fault})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    # the ranks verify a checkpoint together, each hashing its share (rank 0: .metadata and __1_0.distcp): a shard
+    # only rank 0 read is damaged, and both ranks pass over the checkpoint for the one before
+    (tmp_path / "under-ddp" / "checkpoints" / "step-00000010.ckpt" / "__1_0.distcp").write_bytes(b"\0" * 64)
     under_ddp = run_sft(model, data, tmp_path / "under-ddp", {**full, **fault, "STRATEGY": "ddp"})
     assert under_ddp.returncode == 0, under_ddp.stdout[-3000:] + under_ddp.stderr[-3000:]
-    assert "Rank 0: resuming from step-00000010.ckpt" in under_ddp.stdout
+    assert "Rank 0: skipping checkpoint step-00000010.ckpt: __1_0.distcp does not match its checksum" \
+        in under_ddp.stdout + under_ddp.stderr, under_ddp.stdout[-3000:]
+    assert "Rank 1: resuming from step-00000006.ckpt" in under_ddp.stdout, under_ddp.stdout[-3000:]  # epoch 1 end
 
     def exported(output):
         return load_file(next(output.glob("llama_sft_trained/**/model.safetensors")))

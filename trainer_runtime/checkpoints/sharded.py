@@ -14,7 +14,6 @@ boundary with another number of processes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from trainer_contract.atomic import TEMP_PREFIX, atomic_write, atomic_write_with, fsync_directory
-from trainer_contract.checkpoint_layout import CorruptCheckpoint
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write, atomic_write_with
+from trainer_contract.checkpoint_layout import CorruptCheckpoint, publish
 from trainer_contract.digests import file_digest
 from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.checkpoints.found import Checkpoint
@@ -83,16 +82,10 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
 
 def _publish(temp: Path, final: Path, record: dict[str, Any]) -> None:
     """Rank 0, every shard written: the manifest (SHA-256 of each file), then the directory renamed into place."""
-    directory = final.parent
     files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
     manifest = {"format": FORMAT, "files": files, "meta": record}
     atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    if final.exists():  # the same position written again (a stop right after a checkpoint): replace it
-        old = directory / f"{TEMP_PREFIX}old-{final.name}"
-        os.replace(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(temp, final)
-    fsync_directory(directory)
+    publish(temp, final)
 
 
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
@@ -100,24 +93,67 @@ def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
     return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, stage, group)
 
 
+# the checkpoints this process verified (path -> its manifest's bytes): a second verify of the same, unchanged, reads
+# no shard again (the QA workload's start checks the record, Lightning's load then checks it before reading)
+_verified: dict[Path, bytes] = {}
 
-def verify(path: Path) -> dict[str, Any]:
-    """The manifest's record of a complete, intact checkpoint directory; CorruptCheckpoint otherwise."""
+
+def verify(path: Path, gang: bool = False) -> dict[str, Any]:
+    """The manifest's record of a complete, intact checkpoint directory; CorruptCheckpoint otherwise.
+
+    With ``gang`` (a collective: every rank of the initialized process group calls it for the same ``path``), each
+    rank hashes its share of the files and the gang agrees on one verdict, so each byte is read once per gang, not
+    once per rank (a full fine-tune's shards are as large as its optimizer state). Alone, a checkpoint this process
+    verified before, its manifest unchanged, is not read again."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if gang and dist.is_initialized() else 1
+    rank = dist.get_rank() if world > 1 else 0
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        text, manifest = _manifest(path)
+        if world == 1 and _verified.get(path) == text:
+            return manifest["meta"]
+        problem = _first_damaged(path, manifest["files"], sorted(manifest["files"])[rank::world])
+    except CorruptCheckpoint as error:
+        text, problem = b"", (-1, str(error))  # the manifest itself: before any file
+    if world > 1:  # one exchange, whatever each rank found: no rank leaves the collective early
+        found: list[Any] = [None] * world
+        dist.all_gather_object(found, problem)
+        problem = min((seen for seen in found if seen is not None), default=None, key=lambda seen: seen[0])
+    if problem is not None:
+        raise CorruptCheckpoint(problem[1])
+    _verified[path] = text
+    return manifest["meta"]
+
+
+def _manifest(path: Path) -> tuple[bytes, dict[str, Any]]:
+    try:
+        text = (path / MANIFEST).read_bytes()
+        manifest = json.loads(text)
     except FileNotFoundError:
         raise CorruptCheckpoint("no manifest.json: the write did not finish") from None
     except ValueError as exc:
         raise CorruptCheckpoint(f"unreadable manifest.json ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or ".metadata" not in manifest.get("files", {}):
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or manifest.get("format") != FORMAT or ".metadata" not in files \
+            or "meta" not in manifest:
         raise CorruptCheckpoint("manifest.json is not an indexed-trainer sharded checkpoint's")
-    for name, digest in manifest["files"].items():
+    if not all(isinstance(digest, str) and "/" not in name and name not in (".", "..", MANIFEST)
+               for name, digest in files.items()):  # names of files beside it, each with its digest
+        raise CorruptCheckpoint("manifest.json lists a file outside its directory or without a digest")
+    return text, manifest
+
+
+def _first_damaged(path: Path, digests: dict[str, str], names: list[str]) -> tuple[int, str] | None:
+    """(its place in the manifest, why) for the first of ``names`` that is missing or differs from ``digests``."""
+    order = sorted(digests)
+    for name in names:
         file = path / name
         if not file.is_file():
-            raise CorruptCheckpoint(f"{name} is missing")
-        if file_digest(file) != digest:
-            raise CorruptCheckpoint(f"{name} does not match its checksum: truncated or corrupt")
-    return manifest["meta"]
+            return order.index(name), f"{name} is missing"
+        if file_digest(file) != digests[name]:
+            return order.index(name), f"{name} does not match its checksum: truncated or corrupt"
+    return None
 
 
 def read_extra(path: Path) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
-from trainer_contract.atomic import atomic_write_with
-from trainer_contract.checkpoint_layout import CorruptCheckpoint
+from trainer_contract.atomic import TEMP_PREFIX, atomic_write_with
+from trainer_contract.checkpoint_layout import CorruptCheckpoint, publish
 from trainer_runtime.checkpoints import safe_load
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.state import TrainingState
@@ -76,7 +76,13 @@ def write_payload(path: Path, payload: dict[str, Any]) -> None:
         handle.write(hashing.digest.hexdigest().encode())
         handle.seek(0, io.SEEK_END)
 
-    atomic_write_with(path, write)
+    if not path.is_dir():
+        atomic_write_with(path, write)
+        return
+    # the same position as a directory of shards (another strategy's, or a damaged one passed over): replaced whole
+    written = path.parent / f"{TEMP_PREFIX}new-{path.name}"
+    atomic_write_with(written, write)
+    publish(written, path)
 
 
 # The payload of the last read asked to keep it, for the one read of the same file that follows: a resume reads a

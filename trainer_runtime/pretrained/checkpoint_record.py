@@ -101,12 +101,13 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], name: str, config: An
     return problems
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path, gang: bool = False) -> dict[str, Any]:
     """The record of checkpoint ``path``, verified (a file's hash, a directory's manifest of digests: the runtime's
-    two formats) and read through safe_load's allow-lists; raises what a damaged or refused one raises."""
+    two formats) and read through safe_load's allow-lists; raises what a damaged or refused one raises. ``gang``:
+    every rank reads the same ``path`` (a directory's shards are then hashed once per gang: sharded.verify)."""
     if path.is_file():  # kept: the resume that follows loads this payload without reading the file again
         return single_file.read_payload(path, keep=True)[RECORD_KEY]
     if (path / sharded.MANIFEST).is_file():
-        return sharded.verify(path)
+        return sharded.verify(path, gang)
     # a sharded checkpoint of an earlier version: Lightning's own layout, unverified, its record in this file
     return safe_load.load(path / LEGACY_SHARDED_RECORD_FILE, name=path.name, mmap=True)[RECORD_KEY]

@@ -113,7 +113,7 @@ def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: C
         if is_rank0:
             previous_runs.start_anew(config.output_dir, run_files, log)
         return None
-    found = store.newest(checkpoint_record.read_record)
+    found = store.newest(lambda path: checkpoint_record.read_record(path, gang=True))  # every rank, in step
     if found is None:
         return None
     path, recorded = found
