@@ -315,7 +315,7 @@ def _best_by(metrics: str, *choices: str):
 class TableDataSettings:
     """Which of DATASET_DIR's files train and which evaluate, for the programs that read tables
     (trainer_runtime/pretrained/tables.py): by their split's name unless globs name them; an evaluation split
-    held out of the train rows where no file holds one."""
+    held out of the train rows where no file holds one; rank 0 tokenizes them once (the token cache)."""
 
     train_files: tuple[str, ...] = setting(
         "TRAIN_FILES", parse_file_patterns, (),
@@ -330,6 +330,11 @@ class TableDataSettings:
         "Where DATASET_DIR has no evaluation split and EVAL_FILES is empty, hold out this fraction of the train rows "
         "(rounded up; SEED chooses them, the same on every rank and restart) to evaluate on, as datasets' "
         "train_test_split(test_size); 0: refuse to start without an evaluation split.", shaping=True)
+    tokenize_timeout: float = setting(
+        "TOKENIZE_TIMEOUT", parse_positive_float, 3600.0,
+        "Seconds the other processes wait while rank 0 tokenizes the data into OUTPUT_DIR/token-cache/ (once: a "
+        "restart, a resume on another node count and a new run with the same tokenizer, data and shaping settings "
+        "read it there).")
 
 
 @dataclass(frozen=True)
@@ -421,11 +426,6 @@ class SftConfig(ShardedSettings, EvaluationSettings, TableDataSettings, AdamWSet
         "TRL's chat_template_path: the chat template the messages column is rendered with (and the export keeps), "
         "instead of the tokenizer's own: a Jinja file, or a directory holding a tokenizer with one; empty: the "
         "tokenizer's.", shaping=True)
-    tokenize_timeout: float = setting(
-        "TOKENIZE_TIMEOUT", parse_positive_float, 3600.0,
-        "Seconds the other processes wait while rank 0 tokenizes the data into OUTPUT_DIR/token-cache/ (once: a "
-        "restart, a resume on another node count and a new run with the same tokenizer, data and shaping settings "
-        "read it there).")
     sample_prompts: str = setting("SAMPLE_PROMPTS", str, "",
                                   "Prompts (separated by ||) whose greedy completions rank 0 logs after each "
                                   "evaluation; empty: none.")

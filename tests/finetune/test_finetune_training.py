@@ -165,7 +165,8 @@ def test_resume_false_sets_the_earlier_run_aside_whole_and_the_new_run_keeps_its
 
     def files(root):
         return sorted(str(path.relative_to(root)) for path in root.rglob("*")
-                      if path.is_file() and path.relative_to(root).parts[0] not in ("logs", ".gang", "previous-runs"))
+                      if path.is_file() and path.relative_to(root).parts[0] not in ("logs", ".gang", "previous-runs",
+                                                                                     "token-cache"))
 
     before = files(out)
     fresh = run_finetune(model, data, out, {"EPOCHS": "1", "RESUME": "false", "KEEP_CHECKPOINTS": "1"})
@@ -173,6 +174,7 @@ def test_resume_false_sets_the_earlier_run_aside_whole_and_the_new_run_keeps_its
     (kept,) = (out / "previous-runs").iterdir()
     assert f"Rank 0: RESUME=false: the run that was in {out} is kept, whole, in {kept}" in fresh.stdout
     assert files(kept) == before and "checkpoints/step-00000048.ckpt" in before
+    assert not (kept / "token-cache").exists()  # the token cache stays: keyed, it is still valid for its settings
     assert [path.name for path in (out / "checkpoints").iterdir()] == ["step-00000016.ckpt"]
     assert json.loads((out / "summary.json").read_text())["step"] == 16
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -190,6 +192,9 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, wh
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "Rank 0: resuming from step-00000020.ckpt" in resumed.stdout
     assert "Rank 0: training from step 20 of 48" in resumed.stdout
+    # the texts were tokenized once, by the killed run's rank 0: the restart reads the token cache
+    assert "Rank 0: tokenized 512 training and 64 evaluation examples" in killed.stdout, killed.stdout[-3000:]
+    assert "Rank 0: the tokenized data is read from " in resumed.stdout, resumed.stdout[-3000:]
 
     whole_weights = load_file(whole / "bert_classifier_trained" / "model.safetensors")
     resumed_weights = load_file(tmp_path / "killed" / "bert_classifier_trained" / "model.safetensors")

@@ -179,6 +179,24 @@ def test_the_key_follows_what_the_examples_depend_on_and_not_the_world_size(tmp_
         assert token_cache.key_of({**record, **changed}, settings_) != key, (changed, settings_)
 
 
+
+def test_a_record_without_the_data_keys_by_the_data_sets_files(tmp_path):
+    """worker.finetune's checkpoints do not record the data (a resume on other data is allowed): its cache is still
+    keyed by the data set's files, so other data is tokenized again, never read from the old data's cache."""
+    @dataclass(frozen=True)
+    class Settings:
+        dataset_dir: Path
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood,1\n")
+    record = {"tokenizer_revision": "t", "content_revisions": {}, "config": {}}
+    key = token_cache.key_of(record, Settings(data))
+    assert token_cache.key_of(record, Settings(data)) == key
+    (data / "train.csv").write_text("text,label\nbad,0\n")
+    assert token_cache.key_of(record, Settings(data)) != key
+
+
 tokens = st.lists(st.integers(0, VOCABULARY - 1), max_size=12)
 examples = st.lists(tokens.flatmap(lambda ids: st.tuples(
     st.just(ids), st.lists(st.sampled_from([IGNORE, *range(VOCABULARY)]), min_size=len(ids), max_size=len(ids)))),

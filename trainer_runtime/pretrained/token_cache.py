@@ -31,6 +31,7 @@ import numpy as np
 from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.prepared_once import Preparation, prepared_once
+from trainer_runtime.pretrained.checkpoint_record import data_revision
 from trainer_runtime.pretrained.tables import DatasetError
 
 DIRECTORY = "token-cache"  # below OUTPUT_DIR; kept by RESUME=false (not a run's entry: keyed, it stays valid)
@@ -72,6 +73,10 @@ class CachedExamples(Sequence):
     def __len__(self) -> int:
         return self.length
 
+    def values(self, column: str) -> np.ndarray:
+        """Every example's values of ``column``, end to end (mapped: nothing decoded)."""
+        return self.columns[column][0]
+
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self.length))]
@@ -88,8 +93,10 @@ def key_of(record: dict[str, Any], config: Any) -> str:
     the tokenizer's and the data's revisions, path settings' contents, shaping settings) and the data settings a
     record leaves out."""
     parts = {"format": FORMAT, "program": type(config).__name__,
-             **{name: record.get(name) for name in ("tokenizer_revision", "data_revision", "content_revisions",
-                                                    "config")},
+             **{name: record.get(name) for name in ("tokenizer_revision", "content_revisions", "config")},
+             # a workload whose checkpoints do not record the data (a resume on other data is its user's choice)
+             # still tokenizes other data again
+             "data_revision": record.get("data_revision") or data_revision(config.dataset_dir),
              "eval_files": list(getattr(config, "eval_files", ())), "eval_samples": getattr(config, "eval_samples", 0)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
