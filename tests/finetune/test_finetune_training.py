@@ -345,3 +345,23 @@ def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_a
     assert refused.returncode == 78, refused.stdout[-3000:]
     assert re.search(r"WORLD_SIZE: checkpoint step-\d+\.ckpt was taken with 2 processes, now 1: each process's share "
                      r"of the epoch would change \(GLOBAL_BATCH_SIZE keeps", refused.stdout), refused.stdout[-3000:]
+
+
+def test_a_token_cache_naming_fewer_classes_than_its_labels_is_refused_naming_it(world, tmp_path):
+    """The cache's own check knows the vocabulary; the classes are the workload's: a label the cache's class names do
+    not cover (a planted or damaged file of the volume, its size intact) is refused in one line (69), never trained
+    on (an out-of-range class would fail inside the loss)."""
+    import numpy as np
+
+    model, data = world
+    first = run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1"})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    (labels,) = (tmp_path / "out" / "token-cache").glob("*/train-labels.tokens")
+    values = np.fromfile(labels, dtype=np.int32)
+    values[0] = 7  # two classes in the data
+    values.tofile(labels)
+    again = run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1", "RESUME": "false"})
+    assert again.returncode == 69, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"the tokenized data in {tmp_path / 'out' / 'token-cache'} has a class outside the 2 it names" \
+        in again.stdout + again.stderr
+    assert "Traceback" not in again.stdout + again.stderr
