@@ -59,7 +59,7 @@ LOGS = {
     ("running", os.getpid(), "Job default/mnist-train: Running; 2 active, 0 succeeded, 1 failed (backoffLimit 3)"),
     # the local-job was killed (or the machine restarted): not a Job that runs forever
     ("abandoned", None, "Job default/mnist-train: Stopped; 0 active, 0 succeeded, 1 failed (backoffLimit 3)"),
-])
+], ids=["running", "abandoned"])  # not the pid: the same ids in every collecting process
 def test_a_run_shows_its_pods_progress_eta_warnings_and_last_error(tmp_path, case, pid, expected_head):
     pid = pid or dead_pid()
     publish(tmp_path, PODS, pid, logs=LOGS)
