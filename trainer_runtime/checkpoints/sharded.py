@@ -105,8 +105,6 @@ def verify(path: Path, gang: bool = False) -> dict[str, Any]:
     rank hashes its share of the files and the gang agrees on one verdict, so each byte is read once per gang, not
     once per rank (a full fine-tune's shards are as large as its optimizer state). Alone, a checkpoint this process
     verified before, its manifest unchanged, is not read again."""
-    import torch.distributed as dist
-
     world = dist.get_world_size() if gang and dist.is_initialized() else 1
     rank = dist.get_rank() if world > 1 else 0
     try:
