@@ -57,8 +57,8 @@ DIFFERENCES = (
     "suspend is not honoured: a suspended Job (a Kueue queue's) runs at once",
     "a pod's root is not read-only: a program writing outside its volumes succeeds here, where a kubelet's pod fails "
     "(gen-manifests refuses an OUTPUT_DIR, EXPORT_DIR or checkpoint directory outside them)",
-    "a pod still running when the Job fails stays listed, Failed with exit 143; a cluster's controller deletes it, "
-    "so once terminated it is gone from the API",
+    "a pod still running when the Job fails or meets its successPolicy stays listed, ended by SIGTERM; a cluster's "
+    "controller deletes it, so once terminated it is gone from the API",
 )
 
 

@@ -172,6 +172,17 @@ def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = 
     return lines
 
 
+def no_pod_line(conditions: list[dict]) -> str:
+    """An index without a pod. A Job that fails, or completes by its successPolicy, has the controller delete its
+    running pods: once terminated they are gone from the API, which a bare "no pod" would leave the user to guess."""
+    last = conditions[-1] if conditions else {}
+    if last.get("type") == "Failed":
+        return "no pod left (a failed Job's running pods are deleted)"
+    if last.get("type") == "Complete" and last.get("reason") == "SuccessPolicy":
+        return "no pod left (a Job that met its successPolicy has its running pods deleted)"
+    return "no pod"
+
+
 def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | None = None,
              warnings: list[str] | tuple[str, ...] = (), events: list[dict] | None = None,
              kueue: str = "", live: str | None = None) -> list[str]:
@@ -193,9 +204,7 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
     for index in range(int(spec.get("completions") or 0)):
         found = sorted(by_index.get(index, []), key=lambda p: p["metadata"].get("creationTimestamp", ""))
         if not found:
-            # a failed Job's controller deletes its running pods: once terminated they are gone from the API
-            lines.append(f"index {index}: " + ("no pod left (a failed Job's running pods are deleted)"
-                                               if state == "Failed" else "no pod"))
+            lines.append(f"index {index}: {no_pod_line(conditions)}")
         for number, pod in enumerate(found):
             lines.append(("index " + str(index) + ": " if number == 0 else " " * (len(str(index)) + 8))
                          + pod_line(pod, now))

@@ -84,6 +84,16 @@ def test_a_failed_jobs_index_without_a_pod_says_the_controller_deleted_it():
                           "index 1: no pod left (a failed Job's running pods are deleted)"]
 
 
+def test_a_job_that_met_its_success_policy_says_its_lingering_pod_was_deleted():
+    """Index 0's success completes the Job (the rendered successPolicy); index 1's pod, still ending, is deleted."""
+    job = {**JOB, "status": {"succeeded": 1, "conditions": [
+        {"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy", "message": "Matched rules"},
+        {"type": "Complete", "status": "True", "reason": "SuccessPolicy", "message": "Matched rules"}]}}
+    lines = describe(job, [], None, NOW)
+    assert lines[3:5] == ["index 0: no pod left (a Job that met its successPolicy has its running pods deleted)",
+                          "index 1: no pod left (a Job that met its successPolicy has its running pods deleted)"]
+
+
 def test_the_latest_progress_is_rank_0s_epoch_line_else_the_last_line():
     log = "launcher: ...\nRank 0: epoch: 2/5, batch: 10/63, mini-batch size: 32\nRank 1: epoch: 2/5\n"
     assert latest_progress(log) == "Rank 0: epoch: 2/5, batch: 10/63, mini-batch size: 32"
