@@ -5,6 +5,7 @@ output after them, ending on one that executed tests, a failing one fails the ru
 count over every tier.
 """
 
+import itertools
 import os
 import re
 import subprocess
@@ -92,4 +93,23 @@ def test_ci_run_uses_the_tier_runner_for_every_tier():
     assert "source .ci/tiers.sh" in script and "beside clusters cluster_tiers" in script
     assert script.rstrip().splitlines()[-1] == "closing_count"
     tiers = re.findall(r'^\s*tier (\w+) -m "([^"]+)"', script, re.M)
-    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "fast", "training", "slurm"]
+    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "onecore", "fast", "training", "slurm"]
+
+
+def test_every_kind_of_test_runs_in_exactly_one_tier():
+    """Each combination of markers a test can carry is selected by one tier's -m, no more (a test run twice costs
+    its minutes twice) and no less (a test no tier selects never runs). A test needs one cluster at most; the
+    cluster markers and onecore come with slow (their tests spawn real processes); slurm also marks quick tests,
+    which the fast tier runs."""
+    from _pytest.mark.expression import Expression
+
+    selections = [Expression.compile(expression) for _, expression in
+                  re.findall(r'^\s*tier (\w+) -m "([^"]+)"', (ROOT / ".ci" / "run").read_text(), re.M)]
+    markers = ("slow", "slurm", "image", "controlplane", "realnode", "onecore")
+    for carried in itertools.product((False, True), repeat=len(markers)):
+        marks = {name for name, on in zip(markers, carried, strict=True) if on}
+        clusters = marks & {"slurm", "image", "controlplane", "realnode"}
+        if len(clusters) > 1 or (clusters | marks & {"onecore"}) - {"slurm"} and "slow" not in marks:
+            continue
+        chosen = [selection for selection in selections if selection.evaluate(lambda name, marks=marks, **_: name in marks)]
+        assert len(chosen) == 1, (sorted(marks), len(chosen))

@@ -45,6 +45,7 @@ def test_without_a_gpu_it_stops_at_once_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.onecore
 def test_a_failing_step_says_why_in_its_row_and_the_next_one_runs(tmp_path):
     """The steps are faked (bench.gpu_check's STEPS replaced) so that each way of failing happens in seconds: an
     exception, an exit without a row, a step past its time; then the budget is spent and the rest are skipped."""
@@ -86,6 +87,7 @@ def test_a_failing_step_says_why_in_its_row_and_the_next_one_runs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.onecore
 def test_the_dry_run_runs_every_step_on_the_cpu_and_prints_one_table(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -17,7 +17,7 @@ import pytest
 from testbed.http_mirror import Mirror
 from tests.conftest import OUTSIDE, ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.onecore]
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,7 @@ def test_a_save_slower_than_the_grace_period_leaves_the_previous_checkpoint_load
     assert not [p for p in checkpoints.iterdir() if p.name.startswith(".tmp-")]
 
 
+@pytest.mark.onecore
 def test_rank_0_listening_late_is_waited_for_within_the_join_timeout(tmp_path, small_dir):
     """Pod 1 starts first (pod 0 not scheduled yet); pod 0 comes up 8 s later; the gang trains."""
     port = free_port()
@@ -84,6 +85,7 @@ def test_rank_0_listening_late_is_waited_for_within_the_join_timeout(tmp_path, s
     assert "Rank 1: training completed." in out1 and "Rank 0: training completed." in out0
 
 
+@pytest.mark.onecore
 def test_rank_0_name_not_resolvable_fails_clearly_after_the_join_timeout(tmp_path, small_dir):
     env = worker_env(small_dir, tmp_path / "out", EPOCHS=1)
     started = time.monotonic()

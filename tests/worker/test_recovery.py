@@ -124,6 +124,7 @@ def test_survivor_exits_within_seconds_when_a_peer_dies(tmp_path, small_dir):
         kill_tree(rank1)
 
 
+@pytest.mark.onecore
 def test_others_give_up_clearly_when_rank_0_never_comes_up(tmp_path, small_dir):
     base = worker_env(small_dir, tmp_path / "out", COLLECTIVE_TIMEOUT=5)
     started = time.monotonic()

@@ -14,7 +14,7 @@ from tests.localjob.test_local_job_runs import SMALL
 from tests.worker.launch import free_port, kill_tree, rank_command, rank_env, start, worker_env
 from trainer_contract import exit_codes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.onecore]
 
 STALLED_FILE = "train-images-idx3-ubyte.gz"
 
