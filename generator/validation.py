@@ -133,12 +133,26 @@ _LISTED_KEYS = 8
 _ELSEWHERE_SHOWN = 3
 
 
+# Keys a user may well try that are left out on purpose: why, and what to do instead.
+_NOT_OFFERED = {
+    ("security", "add_capabilities"): (
+        "not offered: capabilities added to a non-root container never reach its processes (Kubernetes puts them "
+        "in the bounding set only, and allowPrivilegeEscalation: false ignores file capabilities); for "
+        "resources.gpu.network: infiniband NCCL needs an unlimited locked-memory limit instead, which the node's "
+        "container runtime sets (containerd: LimitMEMLOCK=infinity) and the launcher checks"),
+}
+_NOT_OFFERED[("security", "capabilities")] = _NOT_OFFERED[("security", "add_capabilities")]
+
+
 def _unknown_key_hint(path: list, key: Any, allowed: list[str]) -> str:
     """What an unknown ``key`` of the mapping at ``path`` was probably meant to be, worded for a file and --set
     alike: a key of the same mapping written alike (``replica`` -> 'replicas'), else the same key at another
     place, dotted (``RESUME`` -> config_map.RESUME, ``partition`` -> slurm.partition); a key written exactly
     so elsewhere comes before a merely similar one here (``accelerator_count`` is not ``local_device_count``)."""
     word = str(key)
+    declined = _NOT_OFFERED.get((*path, word))
+    if declined is not None:
+        return declined
     same = closest(word, allowed)
     if same is not None and same.casefold() == word.casefold():
         return f"did you mean {same!r}?"

@@ -31,6 +31,7 @@ what it exits with and in two checks before the rendezvous:
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import sys
@@ -221,11 +222,32 @@ def gpu_shortfall(environ=os.environ, seen: int | None = None) -> int | None:
             "retried (check the node's driver and device plugin and the image's CUDA, or set "
             "resources.gpu.cpu_fallback: true to train on the CPU)")
         return exit_codes.GPU_MISSING
-    message = (f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
-               "(set resources.gpu.cpu_fallback: false to fail instead)")
+    warn(f"this pod asked for {gpus} (resources.gpu.accelerator_count) but {sees}: training on the CPU "
+         "(set resources.gpu.cpu_fallback: false to fail instead)")
+    return None
+
+
+def warn(message: str) -> None:
+    """A warning line, which the status views show and the pod's termination message repeats."""
     _warned.append(message)
     print(f"{launcher.LAUNCHER_WARNING}{message}", file=sys.stderr, flush=True)
-    return None
+
+
+def check_locked_memory(environ=os.environ, limit: int | None = None) -> None:
+    """One warning when NCCL's InfiniBand transport is on (the values' network: infiniband) in a GPU pod whose
+    locked-memory limit is not unlimited: NCCL registers its buffers with the HCA, which pins them. A non-root
+    container cannot be given CAP_IPC_LOCK (added capabilities never reach its processes), so the limit is the
+    node's container runtime's to set; NCCL itself would fail later, inside the first collective."""
+    if environ.get("NCCL_IB_DISABLE", "").strip() != "0" or not int(environ.get(pod_environment.GPUS_VARIABLE, "0") or 0):
+        return
+    if limit is None:
+        limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    if limit == resource.RLIM_INFINITY:
+        return
+    warn(f"NCCL's InfiniBand transport is on (NCCL_IB_DISABLE=0) but this pod's locked-memory limit is "
+         f"{limit // 1024} KiB (ulimit -l): NCCL pins its buffers for the HCA and may fail to register them; the "
+         "node sets the limit (Kubernetes: the container runtime's service, containerd's LimitMEMLOCK=infinity; "
+         "Slurm: slurmd's, with PropagateResourceLimits), a non-root pod cannot be given CAP_IPC_LOCK instead")
 
 
 def _launch(args) -> int:
@@ -235,6 +257,7 @@ def _launch(args) -> int:
     missing = gpu_shortfall()
     if missing is not None:
         return missing
+    check_locked_memory()
     ledger = gang_ledger(args)
     if ledger is not None:
         ledger.start()

@@ -1,6 +1,7 @@
 """worker.launch: torchrun's own launcher, exiting with the worker's code, and its checks before the rendezvous."""
 
 import os
+import resource
 import signal
 import sys
 import time
@@ -155,3 +156,31 @@ def test_a_gpu_shortfall_fails_unless_the_fallback_is_asked_for(environ, seen, e
     assert launch.gpu_shortfall(environ, seen) == expected
     said = capsys.readouterr()
     assert ("resources.gpu.cpu_fallback is false" in said.out + said.err) == (expected is not None)
+
+
+KIB = 1024
+
+
+@pytest.mark.parametrize("environ, limit, warned", [
+    ({"NCCL_IB_DISABLE": "0", "INDEXED_TRAINER_GPUS": "8"}, 64 * KIB, True),  # a runtime's 64 KiB default
+    ({"NCCL_IB_DISABLE": "0", "INDEXED_TRAINER_GPUS": "8"}, resource.RLIM_INFINITY, False),  # containerd's
+    ({"NCCL_IB_DISABLE": "1", "INDEXED_TRAINER_GPUS": "8"}, 64 * KIB, False),  # network: tcp
+    ({"INDEXED_TRAINER_GPUS": "8"}, 64 * KIB, False),  # NCCL chooses: nothing asked of the HCA
+    ({"NCCL_IB_DISABLE": "0"}, 64 * KIB, False),  # a CPU job: no NCCL
+])
+def test_infiniband_in_a_pod_with_a_locked_memory_limit_warns_once_naming_the_limit(environ, limit, warned, capsys,
+                                                                                    monkeypatch):
+    monkeypatch.setattr(launch, "_warned", [])
+    launch.check_locked_memory(environ, limit)
+    said = capsys.readouterr().err
+    assert said.count("launcher: warning: ") == int(warned), said
+    if warned:
+        assert "locked-memory limit is 64 KiB (ulimit -l)" in said and "LimitMEMLOCK=infinity" in said
+        assert launch._warned and launch.termination_message(1, None).count("; warning: ") == 1
+
+
+def test_this_machines_own_locked_memory_limit_is_read_when_none_is_given(capsys, monkeypatch):
+    monkeypatch.setattr(launch, "_warned", [])
+    launch.check_locked_memory({"NCCL_IB_DISABLE": "0", "INDEXED_TRAINER_GPUS": "1"})
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    assert (f"is {soft // KIB} KiB" in capsys.readouterr().err) == (soft != resource.RLIM_INFINITY)
