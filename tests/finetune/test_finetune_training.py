@@ -354,13 +354,13 @@ def test_a_token_cache_naming_fewer_classes_than_its_labels_is_refused_naming_it
     import numpy as np
 
     model, data = world
-    first = run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1"})
+    first = run_finetune(model, data, tmp_path / "out", {"MAX_STEPS": "1"})  # the cache is written before step 1
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     (labels,) = (tmp_path / "out" / "token-cache").glob("*/train-labels.tokens")
     values = np.fromfile(labels, dtype=np.int32)
     values[0] = 7  # two classes in the data
     values.tofile(labels)
-    again = run_finetune(model, data, tmp_path / "out", {"EPOCHS": "1", "RESUME": "false"})
+    again = run_finetune(model, data, tmp_path / "out", {"MAX_STEPS": "1", "RESUME": "false"})
     assert again.returncode == 69, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"the tokenized data in {tmp_path / 'out' / 'token-cache'} has a class outside the 2 it names" \
         in again.stdout + again.stderr
