@@ -58,7 +58,7 @@ def recovery(data_dir: Path, world: int, fault: str, warm: bool = True, backoff:
             return False
         if warm and len(servers_ready) < world:
             return False
-        kill_index(1, whole_pod=fault == "pod")
+        kill_index(1, whole_pod=fault == "pod", root=directory / "root")  # this run's pod, not another local-job's
         killed["at"] = time.perf_counter()
         return True
 

@@ -39,7 +39,8 @@ def local_job(tmp_path, example: str) -> list[str]:
 def test_toy_ddp_snapshots_on_the_volume_and_resumes_after_a_killed_pod(tmp_path):
     process = subprocess.Popen(local_job(tmp_path, "toy-ddp"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=OUTSIDE, start_new_session=True)
-    log = lose_a_pod_when(process, "Epoch 20 | Training snapshot saved", 240, "toy-ddp-1-")  # pod 1's node is lost
+    # pod 1's node is lost
+    log = lose_a_pod_when(process, "Epoch 20 | Training snapshot saved", 240, "toy-ddp-1-", tmp_path / "root")
     resumed = [int(n) for n in re.findall(r"Resuming training from snapshot at Epoch (\d+)", log)]
     assert resumed and min(resumed) >= 20  # the gang came back and went on from the volume's snapshot
     assert "[RANK0] done: 60 epochs" in log and "[RANK1] done: 60 epochs" in log

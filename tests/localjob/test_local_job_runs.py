@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -82,8 +83,11 @@ def test_two_pods_train_to_the_documented_accuracy(tmp_path):
     assert pod_log and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ", line) for line in pod_log)
 
 
-def pod_processes(prefix: str) -> list[int]:
+def pod_processes(prefix: str, root: Path) -> list[int]:
+    """The live processes of the pods named ``prefix``... of the local-job whose volume root is ``root`` (a pod's
+    /tmp, its TMPDIR, lies under it): CI's other tiers run local-job pods of the same names on this machine."""
     needle = f"{POD_MARKER}={prefix}".encode()
+    inside = tuple({f"TMPDIR={root}/".encode(), f"TMPDIR={root.resolve()}/".encode()})
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -91,18 +95,20 @@ def pod_processes(prefix: str) -> list[int]:
                 environ = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if any(item.startswith(needle) for item in environ):
+            if any(item.startswith(needle) for item in environ) and any(item.startswith(inside) for item in environ):
                 pids.append(int(entry))
     return pids
 
 
-def lose_a_pod_when(process: subprocess.Popen, needle: str, timeout: float, pod: str, processes: int = 1) -> str:
-    """When ``needle`` shows in local-job's output: every process of pod ``pod`` (at least ``processes``) SIGKILLed
-    at once, as when its node is lost; local-job's whole output once it ends, which must be a success."""
+def lose_a_pod_when(process: subprocess.Popen, needle: str, timeout: float, pod: str, root: Path,
+                    processes: int = 1) -> str:
+    """When ``needle`` shows in local-job's output: every process of pod ``pod`` (at least ``processes``) of the
+    local-job with volume root ``root`` SIGKILLed at once, as when its node is lost; local-job's whole output once
+    it ends, which must be a success."""
     seen: list[str] = []
     try:
         assert read_until(process, needle, timeout, seen), "".join(seen[-50:])
-        victims = pod_processes(pod)
+        victims = pod_processes(pod, root)
         assert len(victims) >= processes, victims
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
@@ -122,7 +128,8 @@ def test_a_killed_pod_costs_only_the_work_since_the_last_checkpoint(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE,
                                start_new_session=True)
     # the node is lost: every process of the pod (torchrun and its worker) dies at once
-    log = lose_a_pod_when(process, "Rank 1: epoch: 2/4, batch: 10/64", 180, "mnist-train-1-", processes=2)
+    log = lose_a_pod_when(process, "Rank 1: epoch: 2/4, batch: 10/64", 180, "mnist-train-1-", tmp_path / "root",
+                          processes=2)
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["condition"]["type"] == "Complete"
     # only the lost pod was recreated: the survivor waited in place for its replacement
@@ -201,7 +208,7 @@ def test_active_deadline_ends_the_job(tmp_path):
     # the pods got SIGTERM and their grace period: the gang agreed to stop and rank 0 checkpointed
     assert "Rank 0: stop requested: checkpointing" in log
     assert re.search(r"Rank 1: stopped on request at (the end of )?epoch \d+.*, checkpointed; exiting 143", log), log
-    assert not pod_processes("mnist-train-")
+    assert not pod_processes("mnist-train-", tmp_path / "root")
 
 
 def test_two_jobs_side_by_side_do_not_collide(tmp_path):
