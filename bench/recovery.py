@@ -90,30 +90,19 @@ def recovery(data_dir: Path, world: int, fault: str, warm: bool = True, backoff:
             "total_without_backoff_s": at["first_step"] - backoff_s}
 
 
-def kill_index(index: int, whole_pod: bool, root: Path | None = None) -> int:
-    """SIGKILL the running pod of completion ``index`` (found by local-job's pod marker; with ``root``, only a pod of
-    the local-job whose volume root that is, by the pod's /tmp under it): every process of it, or only its workers
-    (not the launcher, ``python -m worker.launch``); how many processes it killed."""
-    from localjob.podspec import POD_MARKER
+def kill_index(index: int, whole_pod: bool, root: Path) -> int:
+    """SIGKILL the running pod of completion ``index`` of the local-job whose volume root is ``root``: every process
+    of it, or only its workers (not the launcher, ``python -m worker.launch``); how many processes it killed."""
+    from localjob.processes import pids_of_pods_named
 
-    needle = f"{POD_MARKER}=mnist-train-{index}-".encode()
-    inside = f"TMPDIR={root.resolve()}/".encode() if root is not None else b""
     killed = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in pids_of_pods_named(f"mnist-train-{index}-", root):
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
-                if not any(item.startswith(needle) for item in environ) or \
-                        (inside and not any(item.startswith(inside) for item in environ)):
-                    continue
-            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 command = handle.read()
             # the pod's own processes: its launcher and its warm-worker server (trainer_launcher/warm_workers.py)
-            pods_own = b"worker.launch" in command or b"trainer_launcher.warm_workers" in command
-            if whole_pod or not pods_own:
-                os.kill(int(entry.name), signal.SIGKILL)
+            if whole_pod or not (b"worker.launch" in command or b"trainer_launcher.warm_workers" in command):
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
         except (OSError, ProcessLookupError):
             continue

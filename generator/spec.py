@@ -52,13 +52,6 @@ NCCL_DEFAULTS = {
     "TORCH_NCCL_ENABLE_MONITORING": "1",
     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
 }
-# resources.gpu.network's presets of NCCL's transport (null: NCCL's own detection), also in the environment. tcp: no
-# attempt at verbs, and more threads and sockets per connection than NCCL's defaults of 1 each (its environment
-# documentation's values for 100 Gb/s networks; their product stays within its limit of 64).
-NCCL_NETWORK_PRESETS = {
-    "infiniband": {"NCCL_IB_DISABLE": "0"},
-    "tcp": {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"},
-}
 
 
 def environment_text(value: str | int | float | bool) -> str:
@@ -288,7 +281,8 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
                 gang_rounds.MAX_RESTARTS_VARIABLE: values["max_restarts"],
                 warm_start.WARM_AFTER_VARIABLE: warm_start.OFF if warm_after is None else warm_after,
                 } if built_in else {}
-    nccl = {**NCCL_DEFAULTS, **NCCL_NETWORK_PRESETS.get(gpu["network"], {})} if gpu["accelerator_count"] else {}
+    network = pod_environment.NCCL_NETWORK_PRESETS.get(gpu["network"], {})
+    nccl = {**NCCL_DEFAULTS, **network} if gpu["accelerator_count"] else {}
     environment = {**nccl, **request, **uris, **in_place,
                    metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
     return dict(sorted((key, environment_text(value)) for key, value in environment.items() if value is not None))

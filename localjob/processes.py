@@ -16,6 +16,20 @@ from localjob.podspec import POD_MARKER, ContainerRun
 from trainer_contract.exit_codes import signal_exit_code
 
 
+def _pids_whose_environment(matches: Callable[[list[bytes]], bool]) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                if matches(handle.read().split(b"\0")):
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
 def pod_pids(uid: str) -> list[int]:
     """Every live process of the pod: they all carry its marker in their environment.
 
@@ -23,17 +37,18 @@ def pod_pids(uid: str) -> list[int]:
     the marker finds them wherever they were re-parented.
     """
     needle = f"{POD_MARKER}={uid}".encode()
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0"):
-                    pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
+    return _pids_whose_environment(lambda environment: needle in environment)
+
+
+def pids_of_pods_named(prefix: str, volume_root: Path) -> list[int]:
+    """The live processes of the pods whose names start with ``prefix`` (``mnist-train-1-``: index 1's, whatever
+    its suffix) in the local-job whose volume root is ``volume_root``: a pod's TMPDIR lies under it, and another
+    local-job on the same machine may run pods of the same names. For those who stand in for a lost node (the tests,
+    the recovery bench)."""
+    marker = f"{POD_MARKER}={prefix}".encode()
+    inside = tuple({f"TMPDIR={volume_root}/".encode(), f"TMPDIR={volume_root.resolve()}/".encode()})
+    return _pids_whose_environment(lambda environment: any(item.startswith(marker) for item in environment)
+                                   and any(item.startswith(inside) for item in environment))
 
 
 def kill_pod(uid: str, sig: int = signal.SIGKILL) -> None:

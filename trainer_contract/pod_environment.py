@@ -12,6 +12,16 @@ CPU_FALLBACK_VARIABLE = "INDEXED_TRAINER_CPU_FALLBACK"
 # Families of runtime settings any PyTorch process reads (NCCL_SOCKET_IFNAME, TORCH_NCCL_..., GLOO_...):
 # passed through for the built-in worker too.
 RUNTIME_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KMP_")
+# NCCL's switch for its InfiniBand (verbs) transport: "0" uses the HCAs, and the launcher then checks the pod's
+# locked-memory limit that the verbs transport needs.
+IB_DISABLE_VARIABLE = "NCCL_IB_DISABLE"
+# resources.gpu.network's presets of NCCL's transport (null: NCCL's own detection), also in the environment. tcp: no
+# attempt at verbs, and more threads and sockets per connection than NCCL's defaults of 1 each (its environment
+# documentation's values for 100 Gb/s networks; their product stays within its limit of 64).
+NCCL_NETWORK_PRESETS = {
+    "infiniband": {IB_DISABLE_VARIABLE: "0"},
+    "tcp": {IB_DISABLE_VARIABLE: "1", "NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"},
+}
 
 # Variables torchrun or the Job set for every process: a user value would silently be overridden, or
 # would silently override torchrun's own flags (torchrun reads PET_<FLAG> as --<flag>).

@@ -238,7 +238,7 @@ def check_locked_memory(environ=os.environ, limit: int | None = None) -> None:
     locked-memory limit is not unlimited: NCCL registers its buffers with the HCA, which pins them. A non-root
     container cannot be given CAP_IPC_LOCK (added capabilities never reach its processes), so the limit is the
     node's container runtime's to set; NCCL itself would fail later, inside the first collective."""
-    if environ.get("NCCL_IB_DISABLE", "").strip() != "0" or not int(environ.get(pod_environment.GPUS_VARIABLE, "0") or 0):
+    if environ.get(pod_environment.IB_DISABLE_VARIABLE, "").strip() != "0" or not int(environ.get(pod_environment.GPUS_VARIABLE, "0") or 0):
         return
     if limit is None:
         limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]

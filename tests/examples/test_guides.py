@@ -114,7 +114,7 @@ def test_the_slurm_guide_renders_two_whole_gpu_nodes_with_its_logs_in_the_shared
 def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on_this_machine(tmp_path):
     """The 7B LoRA guide as written: its cluster render (Kueue's suspended Job, 8 GPUs and the RDMA resource per
     pod, NCCL's verbs transport, no warning), then its values on this machine's CPUs, one process per pod, with the
-    tests' tiny Llama served as Qwen/Qwen2.5-7B-Instruct and 9,000 short conversations under the guide's S3 prefix:
+    tests' tiny Llama served as Qwen/Qwen2.5-7B-Instruct and 4,000 short conversations under the guide's S3 prefix:
     the guide's own hyper-parameters (4,096-token packed blocks, 2 x 8 a step per process, 2 % held out, the best
     checkpoint by loss) stage, train, evaluate and export the merged model to the bucket."""
     pytest.importorskip("peft")
@@ -124,7 +124,7 @@ def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on
     model = make_model(tmp_path / "model")
     with guide_world(tmp_path, model, "Qwen/Qwen2.5-7B-Instruct", ("team-data", "team-checkpoints", "team-models")) \
             as (client, hub, env):
-        chats = make_chat_data(tmp_path / "chats", train=9000, validation=0)
+        chats = make_chat_data(tmp_path / "chats", train=4000, validation=0)
         lines = (chats / "train.jsonl").read_text().splitlines(keepends=True)
         for part in range(2):
             client.put_object(Bucket="team-data", Key=f"support-chats/conversations/part-{part:05d}.jsonl",

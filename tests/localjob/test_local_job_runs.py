@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localjob.podspec import POD_MARKER
+from localjob.processes import pids_of_pods_named
 from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 from tests.conftest import BIN, OUTSIDE
 from tests.rendering import gen_manifests
@@ -83,23 +83,6 @@ def test_two_pods_train_to_the_documented_accuracy(tmp_path):
     assert pod_log and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ", line) for line in pod_log)
 
 
-def pod_processes(prefix: str, root: Path) -> list[int]:
-    """The live processes of the pods named ``prefix``... of the local-job whose volume root is ``root`` (a pod's
-    /tmp, its TMPDIR, lies under it): CI's other tiers run local-job pods of the same names on this machine."""
-    needle = f"{POD_MARKER}={prefix}".encode()
-    inside = tuple({f"TMPDIR={root}/".encode(), f"TMPDIR={root.resolve()}/".encode()})
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                environ = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if any(item.startswith(needle) for item in environ) and any(item.startswith(inside) for item in environ):
-                pids.append(int(entry))
-    return pids
-
-
 def lose_a_pod_when(process: subprocess.Popen, needle: str, timeout: float, pod: str, root: Path,
                     processes: int = 1) -> str:
     """When ``needle`` shows in local-job's output: every process of pod ``pod`` (at least ``processes``) of the
@@ -108,7 +91,7 @@ def lose_a_pod_when(process: subprocess.Popen, needle: str, timeout: float, pod:
     seen: list[str] = []
     try:
         assert read_until(process, needle, timeout, seen), "".join(seen[-50:])
-        victims = pod_processes(pod, root)
+        victims = pids_of_pods_named(pod, root)
         assert len(victims) >= processes, victims
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
@@ -208,7 +191,7 @@ def test_active_deadline_ends_the_job(tmp_path):
     # the pods got SIGTERM and their grace period: the gang agreed to stop and rank 0 checkpointed
     assert "Rank 0: stop requested: checkpointing" in log
     assert re.search(r"Rank 1: stopped on request at (the end of )?epoch \d+.*, checkpointed; exiting 143", log), log
-    assert not pod_processes("mnist-train-", tmp_path / "root")
+    assert not pids_of_pods_named("mnist-train-", tmp_path / "root")
 
 
 def test_two_jobs_side_by_side_do_not_collide(tmp_path):
