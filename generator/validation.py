@@ -29,6 +29,7 @@ from generator.spec import (
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
+from trainer_contract.data_mixture import mixture_problem
 from trainer_contract.global_batch import accumulation_problem
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.pod_environment import RUNTIME_PREFIXES, reserved
@@ -282,7 +283,7 @@ def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
     return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_pattern_problems(values, spec)) + \
-        list(_metrics_problems(spec)) + list(_batch_problems(spec)) + [
+        list(_metrics_problems(spec)) + list(_batch_problems(spec)) + list(_mixture_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
 
 
@@ -306,6 +307,14 @@ def _batch_problems(spec: JobSpec) -> Iterable[str]:
     problem = accumulation_problem(config, spec.replicas * spec.procs_per_node)
     if problem:
         yield f"config_map.{problem} (replicas {spec.replicas} x {spec.procs_per_node} processes per pod)"
+
+
+def _mixture_problems(spec: JobSpec) -> Iterable[str]:
+    """TRAIN_WEIGHTS weighs TRAIN_FILES' globs, one weight each, as the program will check."""
+    config = spec.program_config()
+    problem = mixture_problem(config) if config is not None else None
+    if problem:
+        yield f"config_map.{problem}"
 
 
 def _metrics_problems(spec: JobSpec) -> Iterable[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE, EPOCH_STEP, OPTIMIZER_STEP, OWN_PROGRAM, Naming
+from trainer_contract.data_mixture import TRAIN_WEIGHTS_VARIABLE
 from trainer_contract.settings import (
     changed,
     choice,
@@ -27,6 +28,7 @@ from trainer_contract.settings import (
     parse_path,
     parse_positive_float,
     parse_positive_int,
+    parse_weights,
     setting,
 )
 
@@ -321,6 +323,13 @@ class TableDataSettings:
         "TRAIN_FILES", parse_file_patterns, (),
         "Comma-separated globs, relative to DATASET_DIR, of the training files (`chat/*.jsonl,extra.parquet`; `**` "
         "for any folders), as datasets' data_files; empty: the files named after the train split.", shaping=True)
+    train_weights: tuple[float, ...] = setting(
+        TRAIN_WEIGHTS_VARIABLE, parse_weights, (),
+        "Comma-separated weights, one per TRAIN_FILES glob, each glob's files one dataset (`3,1`): an epoch takes as "
+        "many rows as they hold together, each dataset's share in proportion to its weight (less than its rows: rows "
+        "SEED chooses; more: its rows repeated, then rows SEED chooses), as datasets' interleave_datasets("
+        "probabilities) with the shares fixed, the same on every rank and restart; EVAL_FRACTION holds out of each "
+        "dataset before the mix. Empty: every row once.", shaping=True)
     eval_files: tuple[str, ...] = setting(
         "EVAL_FILES", parse_file_patterns, (),
         "The same for the evaluation files (none may be a training file); empty: the validation split's files, else "

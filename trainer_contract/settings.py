@@ -91,6 +91,16 @@ def parse_fraction(text: str) -> float:
     return value
 
 
+def parse_weights(text: str) -> tuple[float, ...]:
+    """Comma-separated positive numbers (``3,1``, ``0.7,0.3``); empty: none."""
+    parts = [part.strip() for part in text.split(",")] if text.strip() else []
+    try:
+        weights = tuple(parse_positive_float(part) for part in parts)
+    except ValueError:
+        raise ValueError("must be comma-separated positive numbers, one per glob (3,1)") from None
+    return weights
+
+
 def parse_file_patterns(text: str) -> tuple[str, ...]:
     """Comma-separated globs (``train/*.jsonl,extra.parquet``, ``**`` for any folders) relative to the data's folder,
     which none may leave: no absolute path, no ``..``; empty: none."""

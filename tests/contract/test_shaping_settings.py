@@ -13,7 +13,7 @@ SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
 ADAMW = {"weight_decay", "warmup_steps", "lr_scheduler_type", "max_steps", "gradient_accumulation_steps",
          "global_batch_size"}
 # which rows train (TableDataSettings); EVAL_FILES only says which evaluate
-TABLES = {"train_files", "eval_fraction"}
+TABLES = {"train_files", "train_weights", "eval_fraction"}
 
 
 @pytest.mark.parametrize("config, shaping", [

@@ -1,6 +1,7 @@
 """Which of DATASET_DIR's rows train and which evaluate (trainer_runtime/pretrained/tables.py's ``splits``, read by
 worker.finetune and worker.sft): files named after their split, files TRAIN_FILES and EVAL_FILES match, or
-EVAL_FRACTION of the train rows held out, and every way a layout is refused, one line naming the variable."""
+EVAL_FRACTION of the train rows held out; TRAIN_FILES' datasets mixed by TRAIN_WEIGHTS
+(trainer_contract/data_mixture.py); and every way a layout is refused, one line naming the variable."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.generator.helpers import run_main
+from trainer_contract import data_mixture
 from trainer_contract.config_reading import ConfigError, load_config
 from trainer_contract.program_settings import FinetuneConfig, SftConfig
-from trainer_contract.settings import parse_file_patterns, parse_fraction
+from trainer_contract.settings import parse_file_patterns, parse_fraction, parse_weights
 from trainer_runtime.pretrained.tables import DatasetError, Split, held_out, splits
 
 
@@ -136,6 +139,8 @@ REFUSED = {
                     "a/*.jsonl,chat/../../x.jsonl": "leaves the data's folder ('chat/../../x.jsonl')"},
     "EVAL_FILES": {"/etc/*.json": "leaves the data's folder"},
     "EVAL_FRACTION": {value: "must be a fraction" for value in ("1", "-0.1", "nan")},
+    "TRAIN_WEIGHTS": {value: "must be comma-separated positive numbers, one per glob (3,1)"
+                      for value in ("3,-1", "0", "3,,1", "inf", "a,b")},
 }
 
 
@@ -170,3 +175,117 @@ def test_a_fraction_parses_to_zero_or_more_and_below_one(value):
         assert not 0 <= value < 1
         return
     assert 0 <= parsed < 1 and parsed == value
+
+
+@pytest.mark.parametrize("sizes, weights, expected", [
+    ((400, 1200), (3, 1), [1200, 400]),    # the smaller dataset taken three times, the larger one in part
+    ((10, 10), (1, 1), [10, 10]),          # equal weights of equal datasets: every row once
+    ((10, 10), (0.7, 0.3), [14, 6]),
+    ((1, 1, 1), (1, 1, 1), [1, 1, 1]),
+    ((5, 5), (1, 2), [3, 7]),              # 3.33 and 6.67: the larger remainder takes the last row
+    ((3, 4), (1, 1), [4, 3]),              # 3.5 each: a tie goes to the first dataset
+])
+def test_each_dataset_takes_its_weights_share_of_an_epoch_of_all_their_rows(sizes, weights, expected):
+    assert data_mixture.shares(sizes, weights) == expected
+
+
+@given(st.lists(st.tuples(st.integers(1, 500), st.floats(0.001, 1000)), min_size=1, max_size=6))
+def test_the_shares_add_up_to_the_rows_and_each_is_its_weights_rounded(datasets):
+    sizes, weights = zip(*datasets, strict=True)
+    counts = data_mixture.shares(sizes, weights)
+    total, whole = sum(sizes), sum(weights)
+    assert sum(counts) == total and min(counts) >= 0
+    assert all(abs(count - total * weight / whole) < 1 + 1e-6 for count, weight in zip(counts, weights, strict=True))
+
+
+@given(st.integers(1, 50), st.integers(0, 200), st.integers(0, 2**32))
+def test_a_share_takes_every_row_as_often_as_it_fits_then_distinct_rows(size, share, seed):
+    import random
+
+    rows = data_mixture.drawn(size, share, random.Random(seed))
+    assert len(rows) == share and rows == sorted(rows) and set(rows) <= set(range(size))
+    times = {row: rows.count(row) for row in range(size)}
+    assert set(times.values()) <= {share // size, share // size + 1}  # no row twice before every row once
+    assert rows == data_mixture.drawn(size, share, random.Random(seed))  # the same on every rank and restart
+
+
+def test_two_datasets_mix_by_weight_with_each_held_out_before_the_mix(tmp_path):
+    """3:1 of a 40-row and a 120-row dataset: an epoch of the 152 rows left after 5 % of each is held out, 114 from
+    the smaller one (every row twice or three times) and 38 from the larger (distinct rows, SEED's); no evaluated row
+    is trained on; the same mix on every call (every rank, every restart); another SEED, other rows."""
+    rows(tmp_path / "chat" / "a.jsonl", 0, 40)
+    rows(tmp_path / "code" / "b.jsonl", 1000, 120)
+    settings = {"TRAIN_FILES": "chat/*.jsonl,code/*.jsonl", "TRAIN_WEIGHTS": "3,1"}
+    trained, evaluated = splits(config(tmp_path, SftConfig, **settings))
+    chat = [text for text in texts(trained) if int(text.split()[1]) < 1000]
+    code = [text for text in texts(trained) if int(text.split()[1]) >= 1000]
+    assert (len(chat), len(code)) == (114, 38)  # 38 + 114 kept rows: shares of 3/4 and 1/4
+    assert len(set(chat)) == 38 and {chat.count(text) for text in chat} <= {2, 3}
+    assert len(set(code)) == 38
+    assert len(texts(evaluated)) == 2 + 6 and not set(texts(evaluated)) & set(texts(trained))
+    assert evaluated.source == ("0.05 of each of TRAIN_FILES' datasets held out (EVAL_FRACTION; SEED chose the rows)")
+    assert trained.source == ("TRAIN_FILES' datasets mixed by TRAIN_WEIGHTS: chat/*.jsonl x3 (114 rows of 38), "
+                              "code/*.jsonl x1 (38 rows of 114)")
+    again, _ = splits(config(tmp_path, SftConfig, **settings))
+    assert texts(again) == texts(trained)
+    other, _ = splits(config(tmp_path, SftConfig, **settings, SEED="7"))
+    assert sorted(set(texts(other))) != sorted(set(texts(trained)))
+
+
+@pytest.mark.parametrize("files, variables, message", [
+    ({"a.jsonl": (0, 4)}, {"TRAIN_FILES": "a.jsonl,*.jsonl", "TRAIN_WEIGHTS": "1,1"},
+     r"^TRAIN_FILES: a.jsonl is matched by a.jsonl and another glob: with TRAIN_WEIGHTS each file belongs to one "
+     r"dataset; narrow the globs$"),
+    ({"a.jsonl": (0, 4), "b.csv": "text,label\n"}, {"TRAIN_FILES": "a.jsonl,b.csv", "TRAIN_WEIGHTS": "1,1"},
+     r"^TRAIN_FILES: b.csv's files hold no rows: TRAIN_WEIGHTS cannot draw its share from them$"),
+])
+def test_datasets_that_cannot_mix_are_refused_naming_why(tmp_path, files, variables, message):
+    for path, content in files.items():
+        if isinstance(content, str):  # a table's header without rows
+            (tmp_path / path).write_text(content)
+        else:
+            rows(tmp_path / path, *content)
+    with pytest.raises(DatasetError, match=message):
+        splits(config(tmp_path, **variables))
+
+
+@pytest.mark.parametrize("variables, problem", [
+    ({"TRAIN_WEIGHTS": "3,1"}, "TRAIN_WEIGHTS: weighs TRAIN_FILES' globs, one dataset each, and TRAIN_FILES is empty"),
+    ({"TRAIN_WEIGHTS": "3", "TRAIN_FILES": "a/*,b/*"}, "TRAIN_WEIGHTS: 1 weight for 2 TRAIN_FILES globs: give one "
+     "weight per glob, in TRAIN_FILES' order"),
+    ({"TRAIN_WEIGHTS": "3,1,1", "TRAIN_FILES": "a/*,b/*"}, "TRAIN_WEIGHTS: 3 weights for 2 TRAIN_FILES globs"),
+])
+def test_weights_that_do_not_match_the_globs_are_a_configuration_error(tmp_path, variables, problem):
+    settings = config(tmp_path, SftConfig, **variables)
+    assert data_mixture.mixture_problem(settings).startswith(problem)
+    with pytest.raises(ConfigError) as refused:
+        splits(settings)
+    assert refused.value.problems == [data_mixture.mixture_problem(settings)]
+
+
+@given(st.text(max_size=40))
+def test_weights_parse_to_positive_numbers_or_are_refused(text):
+    try:
+        weights = parse_weights(text)
+    except ValueError as refused:
+        assert "comma-separated positive numbers" in str(refused)
+        return
+    assert all(math.isfinite(weight) and weight > 0 for weight in weights)
+    assert len(weights) == (len(text.split(",")) if text.strip() else 0)
+
+
+@pytest.mark.parametrize("sets, said", [
+    (["config_map.TRAIN_WEIGHTS=3,1"], "config_map.TRAIN_WEIGHTS: weighs TRAIN_FILES' globs, one dataset each, and "
+     "TRAIN_FILES is empty: name each dataset's files by a glob (TRAIN_FILES=chat/*.jsonl,code/*.jsonl)"),
+    (["config_map.TRAIN_FILES=chat/*.jsonl,code/*.jsonl", "config_map.TRAIN_WEIGHTS=3"],
+     "config_map.TRAIN_WEIGHTS: 1 weight for 2 TRAIN_FILES globs: give one weight per glob, in TRAIN_FILES' order"),
+    (["config_map.TRAIN_FILES=chat/*.jsonl,code/*.jsonl", "config_map.TRAIN_WEIGHTS=3,0"],
+     "config_map.TRAIN_WEIGHTS: '3,0' must be comma-separated positive numbers, one per glob (3,1)"),
+    (["config_map.TRAIN_FILES=chat/*.jsonl,code/*.jsonl", "config_map.TRAIN_WEIGHTS=3,1"], None),
+])
+def test_the_render_checks_the_weights_against_the_globs_as_the_program_will(sets, said):
+    result = run_main(*(arg for item in ("entrypoint.module=worker.sft", *sets) for arg in ("--set", item)))
+    if said is None:
+        assert result.exit_code == 0, result.stderr
+        return
+    assert result.exit_code == 2 and result.stdout == "" and said in result.stderr, result.stderr

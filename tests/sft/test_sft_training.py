@@ -100,7 +100,8 @@ def test_train_files_name_the_data_and_a_fraction_is_held_out_where_no_file_hold
                                                                                                         tmp_path):
     """Data as users have it: the conversations under their own names and no validation split. TRAIN_FILES names
     them, EVAL_FRACTION of the rows evaluate (the log says which), and a resume with another fraction is refused
-    (its training rows would differ); with EVAL_FRACTION=0 the run refuses to start, naming the ways out."""
+    (its training rows would differ); with EVAL_FRACTION=0 the run refuses to start, naming the ways out. A second
+    dataset mixes in by TRAIN_WEIGHTS."""
     model, data = world
     mine = tmp_path / "mine"
     (mine / "conversations").mkdir(parents=True)
@@ -120,6 +121,16 @@ def test_train_files_name_the_data_and_a_fraction_is_held_out_where_no_file_hold
     assert refused.returncode == 69 and f"DATASET_DIR: {mine} has no validation or test split to evaluate on: add " \
         "one (validation.jsonl), name its files with EVAL_FILES" in refused.stdout, refused.stdout[-3000:]
     assert not (tmp_path / "refused" / "metrics.jsonl").exists()
+    # a second dataset mixed in at three times the weight: the start line says each one's share
+    (mine / "more").mkdir()
+    (mine / "more" / "part-0.jsonl").write_text((data / "validation.jsonl").read_text())
+    mixed = run_sft(model, mine, tmp_path / "mixed", {**short, "TRAIN_FILES": "conversations/*.jsonl,more/*.jsonl",
+                                                       "TRAIN_WEIGHTS": "1,3", "TRAIN_SAMPLES": "0", "EVAL_FRACTION": "0.1"})
+    assert mixed.returncode == 0, mixed.stdout[-3000:] + mixed.stderr[-3000:]
+    assert re.search(r"Rank 0: 100 training examples \(\d+ supervised tokens\), 12 held-out examples, from \S+ \("
+                     r"training: TRAIN_FILES' datasets mixed by TRAIN_WEIGHTS: conversations/\*\.jsonl x1 \(25 rows "
+                     r"of 86\), more/\*\.jsonl x3 \(75 rows of 14\); evaluation: 0\.1 of each of TRAIN_FILES' "
+                     r"datasets held out", mixed.stdout), mixed.stdout[-3000:]
 
 
 def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, uninterrupted, tmp_path):

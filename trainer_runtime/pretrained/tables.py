@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer_contract import data_mixture
+from trainer_contract.settings import ConfigError
+
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 EVALUATION_SPLITS = ("validation", "test")
 
@@ -65,6 +68,18 @@ class Split:
         """The first ``limit`` rows (0: all): TRAIN_SAMPLES and EVAL_SAMPLES."""
         return Split(self.name, self.source, {key: values[:limit] for key, values in self.rows.items()} if limit
                      else self.rows)
+
+
+def mixed_source(settings: Any, train: Split) -> str:
+    """The train split's source where TRAIN_WEIGHTS mixed it (a start line says the mix), else empty."""
+    return train.source if getattr(settings, "train_weights", ()) else ""
+
+
+def sources_said(facts: dict[str, Any]) -> str:
+    """Where a start line's rows came from, from a tokenized run's facts: the mix where one was made, the evaluation
+    split's source always."""
+    mix = facts.get("training_mix")  # absent from a token cache written before mixes were said
+    return f"({f'training: {mix}; ' if mix else ''}evaluation: {facts['evaluation_source']})"
 
 
 def _described(name: str, paths: list[Path], dataset_dir: Path) -> str:
@@ -119,7 +134,10 @@ def _evaluation_files(settings: Any) -> tuple[list[Path], str, str] | None:
 
 def splits(settings: Any) -> tuple[Split, Split]:
     """The train and evaluation splits of ``settings.dataset_dir``: the files TRAIN_FILES and EVAL_FILES match, else
-    those named after their split (evaluation: validation, else test), else EVAL_FRACTION of the train rows."""
+    those named after their split (evaluation: validation, else test), else EVAL_FRACTION of the train rows; with
+    TRAIN_WEIGHTS, the train rows are its datasets' mix (trainer_contract/data_mixture.py)."""
+    if getattr(settings, "train_weights", ()):
+        return _mixed_splits(settings)
     dataset_dir = settings.dataset_dir
     train_paths = (matched_files(dataset_dir, settings.train_files, "TRAIN_FILES") if settings.train_files
                    else split_files(dataset_dir, "train"))
@@ -129,17 +147,87 @@ def splits(settings: Any) -> tuple[Split, Split]:
                            "naming its files; set initializer.dataset.storage_uri, or DATASET_DIR")
     train_name = "TRAIN_FILES' files" if settings.train_files else "the train split"
     train = Split("train", _described(train_name, train_paths, dataset_dir), read_table(train_paths))
-    evaluation = _evaluation_files(settings)
+    evaluation = _named_evaluation(settings, train_paths)
     if evaluation is not None:
-        eval_paths, name, described = evaluation
-        both = sorted(set(eval_paths) & set(train_paths))
-        if both:  # named by the variable that took it in: EVAL_FILES, else TRAIN_FILES' glob
-            raise DatasetError(f"{'EVAL_FILES' if settings.eval_files else 'TRAIN_FILES'}: "
-                               f"{both[0].relative_to(dataset_dir)} is a training file and an evaluation file: the "
-                               "evaluation would score what the model learnt; narrow TRAIN_FILES or EVAL_FILES")
-        return train, Split(name, _described(described, eval_paths, dataset_dir), read_table(eval_paths))
-    if not settings.eval_fraction:
-        raise DatasetError(f"DATASET_DIR: {dataset_dir} has no validation or test split to evaluate on: add one "
-                           "(validation.jsonl), name its files with EVAL_FILES, or hold out a fraction of the train "
-                           "rows with EVAL_FRACTION")
+        return train, evaluation
+    _require_evaluation_fraction(settings)
     return held_out(train, settings.eval_fraction, settings.seed)
+
+
+def _named_evaluation(settings: Any, train_paths: list[Path]) -> Split | None:
+    """The evaluation split its files hold (EVAL_FILES', else the validation or test split's), none of them a
+    training file; None where no file holds one."""
+    evaluation = _evaluation_files(settings)
+    if evaluation is None:
+        return None
+    eval_paths, name, described = evaluation
+    both = sorted(set(eval_paths) & set(train_paths))
+    if both:  # named by the variable that took it in: EVAL_FILES, else TRAIN_FILES' glob
+        raise DatasetError(f"{'EVAL_FILES' if settings.eval_files else 'TRAIN_FILES'}: "
+                           f"{both[0].relative_to(settings.dataset_dir)} is a training file and an evaluation file: "
+                           "the evaluation would score what the model learnt; narrow TRAIN_FILES or EVAL_FILES")
+    return Split(name, _described(described, eval_paths, settings.dataset_dir), read_table(eval_paths))
+
+
+def _require_evaluation_fraction(settings: Any) -> None:
+    if not settings.eval_fraction:
+        raise DatasetError(f"DATASET_DIR: {settings.dataset_dir} has no validation or test split to evaluate on: add "
+                           "one (validation.jsonl), name its files with EVAL_FILES, or hold out a fraction of the "
+                           "train rows with EVAL_FRACTION")
+
+
+def _mixed_splits(settings: Any) -> tuple[Split, Split]:
+    """TRAIN_WEIGHTS' mix of TRAIN_FILES' datasets (one per glob) and the evaluation split: its own files', else
+    EVAL_FRACTION held out of each dataset before the mix (an evaluated row is never trained on)."""
+    problem = data_mixture.mixture_problem(settings)
+    if problem:
+        raise ConfigError([problem])
+    dataset_dir, globs = settings.dataset_dir, settings.train_files
+    groups = [matched_files(dataset_dir, (glob,), "TRAIN_FILES") for glob in globs]
+    for glob, paths in zip(globs, groups, strict=True):
+        other = next((path for other in groups if other is not paths for path in paths if path in other), None)
+        if other is not None:
+            raise DatasetError(f"TRAIN_FILES: {other.relative_to(dataset_dir)} is matched by {glob} and another "
+                               "glob: with TRAIN_WEIGHTS each file belongs to one dataset; narrow the globs")
+    datasets = [Split("train", glob, read_table(paths)) for glob, paths in zip(globs, groups, strict=True)]
+    for dataset in datasets:
+        if not _row_count(dataset):
+            raise DatasetError(f"TRAIN_FILES: {dataset.source}'s files hold no rows: TRAIN_WEIGHTS cannot draw its "
+                               "share from them")
+    evaluation = _named_evaluation(settings, [path for paths in groups for path in paths])
+    if evaluation is None:
+        _require_evaluation_fraction(settings)
+        parts = [held_out(dataset, settings.eval_fraction, settings.seed) for dataset in datasets]
+        datasets = [kept for kept, _ in parts]
+        evaluated = [part for _, part in parts]
+        evaluation = Split("held-out", f"{settings.eval_fraction:g} of each of TRAIN_FILES' datasets held out "
+                           "(EVAL_FRACTION; SEED chose the rows)", _concatenated([part.rows for part in evaluated]))
+    return _mixed(datasets, settings.train_weights, settings.seed), evaluation
+
+
+def _row_count(split: Split) -> int:
+    return len(next(iter(split.rows.values()), []))
+
+
+def _concatenated(tables: list[dict[str, list[Any]]]) -> dict[str, list[Any]]:
+    columns = set(tables[0])
+    for table in tables[1:]:
+        if set(table) != columns:
+            raise DatasetError(f"TRAIN_FILES: the datasets have different columns ({sorted(columns)}, "
+                               f"{sorted(table)}); TRAIN_WEIGHTS mixes datasets of the same columns")
+    return {column: [value for table in tables for value in table[column]] for column in tables[0]}
+
+
+def _mixed(datasets: list[Split], weights: tuple[float, ...], seed: int) -> Split:
+    """One train split of ``datasets``' rows, each dataset's share by its weight (trainer_contract/data_mixture.py),
+    the rows ``seed`` chooses the same on every rank and every restart."""
+    sizes = [_row_count(dataset) for dataset in datasets]
+    counts = data_mixture.shares(sizes, weights)
+    rng = random.Random(seed)
+    chosen = []
+    for dataset, size, share in zip(datasets, sizes, counts, strict=True):
+        rows = data_mixture.drawn(size, share, rng)
+        chosen.append({column: [values[row] for row in rows] for column, values in dataset.rows.items()})
+    said = ", ".join(f"{dataset.source} x{weight:g} ({share:,} rows of {size:,})"
+                     for dataset, weight, share, size in zip(datasets, weights, counts, sizes, strict=True))
+    return Split("train", f"TRAIN_FILES' datasets mixed by TRAIN_WEIGHTS: {said}", _concatenated(chosen))

@@ -26,6 +26,7 @@ class Texts:
     evaluation: Split
     evaluation_split: str
     evaluation_source: str  # where its rows came from (files, or the train rows held out), for the logs
+    training_mix: str  # TRAIN_WEIGHTS' mix of the train rows, said in the logs; empty: no mix
     label_names: list[str] | None  # the labels' names where the data gave names, else None
 
 
@@ -68,7 +69,7 @@ def load(config: Any) -> Texts:
     eval_texts, eval_pairs, eval_labels = _split(evaluation, config, config.eval_samples)
     train_numbers, eval_numbers, names = _numbered(train_labels, eval_labels, evaluation.name)
     return Texts(Split(train_texts, train_pairs, train_numbers), Split(eval_texts, eval_pairs, eval_numbers),
-                 evaluation.name, evaluation.source, names)
+                 evaluation.name, evaluation.source, tables.mixed_source(config, train), names)
 
 
 def tokenized(tokenizer: Any, split: Split, max_length: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import token_cache
+from trainer_runtime.pretrained import tables, token_cache
 from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
 from trainer_runtime.pretrained.loop import Loop
@@ -66,6 +66,7 @@ def _tokenized(config: FinetuneConfig, tokenizer: Any) -> TokenizedSplits:
     evaluation = text_data.tokenized(tokenizer, data.evaluation, config.max_seq_length)
     return TokenizedSplits(train, evaluation, {
         "label_names": names, "evaluation_split": data.evaluation_split, "evaluation_source": data.evaluation_source,
+        "training_mix": data.training_mix,
         "tokens": sum(len(item["input_ids"]) for item in train)})
 
 
@@ -88,8 +89,8 @@ def _load(config: FinetuneConfig, log, tokenizing: Tokenizing) -> Loaded:
             "names: remove that directory and start again"])
     model, loading = _model(config, names)
     log(f"{len(data.train)} training texts ({facts['tokens']} tokens), {len(data.evaluation)} "
-        f"{facts['evaluation_split']} texts, {len(names)} classes, from {config.dataset_dir} (evaluation: "
-        f"{facts['evaluation_source']})")
+        f"{facts['evaluation_split']} texts, {len(names)} classes, from {config.dataset_dir} "
+        f"{tables.sources_said(facts)}")
     new = sorted(set(loading["missing_keys"]) | {key for key, *_ in loading.get("mismatched_keys", ())})
     log(f"new weights for the task: {', '.join(new) or 'none'}; unused from the checkpoint: "
         f"{', '.join(sorted(loading['unexpected_keys'])) or 'none'}")

@@ -78,6 +78,7 @@ def _tokenized(config: SftConfig, tokenizer: Any, log) -> TokenizedSplits:
     train = examples_of(config, tokenizer, train_rows, config.train_samples, log)
     evaluation = examples_of(config, tokenizer, held_out, config.eval_samples, log)
     return TokenizedSplits(train, evaluation, {"evaluation_split": held_out.name, "evaluation_source": held_out.source,
+                                               "training_mix": tables.mixed_source(config, train_rows),
                                                "supervised_tokens": sum(example.supervised for example in train)})
 
 
@@ -103,7 +104,7 @@ def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
     facts = data.facts
     log(f"{len(data.train)} training {'blocks' if config.packing else 'examples'} "
         f"({facts['supervised_tokens']} supervised tokens), {len(data.evaluation)} {facts['evaluation_split']} "
-        f"examples, from {config.dataset_dir} (evaluation: {facts['evaluation_source']}); {adapted}: "
+        f"examples, from {config.dataset_dir} {tables.sources_said(facts)}; {adapted}: "
         f"{trainable} of {total} weights train, under {config.strategy}"
         f"{', activations recomputed' if config.activation_checkpointing else ''}")
     return Loaded(tokenizer, model, data.train, data.evaluation)
