@@ -50,7 +50,8 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
 @pytest.mark.slow
 def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_path):
     """python -m bench.transformers --quick: worker.finetune against Hugging Face's Trainer, worker.qa's fsdp
-    against ddp and worker.sft against TRL's SFTTrainer, each run to the end (no timing assertions)."""
+    against ddp and worker.sft against TRL's SFTTrainer, each run to the end (no timing assertions), and worker.sft's
+    model loaded and sharded with its weights read once and by each rank."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     pytest.importorskip("trl")
@@ -59,7 +60,8 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
                             capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for row in ("tokens/s per process, ws 2", "time to macro F1 95, ws 2", "peak memory growth per rank, worker.qa",
-                "SFT tokens/s per process, ws 2", "SFT peak resident memory per rank", "SFT evaluation loss after"):
+                "SFT tokens/s per process, ws 2", "SFT peak resident memory per rank", "SFT evaluation loss after",
+                "host memory a node's 2 processes take to load and shard Llama 2x64 (0.1 M params, fp32) under fsdp"):
         assert row in result.stdout
     results = json.loads(out.read_text())
     for contender in ("worker", "trainer"):
@@ -71,6 +73,9 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
     for contender in ("worker", "trl"):
         sft = results["sft"][contender]
         assert sft["tokens_per_second"] > 0 and sft["peak_mib"] > 0 and 0 < sft["evaluation_loss"] < 20
+    loaded = results["shared_load"]["2"]
+    for way in ("once", "each"):  # each rank's peak once the model is sharded: past what its imports took
+        assert len(loaded[way]["per_rank_mib"]) == 2 and loaded[way]["node_mib"] > loaded[way]["imported_mib"] > 0
 
 
 @pytest.mark.slow

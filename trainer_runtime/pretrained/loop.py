@@ -26,7 +26,7 @@ from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gradsync import StepAgreement
-from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained import checkpoint_record, shared_load
 from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.best_checkpoint import BestCheckpoint
 from trainer_runtime.pretrained.run_log import RunLog
@@ -65,7 +65,7 @@ class Loop:
         self.examples, self.batches, self.collate, self.weigh = examples, batches, collate, weigh
         self.config, self.device, self.rank = config, device, env.rank
         # the strategy shards the model in place under fsdp: the optimizer is made over what it leaves
-        self.strategy = strategies.build(strategy, model.to(device), env, device, config.precision)
+        self.strategy = strategies.build(strategy, shared_load.placed(model, device), env, device, config.precision)
         self.model, self.precision = self.strategy.module, self.strategy.precision
         self.optimizer = optimizer_for(self.model, config)
         self.strategy.attach(self.optimizer)

@@ -37,14 +37,20 @@ class Lora:
         return {**asdict(self), "target_modules": sorted(self.target_modules)}
 
 
-def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = False, attention: str = "auto") -> Any:
+def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = False, attention: str = "auto",
+         weights: bool = True) -> Any:
     """The pretrained model from MODEL_DIR, wrapped with fresh LoRA adapters when ``lora`` is given; each decoder
     block's activations recomputed in backward when ``activation_checkpointing`` (non-reentrant: the frozen
-    embeddings need no gradient, and the dropout recomputed is the dropout drawn)."""
+    embeddings need no gradient, and the dropout recomputed is the dropout drawn). Without ``weights``: the same
+    model built on the meta device from MODEL_DIR's configuration, for a rank that gets its shard of rank 0's
+    weights (trainer_runtime.pretrained.shared_load)."""
     from transformers import AutoModelForCausalLM
 
     require_model(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, **loading_options(attention))
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, **loading_options(attention))
+    else:
+        model = _without_weights(model_dir, attention)
     if activation_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -60,6 +66,20 @@ def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = Fa
                                                 target_modules=targets, task_type="CAUSAL_LM"))
     except ValueError as error:  # peft's own words: a target module the model does not have
         raise Refusal(exit_codes.BAD_CONFIG, [f"LORA_TARGET_MODULES: {error}"]) from None
+
+
+def _without_weights(model_dir: Path, attention: str) -> Any:
+    """from_pretrained's model, as it would be before its weights are read: its configuration's dtype (as
+    from_pretrained takes it), generation settings and evaluation mode, every tensor on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    options = {key: value for key, value in loading_options(attention).items() if key != "use_safetensors"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), **options)
+    if (model_dir / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(model_dir)
+    return model.eval()
 
 
 def is_lora(model: Any) -> bool:

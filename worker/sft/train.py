@@ -18,7 +18,7 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import SftConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import tables
+from trainer_runtime.pretrained import shared_load, tables
 from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
 from trainer_runtime.pretrained.run import quiet_transformers, run_logged
@@ -97,7 +97,7 @@ def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
     model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
-                           config.attn_implementation)
+                           config.attn_implementation, weights=shared_load.reads_weights(config.strategy))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     adapted = f"LoRA rank {config.lora_rank}" if config.lora_rank else "full fine-tune"
