@@ -15,8 +15,9 @@ in one run (alternating, medians):
   measured once (a peak of resident memory does not vary with the machine's load). Goal -> 1/2 at world size 2.
 - supervised fine-tuning: python -m worker.sft against TRL's SFTTrainer (bench/sft.py): tokens/s per process
   (goal >= 1), peak memory per rank (goal <= 1), evaluation loss after the same tokens (goal: within 2%); and the
-  host memory a node's processes take to load and shard a Llama under fsdp, the weights read by rank 0 alone
-  against every rank reading them (bench/shared_load.py; goal <= 1).
+  gradient accumulation against the larger batch and a restart with the token cache against without it
+  (bench/sft_settings.py); and the host memory a node's processes take to load and shard a Llama under fsdp, the
+  weights read by rank 0 alone against every rank reading them (bench/shared_load.py; goal <= 1).
 
 The models and data are made here (testbed/qa_data.py, testbed/text_data.py, testbed/sft_data.py: random BERTs
 and Llamas, learnable texts, questions and chats): nothing is downloaded. Every process trains on its own GPU where
@@ -36,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import sft, shared_load
+from bench import sft, sft_settings, shared_load
 from bench.stats import clean_env, median_or_none, render_rows, usage_log_cuda_peak, verdict, written_cuda_peak
 
 WORLD = 2  # processes per run: this 2-core machine's figures; bench/gpu.sh passes its GPU count
@@ -124,7 +125,9 @@ def measure(size_name: str, repeats: int, target: float, log, only: str | None =
         results.update(memory(size, scratch, world))
     if only in (None, "sft"):
         results.update(sft.measure(size_name, repeats, scratch, log, world))
-    if only in (None, "sft", "load"):  # the SFT group's last row, and one to re-run on its own
+    if only in (None, "sft", "settings"):  # rows of the SFT group, each also to re-run on its own
+        results.update(sft_settings.measure(size_name, repeats, scratch, log, world))
+    if only in (None, "sft", "load"):
         results.update(shared_load.measure(size_name, scratch, log))
     return results
 
@@ -197,6 +200,8 @@ def table(r: dict) -> str:
                   verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
     if "sft" in r:
         rows += sft.rows(r)
+    if "sft_settings" in r:
+        rows += sft_settings.rows(r)
     if "shared_load" in r:
         rows += shared_load.rows(r)
     return render_rows(rows)
@@ -211,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world", type=int, default=WORLD, help="processes per run (one per GPU on CUDA)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
-    parser.add_argument("--only", choices=("finetune", "memory", "sft", "load"),
+    parser.add_argument("--only", choices=("finetune", "memory", "sft", "settings", "load"),
                         help="one group of rows: worker.finetune vs Trainer, worker.qa fsdp vs ddp, worker.sft vs TRL "
-                             "(with the shared load), worker.sft's model read once vs by each rank")
+                             "(with the next two), worker.sft's accumulation and token cache, worker.sft's model read "
+                             "once vs by each rank")
     parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats

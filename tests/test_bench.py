@@ -61,6 +61,8 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for row in ("tokens/s per process, ws 2", "time to macro F1 95, ws 2", "peak memory growth per rank, worker.qa",
                 "SFT tokens/s per process, ws 2", "SFT peak resident memory per rank", "SFT evaluation loss after",
+                "SFT loss per step, BATCH_SIZE 4 x GRADIENT_ACCUMULATION_STEPS 2 vs 8",
+                "SFT restart's launch to first step, 256 conversations",
                 "host memory a node's 2 processes take to load and shard Llama 2x64 (0.1 M params, fp32) under fsdp"):
         assert row in result.stdout
     results = json.loads(out.read_text())
@@ -73,6 +75,9 @@ def test_quick_transformer_benchmark_prints_its_three_rows_and_writes_json(tmp_p
     for contender in ("worker", "trl"):
         sft = results["sft"][contender]
         assert sft["tokens_per_second"] > 0 and sft["peak_mib"] > 0 and 0 < sft["evaluation_loss"] < 20
+    settings = results["sft_settings"]  # the same losses step for step (the metrics' 6 digits, fp32, no dropout)
+    assert settings["accumulation"]["steps"] == 4 and settings["accumulation"]["largest_relative_difference"] < 1e-4
+    assert all(seconds > 0 for seconds in settings["token_cache"].values())
     loaded = results["shared_load"]["2"]
     for way in ("once", "each"):  # each rank's peak once the model is sharded: past what its imports took
         assert len(loaded[way]["per_rank_mib"]) == 2 and loaded[way]["node_mib"] > loaded[way]["imported_mib"] > 0

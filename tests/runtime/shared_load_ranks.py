@@ -73,3 +73,20 @@ def held(model: nn.Module, env: DistEnv, out: str, reads: bool) -> None:
         torch.save(whole, Path(out) / "whole.pt")
     (Path(out) / f"reads-{env.rank}.json").write_text(json.dumps({
         "reads": reads, "ddp_reads": shared_load.reads_weights("ddp"), "world": dist.get_world_size()}))
+
+
+def record_rank(rank: int, port: int, out: str) -> None:
+    """trainer_runtime.pretrained.training.from_rank0: the digests computed by rank 0 alone, given to every rank."""
+    from trainer_runtime.pretrained.training import from_rank0
+
+    process_group.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    env = DistEnv(rank=rank, local_rank=rank, world_size=WORLD, local_world_size=WORLD, group_rank=0)
+
+    def compute() -> dict:
+        (Path(out) / f"computed-{rank}").touch()
+        return {"digest": f"rank {rank}'s"}
+
+    try:
+        (Path(out) / f"got-{rank}.json").write_text(json.dumps(from_rank0(env, compute)))
+    finally:
+        process_group.destroy_process_group()

@@ -1,7 +1,8 @@
 """The model read once under a strategy that shards it (trainer_runtime/pretrained/shared_load.py,
 trainer_runtime/strategies/fsdp.py): on 2 gloo ranks rank 0 reads the weights and rank 1 builds the model on the meta
 device; once sharded, rank 1 holds its shard of rank 0's weights and rank 0's buffers (a non-persistent one too), and
-the whole model gathered from the shards is rank 0's. A rank whose model differs is refused naming the tensor."""
+the whole model gathered from the shards is rank 0's. A rank whose model differs is refused naming the tensor. The
+record's digests of the files are computed by rank 0 alone too."""
 
 import json
 
@@ -42,3 +43,12 @@ def test_a_rank_whose_model_differs_from_rank_0s_is_refused_naming_the_tensor(tm
     said = (tmp_path / "other" / "refused-1.txt").read_text()
     assert said.startswith("rank 1's model is not rank 0's (first.bias: torch.bfloat16 here, torch.float32 on rank 0")
     assert (tmp_path / "other" / "refused-0.txt").read_text() == said  # every rank refuses: none waits for it
+
+
+def test_the_records_digests_are_computed_by_rank_0_alone_and_every_rank_gets_them(tmp_path):
+    """The record's digests read every file of a model the stager does not vouch for (15 GB for a 7B model): once
+    per job start, not once per process."""
+    mp.spawn(shared_load_ranks.record_rank, args=(free_port(), str(tmp_path)), nprocs=shared_load_ranks.WORLD,
+             join=True)
+    assert sorted(path.name for path in tmp_path.glob("computed-*")) == ["computed-0"]
+    assert [json.loads((tmp_path / f"got-{rank}.json").read_text()) for rank in (0, 1)] == [{"digest": "rank 0's"}] * 2

@@ -80,14 +80,29 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
     return {**best["scores"], **said}
 
 
+def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on rank 0 alone, its result given to every rank: the record's digests read the model's and the
+    data's files where the stager vouches for none (a model on the volume: 15 GB for a 7B model), once rather than
+    once per process. A rank 0 that fails ends the collective: the others exit as its victims."""
+    box = [compute() if env.is_rank0 else None]
+    if env.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict[str, Any], str]:
+    now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
+    return now, token_cache.key_of(now, config)
+
+
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
     """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     gang = join(config, env, log)  # and the fault-injection seam "start"
     record_attempt(env, config.output_dir)
     require_model(config.model_dir)  # before the record's digests of its files
-    now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
-    tokenizing = token_cache.Tokenizing(config, env, gang.store, token_cache.key_of(now, config), log)
+    now, cache_key = from_rank0(env, lambda: _record_and_key(workload, config, env))
+    tokenizing = token_cache.Tokenizing(config, env, gang.store, cache_key, log)
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing)
     found = resume_from(config, now, store, log, env.is_rank0)
     # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
