@@ -90,3 +90,21 @@ def record_rank(rank: int, port: int, out: str) -> None:
         (Path(out) / f"got-{rank}.json").write_text(json.dumps(from_rank0(env, compute)))
     finally:
         process_group.destroy_process_group()
+
+
+def every_rank_on_meta(rank: int, port: int, out: str) -> None:
+    """Every rank builds on the meta device and will initialise its own shards (bench/strategy_memory.py's way):
+    nothing is sent, the sharded parameters stay on the meta device for their owner to fill."""
+    process_group.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    env = DistEnv(rank=rank, local_rank=rank, world_size=WORLD, local_world_size=WORLD, group_rank=0)
+    with torch.device("meta"):
+        model = WithFrequencies()
+    try:
+        built = strategies.build("fsdp", model, env, torch.device("cpu"), "fp32")
+        still = all(parameter.is_meta for parameter in built.module.parameters())
+        (Path(out) / f"meta-{rank}.json").write_text(json.dumps({"still_on_meta": still}))
+        del built
+    finally:
+        del model
+        gc.collect()
+        process_group.destroy_process_group()

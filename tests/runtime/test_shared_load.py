@@ -52,3 +52,10 @@ def test_the_records_digests_are_computed_by_rank_0_alone_and_every_rank_gets_th
              join=True)
     assert sorted(path.name for path in tmp_path.glob("computed-*")) == ["computed-0"]
     assert [json.loads((tmp_path / f"got-{rank}.json").read_text()) for rank in (0, 1)] == [{"digest": "rank 0's"}] * 2
+
+
+def test_a_model_every_rank_built_on_meta_is_left_for_each_to_initialise(tmp_path):
+    mp.spawn(shared_load_ranks.every_rank_on_meta, args=(free_port(), str(tmp_path)), nprocs=shared_load_ranks.WORLD,
+             join=True)
+    assert [json.loads((tmp_path / f"meta-{rank}.json").read_text()) for rank in (0, 1)] == [
+        {"still_on_meta": True}] * 2

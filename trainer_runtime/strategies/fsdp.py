@@ -80,13 +80,14 @@ def _tensors(module: nn.Module):
 
 
 def weights_from_rank0(module: nn.Module, env) -> dict[str, Any] | None:
-    """None where every rank loaded the weights; else rank 0's whole state dict (the other ranks: empty), once every
-    rank's model is known to have rank 0's tensors, by name and dtype. Collective: every rank says whether it built
-    the model on the meta device."""
+    """None where every rank loaded the weights, or none did (each then initialises its own shards once the model is
+    sharded, as torchtitan builds a large model: bench/strategy_memory.py); else rank 0's whole state dict (the
+    other ranks: empty), once every rank's model is known to have rank 0's tensors, by name and dtype. Collective:
+    every rank says whether it built the model on the meta device."""
     on_meta = any(tensor.is_meta for _, tensor in _tensors(module))
     built = [False] * env.world_size
     dist.all_gather_object(built, on_meta)
-    if not any(built):
+    if not any(built) or all(built):
         return None
     if built[0]:
         raise RuntimeError("rank 0 built the model without its weights: rank 0 must load them for the others")
