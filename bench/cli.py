@@ -17,20 +17,20 @@ from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
 from bench.digits import default_data_dir
-from bench.stats import alternate, mnist_bench_parser, render_rows, verdict
+from bench.stats import alternate, mnist_bench_parser, render_rows, verdict, worlds
 from trainer_contract.program_settings import STRATEGIES
 
 
 def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
     results: dict = {"target_accuracy": target, "quick": quick, "repeats": repeats}
     log("time to accuracy (worker vs standard DDP loop, with its recipe and with the worker's)...")
-    for world in (1, 2):
+    for world in worlds(quick):
         contenders = {
-            "worker_s": lambda: training.worker_time_to_accuracy(data_dir, world, target, quick),
-            "standard_s": lambda: training.standard_time_to_accuracy(data_dir, world, target, quick),
+            "worker_s": lambda world=world: training.worker_time_to_accuracy(data_dir, world, target, quick),
+            "standard_s": lambda world=world: training.standard_time_to_accuracy(data_dir, world, target, quick),
         }
         if world == 2:
-            contenders["standard_recipe_s"] = lambda: training.standard_time_to_accuracy(
+            contenders["standard_recipe_s"] = lambda world=world: training.standard_time_to_accuracy(
                 data_dir, world, target, quick, recipe="worker")
         results[f"time_to_accuracy_ws{world}"] = alternate(contenders, repeats)
     log("strategies x precisions, world size 2 (bf16 once: emulated, about 10x slower, on CPUs without bf16 units)...")
@@ -40,17 +40,18 @@ def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
         str(world): {strategy: training.strategy_memory(world, strategy, quick) for strategy in ("allreduce", "fsdp")}
         for world in ((2,) if quick else (2, 4))}  # quick: the code path once; 4 ranks on 2 cores cost a minute
     log("throughput (worker vs the same CNN under DDP with a DataLoader)...")
-    for world in (1, 2):
+    for world in worlds(quick):
         results[f"throughput_ws{world}"] = alternate({
-            "worker": lambda: training.worker_throughput(data_dir, world, quick),
-            "ddp_dataloader": lambda: training.ddp_throughput(data_dir, world, quick),
+            "worker": lambda world=world: training.worker_throughput(data_dir, world, quick),
+            "ddp_dataloader": lambda world=world: training.ddp_throughput(data_dir, world, quick),
         }, repeats)
     log("gradient sync cost on 2 ranks...")
     results["gradient_sync"] = gradsync_cost.measure(quick)
     log("machine limit...")
     threads = min(2, os.cpu_count() or 1)
     matmul = machine.matmul_flops(threads, seconds=0.2 if quick else 2.0)
-    achieved = results["throughput_ws1"]["worker"] * machine.TRAINING_FLOPS_PER_IMAGE
+    world = worlds(quick)[0]  # the machine's training rate: every process's images, at the smallest world measured
+    achieved = world * results[f"throughput_ws{world}"]["worker"] * machine.TRAINING_FLOPS_PER_IMAGE
     results["machine_limit"] = {"threads": threads, "matmul_gflops": matmul / 1e9, "training_gflops": achieved / 1e9,
                                 "fraction": achieved / matmul}
     log("generator start-up and render scale...")
@@ -60,7 +61,7 @@ def run(data_dir: Path, quick: bool, repeats: int, target: float, log) -> dict:
     results["staging"] = staging_cost.measure(20 if quick else 200, 3 if quick else 7)
     log("peak memory per rank...")
     results["memory_mib"] = {str(world): training.peak_memory_per_rank(data_dir, world, quick)
-                             for world in ((1, 2) if quick else (1, 2, 4))}
+                             for world in (*worlds(quick), *(() if quick else (4,)))}
     results["distributed_cost"] = distributed_cost.measure(data_dir, quick, repeats, log)
     return results
 
@@ -90,7 +91,7 @@ def strategy_matrix(data_dir: Path, target: float, quick: bool, repeats: int) ->
 
 def table(r: dict) -> str:
     rows = [("measure", "worker", "baseline", "ratio", "target")]
-    for world in (1, 2):
+    for world in measured_worlds(r, "time_to_accuracy"):
         t = r[f"time_to_accuracy_ws{world}"]
         ratio = t["worker_s"] / t["standard_s"]
         rows.append((f"time to {100 * r['target_accuracy']:.1f}% test accuracy, world size {world} (s)",
@@ -114,7 +115,7 @@ def table(r: dict) -> str:
             rows.append((f"memory growth per rank, {what}, 67 M-param MLP, ws {world} (MiB)", f"{fsdp[key]:.0f} (fsdp)",
                          f"{allreduce[key]:.0f} (allreduce; state {allreduce['state_mib']:.0f})",
                          f"{fsdp[key] / allreduce[key]:.2f}", f"→ 1/{world} = {1 / int(world):.2f}"))
-    for world in (1, 2):
+    for world in measured_worlds(r, "throughput"):
         t = r[f"throughput_ws{world}"]
         ratio = t["worker"] / t["ddp_dataloader"]
         rows.append((f"training images/s per process, world size {world}", f"{t['worker']:.0f}",
@@ -141,10 +142,15 @@ def table(r: dict) -> str:
     return render_rows(rows)
 
 
+def measured_worlds(results: dict, measure: str) -> list[int]:
+    """The world sizes ``measure`` was measured at (``{measure}_ws{N}``): the quick mode measures fewer."""
+    return [world for world in (1, 2) if f"{measure}_ws{world}" in results]
+
+
 def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
     """What indexed-trainer adds around the training (bench.distributed_cost), against its floor."""
     rows = []
-    for world in (1, 2):
+    for world in measured_worlds(d, "start"):
         s = d[f"start_ws{world}"]
         ratio = s["torchrun_s"] / s["floor_s"]
         rows.append((f"launch to first step, torchrun --standalone, world size {world} (s)", f"{s['torchrun_s']:.2f}",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench import recovery
 from bench.local_job_timeline import FIRST_STEP, claim, timeline
-from bench.stats import BIN, ROOT, alternate, clean_env, launch_until, peak_rss_per_rank
+from bench.stats import BIN, ROOT, alternate, clean_env, launch_until, peak_rss_per_rank, worlds
 
 _STALL = re.compile(r"sync_blocked_s=(\S+) async_blocked_s=(\S+) sync_write_s=(\S+) async_write_s=(\S+) "
                     r"async_first_blocked_s=(\S+)")
@@ -109,7 +109,7 @@ def _image_count(path: Path) -> int:
 def measure(data_dir: Path, quick: bool, repeats: int, log) -> dict:
     results: dict = {}
     log("start: launch to the first step against the import floor...")
-    for world in (1, 2):
+    for world in worlds(quick):
         results[f"start_ws{world}"] = alternate({
             "floor_s": lambda world=world: floor_start(world),
             "torchrun_s": lambda world=world: worker_start(data_dir, world),

@@ -131,3 +131,9 @@ def mnist_bench_parser(prog: str, doc: str | None, quick: str, repeats: int | No
 def say_machine() -> None:
     """Under a bench's table: where and when it was measured."""
     print(f"\n({os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", file=sys.stderr)
+
+
+def worlds(quick: bool) -> tuple[int, ...]:
+    """The world sizes of the rows measured per world size: the quick mode checks that the code runs, and world
+    size 2 runs every line world size 1 does."""
+    return (2,) if quick else (1, 2)

@@ -122,7 +122,7 @@ def measure(size_name: str, repeats: int, target: float, log, only: str | None =
         results.update(fine_tuning(size, repeats, target, scratch, log, world))
     if only in (None, "memory"):
         log("peak memory per rank, worker.qa fsdp vs ddp...")
-        results.update(memory(size, scratch, world))
+        results.update(memory(size, scratch, world, quick=size_name == "quick"))
     if only in (None, "sft"):
         results.update(sft.measure(size_name, repeats, scratch, log, world))
     if only in (None, "sft", "settings"):  # rows of the SFT group, each also to re-run on its own
@@ -155,16 +155,17 @@ def fine_tuning(size: dict, repeats: int, target: float, scratch: Path, log, wor
             "finetune": {name: median_of(runs) for name, runs in samples.items()}}
 
 
-def memory(size: dict, scratch: Path, world: int) -> dict:
-    """Peak memory growth per rank, worker.qa fsdp against ddp; once: a peak of resident memory does not depend on
-    the machine's load as a time does."""
+def memory(size: dict, scratch: Path, world: int, quick: bool) -> dict:
+    """Peak memory growth per rank, worker.qa fsdp against ddp (each over its floor: the same run of a tiny model);
+    once: a peak of resident memory does not depend on the machine's load as a time does. The quick mode's model
+    is as small as the floor's: it checks that the runs work, without the floor."""
     from testbed.qa_data import make_model, make_squad
 
     big = make_model(scratch / "big", hidden=size["memory_hidden"], layers=size["memory_layers"])
-    small = make_model(scratch / "small")
+    models = {"": big} if quick else {"": big, "_floor": make_model(scratch / "small")}
     squad = make_squad(scratch / "squad", train=64, validation=16)
     return {"memory_mib": {f"{strategy}{suffix}": qa_peak_mib(model_dir, squad, strategy, scratch, world)
-                           for strategy in ("fsdp", "ddp") for suffix, model_dir in (("", big), ("_floor", small))},
+                           for strategy in ("fsdp", "ddp") for suffix, model_dir in models.items()},
             "memory_parameters": parameter_count(big)}
 
 
@@ -192,12 +193,13 @@ def table(r: dict) -> str:
                   f"{theirs['seconds_to_f1']:.1f} (F1 {theirs['f1']:.1f})", f"{time:.2f}", verdict(time, 1, True))]
     if "memory_mib" in r:
         peaks = r["memory_mib"]
-        fsdp, ddp = peaks["fsdp"] - peaks["fsdp_floor"], peaks["ddp"] - peaks["ddp_floor"]
+        fsdp, ddp = (peaks[strategy] - peaks.get(f"{strategy}_floor", 0.0) for strategy in ("fsdp", "ddp"))
         state = 16 * r["memory_parameters"] / 2**20  # fp32 weights, gradients and Adam's two moments
-        rows += [(f"peak memory growth per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
+        measure = "peak memory growth" if "fsdp_floor" in peaks else "peak memory (the quick mode: no floor)"
+        rows += [(f"{measure} per rank, worker.qa, BERT {size['memory_layers']}x{size['memory_hidden']} "
                   f"({r['memory_parameters'] / 1e6:.1f} M params), ws {world} (MiB)", f"{fsdp:.0f} (fsdp)",
                   f"{ddp:.0f} (ddp; state {state:.0f})", f"{fsdp / ddp:.2f}" if ddp > 0 else "n/a",
-                  verdict(fsdp / ddp, 0.55, True) if ddp > 0 else "")]
+                  verdict(fsdp / ddp, 0.55, True) if ddp > 0 and "fsdp_floor" in peaks else "")]
     if "sft" in r:
         rows += sft.rows(r)
     if "sft_settings" in r:

@@ -57,6 +57,14 @@ def tests_the_checkout() -> bool:
 
 
 _BUSY_AT_SETUP = pytest.StashKey[float | None]()
+_OWN_AT_SETUP = pytest.StashKey[float]()
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of every process it waited for, and theirs in turn (torchrun's ranks,
+    local-job's pods): a server started for a whole session and never waited for (slurmd, a kubelet) is left out."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def machine_busy_seconds() -> float | None:
@@ -72,17 +80,21 @@ def machine_busy_seconds() -> float | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     item.stash[_BUSY_AT_SETUP] = machine_busy_seconds()
+    item.stash[_OWN_AT_SETUP] = own_cpu_seconds()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Each test's machine-wide CPU seconds from its setup to its teardown (its programs run under torchrun, slurmd
-    or a kubelet, not as this process's children; a tier running beside adds its own) in the JUnit report beside
-    the wall time: a test that mostly waits shows few, which says where a tier belongs in .ci/run."""
+    """Each test's CPU seconds from its setup to its teardown in the JUnit report beside the wall time: the
+    machine's (programs under slurmd or a kubelet are no child of this process; a tier running beside adds its own)
+    and its own processes' (own_cpu_seconds). A test that mostly waits shows few: that says where it belongs in
+    .ci/run (onecore: beside the training tier)."""
     began = item.stash.get(_BUSY_AT_SETUP, None)
     now = machine_busy_seconds() if call.when == "teardown" else None
     if began is not None and now is not None:
         item.user_properties.append(("machine_cpu_s", f"{now - began:.1f}"))
+    if call.when == "teardown" and _OWN_AT_SETUP in item.stash:
+        item.user_properties.append(("own_cpu_s", f"{own_cpu_seconds() - item.stash[_OWN_AT_SETUP]:.1f}"))
     yield
 
 

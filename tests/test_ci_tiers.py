@@ -93,7 +93,7 @@ def test_ci_run_uses_the_tier_runner_for_every_tier():
     assert "source .ci/tiers.sh" in script and "beside clusters cluster_tiers" in script
     assert script.rstrip().splitlines()[-1] == "closing_count"
     tiers = re.findall(r'^\s*tier (\w+) -m "([^"]+)"', script, re.M)
-    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "onecore", "fast", "training", "slurm"]
+    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "onecore", "slurm", "fast", "training"]
 
 
 def test_every_kind_of_test_runs_in_exactly_one_tier():

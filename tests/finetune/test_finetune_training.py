@@ -339,7 +339,7 @@ def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_a
     got = load_file(tmp_path / "killed" / "bert_classifier_trained" / "model.safetensors")
     assert all(torch.allclose(expected[key], got[key], rtol=1e-3, atol=1e-5) for key in expected)
     # the accumulation alone does not keep the steps' examples on another number of processes
-    plain = {**kept, "GLOBAL_BATCH_SIZE": "0", "GRADIENT_ACCUMULATION_STEPS": "2"}
+    plain = {**kept, "GLOBAL_BATCH_SIZE": "0", "GRADIENT_ACCUMULATION_STEPS": "2", "MAX_STEPS": "4"}  # a checkpoint
     assert run_finetune(model, data, tmp_path / "plain", plain).returncode == 0
     refused = run_workload("worker.finetune", SETTINGS, model, data, tmp_path / "plain", plain, processes=1)
     assert refused.returncode == 78, refused.stdout[-3000:]

@@ -14,7 +14,7 @@ from localjob.processes import pids_of_pods_named
 from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 from tests.conftest import BIN, OUTSIDE
 from tests.rendering import gen_manifests
-from tests.worker.launch import read_until
+from tests.worker.launch import fault_env, read_until
 
 pytestmark = pytest.mark.slow
 
@@ -170,14 +170,16 @@ def test_repeated_failures_end_with_backoff_limit_exceeded(tmp_path):
     assert "DOWNLOAD is false" in log
 
 
+@pytest.mark.onecore
 def test_active_deadline_ends_the_job(tmp_path):
     claim = volume(tmp_path, SMALL)
     # the deadline must fall once the gang trains: two pods' check-config, torch's imports and the gang's
     # forming take 8-15 s on a busy 2-core machine, over 30 s beside CI's other tiers (an 8 s deadline fell before
-    # the gang formed twice in CI, a 30 s one once)
+    # the gang formed twice in CI, a 30 s one once). Each batch sleeps 0.5 s: the ranks wait for the deadline with
+    # a core idle, so CI runs this test beside the training tier (onecore)
     manifests = render("active_deadline_seconds=45", "config_map.EPOCHS=1000", "termination_grace_period_seconds=15")
     started = time.monotonic()
-    result, log, status = run_local_job(tmp_path, manifests, claim)
+    result, log, status = run_local_job(tmp_path, manifests, claim, env=fault_env("sleep=0.5@batch"))
     assert result.returncode == 1
     assert status["condition"]["reason"] == "DeadlineExceeded"
     assert time.monotonic() - started < 45 + 15 + 30

@@ -34,29 +34,34 @@ def plain_model(output_dir) -> MnistCNN:
     return model.eval()
 
 
+# The strategies' runs compared: 2 epochs of the default recipe on half the digits, enough epochs for a
+# one-cycle schedule to rise and fall (the defaults' 5 epochs and their accuracy: tests/worker/test_training.py).
+COMPARED_SETTINGS = dict(EPOCHS=2, TRAIN_SAMPLES=4000)
+
+
 @pytest.fixture(scope="module")
-def strategy_runs(digits_dir, tmp_path_factory, default_run):
-    """The default settings (5 epochs, batch 64 per process) on 2 processes, once per strategy (allreduce is
-    the default run the other worker tests share)."""
-    runs = {"allreduce": default_run}
-    for strategy in ("ddp", "fsdp"):
+def strategy_runs(digits_dir, tmp_path_factory):
+    """The same settings on 2 processes, once per strategy."""
+    runs = {}
+    for strategy in ("allreduce", "ddp", "fsdp"):
         out = tmp_path_factory.mktemp(strategy)
-        result = run(torchrun_command(2), worker_env(digits_dir, out, STRATEGY=strategy), timeout=600)
+        result = run(torchrun_command(2), worker_env(digits_dir, out, STRATEGY=strategy, **COMPARED_SETTINGS),
+                     timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[strategy] = (out, result.stdout)
     return runs
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_each_strategy_reaches_the_defaults_accuracy_in_the_same_epochs(strategy_runs, strategy, digits_dir):
+def test_each_strategy_reaches_allreduces_accuracy_in_the_same_epochs(strategy_runs, strategy, digits_dir):
     reference, _ = strategy_runs["allreduce"]
     out, log = strategy_runs[strategy]
     assert f"strategy {strategy}, precision fp32" in log
     ours, theirs = epoch_accuracies(out), epoch_accuracies(reference)
-    assert len(ours) == len(theirs) == 5
+    assert len(ours) == len(theirs) == COMPARED_SETTINGS["EPOCHS"]
     # the same update in fp32: only the order of the float sums differs
     assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 0.005, (ours, theirs)
-    assert ours[-1] >= 0.985
+    assert ours[-1] >= 0.9, ours  # it learned (95.9% here): a broken strategy matching a broken allreduce would not
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {m["strategy"] for m in metrics} == {strategy} and all(m["backward_ms_per_step"] > 0 for m in metrics)
     # model.pt holds the whole model: evaluated here it gives the accuracy the run reported
@@ -68,9 +73,9 @@ def test_each_strategy_reaches_the_defaults_accuracy_in_the_same_epochs(strategy
 
 def test_fsdp_checkpoints_are_directories_of_verified_shards(strategy_runs):
     out, _ = strategy_runs["fsdp"]
-    newest = out / "checkpoints" / "ckpt-e0005-s000000.dcp"
+    newest = out / "checkpoints" / "ckpt-e0002-s000000.dcp"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        "ckpt-e0003-s000000.dcp", "ckpt-e0004-s000000.dcp", "ckpt-e0005-s000000.dcp"]
+        "ckpt-e0001-s000000.dcp", "ckpt-e0002-s000000.dcp"]
     manifest = json.loads((newest / "manifest.json").read_text())
     assert set(manifest["files"]) == {".metadata", "__0_0.distcp", "__1_0.distcp"}  # each rank its shard
     assert manifest["meta"]["world_size"] == 2 and manifest["meta"]["strategy"] == "fsdp"
