@@ -7,6 +7,8 @@ ddp and allreduce every rank trains a whole copy: each reads it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -19,13 +21,22 @@ from trainer_runtime import strategies
 EVERY_RANK_READS_VARIABLE = "INDEXED_TRAINER_EVERY_RANK_READS"
 
 
+def read_once(strategy: str) -> bool:
+    """Whether rank 0 alone reads the model's weights: several ranks, under a strategy that shards the parameters
+    (the process group is up: the gang has joined)."""
+    return (dist.is_initialized() and dist.get_world_size() > 1 and strategies.shards_parameters(strategy)
+            and not os.environ.get(EVERY_RANK_READS_VARIABLE))
+
+
 def reads_weights(strategy: str) -> bool:
     """Whether this process reads the model's weights: rank 0 always, another rank only under a strategy that keeps
-    a whole copy on every rank (the process group is up: the gang has joined)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1 or dist.get_rank() == 0 \
-            or os.environ.get(EVERY_RANK_READS_VARIABLE):
-        return True
-    return not strategies.shards_parameters(strategy)
+    a whole copy on every rank."""
+    return not read_once(strategy) or dist.get_rank() == 0
+
+
+def said(strategy: str) -> str:
+    """What a workload's start line says of the load: nothing, unless rank 0 alone reads the weights."""
+    return ", the weights read by rank 0 alone (each other rank gets its shard)" if read_once(strategy) else ""
 
 
 def on_meta(model: nn.Module) -> bool:
@@ -36,3 +47,18 @@ def on_meta(model: nn.Module) -> bool:
 def placed(model: nn.Module, device: torch.device) -> nn.Module:
     """``model`` on ``device``; a model built on the meta device stays there until the strategy materializes it."""
     return model if on_meta(model) else model.to(device)
+
+
+def built_without_weights(auto_class: Any, model_dir: Path, options: dict[str, Any],
+                          **configuration: Any) -> Any:
+    """``auto_class.from_pretrained(model_dir, **options, **configuration)``'s model as it would be before its weights
+    are read: its configuration (with ``configuration``'s changes: a classifier's labels) and dtype as from_pretrained
+    takes them, its generation settings and evaluation mode, every tensor on the meta device."""
+    from transformers import AutoConfig, GenerationConfig
+
+    building = {key: value for key, value in options.items() if key != "use_safetensors"}  # no file is read
+    with torch.device("meta"):
+        model = auto_class.from_config(AutoConfig.from_pretrained(model_dir, **configuration), **building)
+    if (model_dir / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(model_dir)
+    return model.eval()

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer_contract import exit_codes
 from trainer_runtime.failures import Refusal
+from trainer_runtime.pretrained import shared_load
 from trainer_runtime.pretrained.export import save_pretrained
 from trainer_runtime.pretrained.run import loading_options, require_model
 
@@ -50,7 +51,7 @@ def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = Fa
     if weights:
         model = AutoModelForCausalLM.from_pretrained(model_dir, **loading_options(attention))
     else:
-        model = _without_weights(model_dir, attention)
+        model = shared_load.built_without_weights(AutoModelForCausalLM, model_dir, loading_options(attention))
     if activation_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -66,20 +67,6 @@ def load(model_dir: Path, lora: Lora | None, activation_checkpointing: bool = Fa
                                                 target_modules=targets, task_type="CAUSAL_LM"))
     except ValueError as error:  # peft's own words: a target module the model does not have
         raise Refusal(exit_codes.BAD_CONFIG, [f"LORA_TARGET_MODULES: {error}"]) from None
-
-
-def _without_weights(model_dir: Path, attention: str) -> Any:
-    """from_pretrained's model, as it would be before its weights are read: its configuration's dtype (as
-    from_pretrained takes it), generation settings and evaluation mode, every tensor on the meta device."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-    options = {key: value for key, value in loading_options(attention).items() if key != "use_safetensors"}
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), **options)
-    if (model_dir / "generation_config.json").is_file():
-        model.generation_config = GenerationConfig.from_pretrained(model_dir)
-    return model.eval()
 
 
 def is_lora(model: Any) -> bool:

@@ -105,7 +105,7 @@ def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
     log(f"{len(data.train)} training {'blocks' if config.packing else 'examples'} "
         f"({facts['supervised_tokens']} supervised tokens), {len(data.evaluation)} {facts['evaluation_split']} "
         f"examples, from {config.dataset_dir} {tables.sources_said(facts)}; {adapted}: "
-        f"{trainable} of {total} weights train, under {config.strategy}"
+        f"{trainable} of {total} weights train, under {config.strategy}{shared_load.said(config.strategy)}"
         f"{', activations recomputed' if config.activation_checkpointing else ''}")
     return Loaded(tokenizer, model, data.train, data.evaluation)
 
