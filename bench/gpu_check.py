@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.stats import ROOT, clean_env, render_rows
+from bench.stats import ROOT, clean_env, launcher_command, render_rows
 
 MNIST_TARGET = 0.99
 F1_TARGET = 95.0
@@ -127,8 +127,7 @@ def mnist(args) -> tuple[dict, int]:
     if args.dry_run:
         env.update(EPOCHS="1", TRAIN_SAMPLES="256")
     launched = time.time()
-    code, lines = streamed([sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={args.world}",
-                            "-m", "worker"], env)
+    code, lines = streamed(launcher_command(args.world, "worker"), env)
     metrics = output / "run" / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
     if code != 0 or not records:
@@ -206,10 +205,9 @@ def stall(args) -> tuple[dict, int]:
     step = f"checkpoint stall per save, {model.upper()}, ws {args.world}, on {device}"
     figures, parts = {}, []
     for strategy in ("fsdp", "allreduce"):
-        code, lines = streamed([sys.executable, "-m", "worker.launch", "--standalone",
-                                f"--nproc-per-node={args.world}", "-m", "bench.checkpoint_stall", "--strategy",
-                                strategy, "--model", model, "--repeats", str(repeats), "--device", device,
-                                "--directory", tempfile.gettempdir()], clean_env(OMP_NUM_THREADS=1))
+        code, lines = streamed(launcher_command(args.world, "bench.checkpoint_stall", "--strategy", strategy, "--model",
+                                                model, "--repeats", str(repeats), "--device", device, "--directory",
+                                                tempfile.gettempdir()), clean_env(OMP_NUM_THREADS=1))
         found = dict(next((STALL_FIGURES.findall(line) for line in lines if "sync_blocked_s=" in line), []))
         if code != 0 or not found:
             return row(step, False, f"{strategy}: exited {code}: {last_words(lines)}", "-", **figures), 1

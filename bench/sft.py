@@ -13,12 +13,10 @@ alternating (medians):
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from bench.stats import clean_env, median_or_none, usage_log_cuda_peak, verdict, written_cuda_peak
+from bench.stats import clean_env, launched, median_or_none, usage_log_cuda_peak, verdict, written_cuda_peak
 
 WORLD = 2  # this machine's; bench.transformers --world passes another
 RECIPE = {"BATCH_SIZE": "8", "LEARNING_RATE": "0.001", "PRECISION": "bf16", "MAX_SEQ_LENGTH": "64",
@@ -33,16 +31,9 @@ def sizes(size: str) -> dict:
     return {"hidden": 256, "layers": 4, "train": 1024, "validation": 128, "epochs": 1}
 
 
-def torchrun(module: str, args: list[str], env: dict, world: int) -> None:
-    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={world}", "-m", module, *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
-    if result.returncode != 0:
-        raise RuntimeError(f"{module} failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
-
-
 def worker_run(model: Path, data: Path, epochs: int, scratch: Path, world: int) -> dict:
     output = Path(tempfile.mkdtemp(dir=scratch))
-    torchrun("worker.sft", [], clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
+    launched("worker.sft", [], clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
                                          LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, CHECKPOINT_EVERY_SECONDS=0,
                                          TENSORBOARD="false"), world)
     peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
@@ -53,7 +44,7 @@ def worker_run(model: Path, data: Path, epochs: int, scratch: Path, world: int) 
 
 def trl_run(model: Path, data: Path, epochs: int, scratch: Path, world: int) -> dict:
     result = Path(tempfile.mkdtemp(dir=scratch))
-    torchrun("bench.trl_sft_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs), world)
+    launched("bench.trl_sft_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs), world)
     peaks = [float(path.read_text()) for path in result.glob("peak-rank*.txt")]
     assert len(peaks) == world, peaks
     return {"seconds": json.loads((result / "result.json").read_text())["train_seconds"], "peak_mib": max(peaks),

@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-from bench.sft import RECIPE, torchrun
-from bench.stats import clean_env, launch_until, verdict
+from bench.sft import RECIPE
+from bench.stats import clean_env, launch_until, launched, launcher_command, verdict
 
 QUIET = {"LOG_INTERVAL": "100000", "CHECKPOINT_EVERY_STEPS": "0", "CHECKPOINT_EVERY_SECONDS": "0",
          "TENSORBOARD": "false", "SAMPLE_PROMPTS": ""}
@@ -37,7 +36,7 @@ def accumulation(model: Path, data: Path, scratch: Path, world: int) -> dict:
         output = Path(tempfile.mkdtemp(dir=scratch))
         exact = {**RECIPE, "PRECISION": "fp32", "LORA_DROPOUT": "0", "BATCH_SIZE": batch,
                  "GRADIENT_ACCUMULATION_STEPS": steps}
-        torchrun("worker.sft", [], clean_env(**{**exact, **QUIET, "LOG_INTERVAL": "1"}, EPOCHS=1, MODEL_DIR=model,
+        launched("worker.sft", [], clean_env(**{**exact, **QUIET, "LOG_INTERVAL": "1"}, EPOCHS=1, MODEL_DIR=model,
                                              DATASET_DIR=data, OUTPUT_DIR=output), world)
         records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
         peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
@@ -55,7 +54,7 @@ def restart_seconds(model: Path, data: Path, output: Path, world: int, cached: b
     """Seconds from launch to rank 0's first training step in ``output``, with its token cache or without."""
     if not cached:
         shutil.rmtree(output / "token-cache", ignore_errors=True)
-    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={world}", "-m", "worker.sft"]
+    command = launcher_command(world, "worker.sft")
     env = clean_env(**RECIPE, **QUIET, EPOCHS=1, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output)
     seconds, lines = launch_until(command, env, lambda line: "Rank 0: training from step 0" in line, timeout=900)
     said = "".join(lines)

@@ -137,3 +137,18 @@ def worlds(quick: bool) -> tuple[int, ...]:
     """The world sizes of the rows measured per world size: the quick mode checks that the code runs, and world
     size 2 runs every line world size 1 does."""
     return (2,) if quick else (1, 2)
+
+
+def launcher_command(world: int, module: str, *args: str) -> list[str]:
+    """The pod's launcher as the image runs it (python -m worker.launch: torchrun's, in place) starting ``world``
+    processes of ``module``."""
+    return [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={world}", "-m", module, *args]
+
+
+def launched(module: str, args: list[str], env: dict, world: int, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """``module`` run to its end under the launcher; a failure raises, with the end of what it printed."""
+    result = subprocess.run(launcher_command(world, module, *args), env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{module} failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
+    return result

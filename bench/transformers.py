@@ -32,13 +32,20 @@ import datetime
 import json
 import math
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from bench import sft, sft_settings, shared_load
-from bench.stats import clean_env, median_or_none, render_rows, usage_log_cuda_peak, verdict, written_cuda_peak
+from bench.stats import (
+    clean_env,
+    launched,
+    median_or_none,
+    render_rows,
+    usage_log_cuda_peak,
+    verdict,
+    written_cuda_peak,
+)
 
 WORLD = 2  # processes per run: this 2-core machine's figures; bench/gpu.sh passes its GPU count
 SIZES = ("quick", "full", "gpu")
@@ -57,14 +64,6 @@ def sizes(size: str) -> dict:
             "memory_layers": 8}
 
 
-def torchrun(module: str, args: list[str], env: dict, world: int, timeout: float = 3600) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={world}", "-m", module, *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        raise RuntimeError(f"{module} failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
-    return result
-
-
 def first_at(evaluations: list[dict], target: float) -> float:
     """Seconds to the first evaluation whose F1 reaches ``target`` (infinity when none does)."""
     return next((item["seconds"] for item in evaluations if item["f1"] >= target), float("inf"))
@@ -74,7 +73,7 @@ def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: floa
     output = Path(tempfile.mkdtemp(dir=scratch))
     env = clean_env(**RECIPE, EPOCHS=epochs, MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output,
                     LOG_INTERVAL=100000, CHECKPOINT_EVERY_STEPS=0, CHECKPOINT_EVERY_SECONDS=0)
-    torchrun("worker.finetune", [], env, world)
+    launched("worker.finetune", [], env, world)
     summary = json.loads((output / "summary.json").read_text())
     evaluations = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     evaluations = [line for line in evaluations if "accuracy" in line]
@@ -85,7 +84,7 @@ def finetune_run(model: Path, data: Path, epochs: int, tokens: int, target: floa
 
 def trainer_run(model: Path, data: Path, epochs: int, tokens: int, target: float, scratch: Path, world: int) -> dict:
     result = Path(tempfile.mkdtemp(dir=scratch)) / "result.json"
-    torchrun("bench.hf_trainer_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs),
+    launched("bench.hf_trainer_baseline", [str(model), str(data), str(result)], clean_env(**RECIPE, EPOCHS=epochs),
              world)
     measured = json.loads(result.read_text())
     return {"tokens_per_second": tokens / world / measured["train_seconds"],
@@ -98,7 +97,7 @@ def qa_peak_mib(model: Path, data: Path, strategy: str, scratch: Path, world: in
     output = Path(tempfile.mkdtemp(dir=scratch))
     env = clean_env(MODEL_DIR=model, DATASET_DIR=data, OUTPUT_DIR=output, STRATEGY=strategy, PRECISION="fp32",
                     EPOCHS=1, BATCH_SIZE=8, MAX_SEQ_LENGTH=64, DOC_STRIDE=16, OMP_NUM_THREADS=1, TENSORBOARD="false")
-    torchrun("worker.qa", [], env, world)
+    launched("worker.qa", [], env, world)
     peaks = [float(log.read_text().splitlines()[-1].split(" peak ")[1].split()[0])
              for log in sorted((output / "logs").glob("usage-rank*.log"))]
     assert len(peaks) == world, peaks

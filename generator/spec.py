@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainer_contract import datasets as staged_datasets
 from trainer_contract import gang_rounds, metrics, pod_environment, program_settings, warm_start
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.config_reading import load_config
@@ -128,6 +129,8 @@ class JobSpec:
     checkpoint_signing: KeyRef | None = None
     # where the model and dataset come from and exports and checkpoints go, for the roles set
     storage: Mapping[Role, StorageUri] = field(default_factory=dict)
+    # initializer.datasets: several datasets by name, each staged into DATASET_DIR/<name> (instead of the dataset's)
+    datasets: Mapping[str, StorageUri] = field(default_factory=dict)
     # the port each pod's local rank 0 serves its live metrics on (values metrics); None: no endpoint
     metrics_port: int | None = None
     # each registered target's own options (generator/targets/), by target name
@@ -164,7 +167,14 @@ class JobSpec:
     def runs_stager(self) -> bool:
         """Whether the stager runs before training: to stage a source, or to restore a checkpoint from the bucket
         onto a volume that has none."""
-        return bool(self.staged) or "checkpoint" in self.storage
+        return bool(self.staged) or bool(self.datasets) or "checkpoint" in self.storage
+
+    def reached(self) -> list[tuple[str, StorageUri]]:
+        """Every source and destination with the values key that names it (a Secret's, for a URI it holds), the
+        datasets' included: what the pods reach over the network, and what needs credentials."""
+        named = [(".".join((SECRET_STORAGE_KEYS if uri.scheme == "secret" else STORAGE_KEYS)[role]), uri)
+                 for role, uri in self.storage.items()]
+        return named + [(f"initializer.datasets.{name}.storage_uri", uri) for name, uri in self.datasets.items()]
 
     @property
     def restores_for(self) -> str | None:
@@ -190,6 +200,9 @@ class JobSpec:
         dataset are staged (config_map overrides)."""
         staged = {STAGED[role].path: uri.staged_path(shared, role) for role, uri in self.storage.items()
                   if role in STAGED}
+        if self.datasets:  # validation refuses them beside initializer.dataset
+            staged[STAGED["dataset"].path] = staged_datasets.mixed_path(
+                shared, {name: uri.text for name, uri in self.datasets.items()})
         # a staged dataset is the data (the built-in worker reads DATA_DIR/MNIST/raw/)
         data = staged.get(STAGED["dataset"].path, f"{shared}/data")
         output = f"{shared}/runs/{self.name}"
@@ -275,6 +288,9 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     uris |= {STAGED[role].unpack_limit: values["initializer"][role].get("max_unpacked_bytes")
              for role in STAGED}  # null: not rendered
     uris |= _hub_patterns(values)
+    datasets = values["initializer"].get("datasets")
+    if datasets:  # initializer.datasets: in one variable, beside DATASET_DIR (placement)
+        uris[staged_datasets.DATASETS_VARIABLE] = staged_datasets.rendered(datasets)
     # a built-in program's launcher restarts failed rounds in place, within max_restarts (trainer_launcher/recovery.py)
     warm_after = values["warm_workers_after_seconds"]  # null: off (the launcher's default is on)
     in_place = {gang_rounds.RESTART_IN_PLACE_VARIABLE: values["restart_in_place"],
@@ -325,6 +341,8 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         checkpoint_signing=_key_ref("secretKeyRef", values["checkpoint"].get("signing_secret")),
         extra_volumes=tuple(_extra_volume(item) for item in values["extra_volumes"]),
         storage=sources,
+        datasets={name: parse_storage_uri(entry["storage_uri"], "dataset")
+                  for name, entry in sorted((values["initializer"].get("datasets") or {}).items())},
         metrics_port=metrics_port,
         options=dict(options or {}),
     )

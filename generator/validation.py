@@ -28,6 +28,7 @@ from generator.spec import (
 )
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
+from trainer_contract import datasets as staged_datasets
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.data_mixture import mixture_problem
 from trainer_contract.global_batch import accumulation_problem
@@ -283,7 +284,8 @@ def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     """Rules across keys that JSON Schema cannot express, every target's own included (a values file stays
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
     return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_pattern_problems(values, spec)) + \
-        list(_metrics_problems(spec)) + list(_batch_problems(spec)) + list(_mixture_problems(spec)) + [
+        list(_metrics_problems(spec)) + list(_batch_problems(spec)) + list(_mixture_problems(spec)) + \
+        list(_datasets_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
 
 
@@ -313,6 +315,25 @@ def _mixture_problems(spec: JobSpec) -> Iterable[str]:
     """TRAIN_WEIGHTS weighs TRAIN_FILES' globs, one weight each, as the program will check."""
     config = spec.program_config()
     problem = mixture_problem(config) if config is not None else None
+    if problem:
+        yield f"config_map.{problem}"
+
+
+def _datasets_problems(spec: JobSpec) -> Iterable[str]:
+    """initializer.datasets in place of initializer.dataset, for a program that names their files."""
+    if not spec.datasets:
+        return
+    if "dataset" in spec.storage:
+        yield ("initializer.datasets: stages the datasets in place of initializer.dataset, which has a storage URI "
+               "too: set one of them to null")
+    config = spec.program_config()
+    if config is None:  # a program of the user's reads DATASET_DIR/<name> as it likes
+        return
+    if not staged_datasets.reads_several(config):
+        yield (f"initializer.datasets: {spec.program[1]} reads one dataset (DATASET_DIR or DATA_DIR), and "
+               f"initializer.datasets stages {len(spec.datasets)} by name: use initializer.dataset")
+        return
+    problem = staged_datasets.files_problem(config, list(spec.datasets))
     if problem:
         yield f"config_map.{problem}"
 
@@ -536,7 +557,36 @@ def _storage_problems(values: dict) -> tuple[list[str], dict, list[str]]:
         elif secret_keys is not None and value_at(values, secret_keys) is not None:
             unusable(secret_keys, f"{'.'.join(keys)} is set too: the URI comes from one of them; set the other "
                                   "to null")
+    dataset_problems = list(_dataset_uri_problems(values))
+    if dataset_problems:  # the list is left out whole: its DATASET_DIR is derived from every entry
+        problems += dataset_problems
+        replaced.append("initializer.datasets")
+        checked = copy.deepcopy(checked) if checked is values else checked
+        checked["initializer"]["datasets"] = None
     return problems, checked, replaced
+
+
+def _dataset_uri_problems(values: dict) -> Iterable[str]:
+    """Each initializer.datasets URI that cannot be staged into DATASET_DIR/<name>, as ``key: why``."""
+    for name, entry in (values["initializer"].get("datasets") or {}).items():
+        key, text = f"initializer.datasets.{name}.storage_uri", entry["storage_uri"]
+        try:
+            uri = parse_storage_uri(text, "dataset")
+        except StorageUriError as exc:
+            yield f"{key}: {exc}"
+            continue
+        parameters = credential_parameters(text)
+        if parameters:
+            yield (f"{key}: {redacted(text)!r} carries a credential in its query ({', '.join(parameters)}), which a "
+                   "render writes into the ConfigMap and every log: stage it as initializer.dataset, whose "
+                   "storage_uri_secret takes the URI from a Secret")
+        elif uri.scheme == "path":
+            yield (f"{key}: {text} is on the shared volume already and is not staged: give DATASET_DIR's datasets "
+                   "as hf://, s3:// or https:// URIs, or put the files under one directory (initializer.dataset)")
+        for patterns in ("allow_patterns", "ignore_patterns"):
+            if entry.get(patterns) is not None and uri.scheme != "hf":
+                yield (f"initializer.datasets.{name}.{patterns}: selects files of an hf:// repository, and {name}'s "
+                       f"storage_uri is {uri.describe}: remove it")
 
 
 def _messages(error, values: Any, errors: list) -> list[str]:

@@ -1,5 +1,6 @@
 """python -m worker.staging [--program MODULE]: stage the model and dataset the environment names
-(INDEXED_TRAINER_MODEL_URI, INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR), and with
+(INDEXED_TRAINER_MODEL_URI, INDEXED_TRAINER_DATASET_URI; their places MODEL_DIR, DATASET_DIR; or several datasets,
+INDEXED_TRAINER_DATASETS, each into DATASET_DIR/<name>), and with
 INDEXED_TRAINER_CHECKPOINT_URI restore the newest checkpoint of built-in program MODULE (the MNIST worker's without
 it; with INDEXED_TRAINER_CHECKPOINT_DIR, a program of the user's, into that directory) onto a volume that has none
 (restore.py), as index 0 or as an index that waits."""
@@ -16,9 +17,11 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from trainer_contract import datasets as staged_datasets
 from trainer_contract import exit_codes
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write_termination_message
@@ -77,17 +80,42 @@ def _fetcher(uri: StorageUri) -> Callable:
     return fetch_https.fetch
 
 
-def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
+@dataclass(frozen=True)
+class Selection:
+    """What a source's staging takes of it: a Hub repository's files (None: not a Hub source), and the most bytes
+    an https:// archive may unpack to (None: the volume's free space)."""
+
+    patterns: dict[str, list[str] | None] | None = None
+    unpack_limit: int | None = None
+
+    @classmethod
+    def of_role(cls, environ: Mapping[str, str], role: Role, uri: StorageUri) -> Selection:
+        """The role's own: from its variables (initializer.<role>'s keys)."""
+        return cls(hub_patterns(environ, role) if uri.scheme == "hf" else None, unpack_limit(environ, role))
+
+    @classmethod
+    def of_dataset(cls, dataset: staged_datasets.StagedDataset, uri: StorageUri) -> Selection:
+        """An entry of initializer.datasets' (DATASETS_VARIABLE)."""
+        patterns = {"allow": _listed(dataset.allow_patterns), "ignore": _listed(dataset.ignore_patterns)}
+        return cls(patterns if uri.scheme == "hf" else None, dataset.max_unpacked_bytes)
+
+
+def _listed(patterns: tuple[str, ...] | None) -> list[str] | None:
+    return None if patterns is None else list(patterns)
+
+
+def stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str],
+          selection: Selection | None = None) -> None:
     """Index 0's part: nothing when the marker is there, else fetch, verify, publish; one staging of a place at
-    a time, whatever job runs it."""
+    a time, whatever job runs it. ``selection``: what of the source (the role's variables say, by default)."""
     with place.held(where, uri.named(role), say):
-        _stage(role, uri, where, environ)
+        _stage(role, uri, where, environ, selection or Selection.of_role(environ, role, uri))
 
 
-def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str]) -> None:
+def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str], selection: Selection) -> None:
     what = uri.named(role)
     marker = place.marker_of(where)
-    patterns = hub_patterns(environ, role) if uri.scheme == "hf" else None
+    patterns = selection.patterns
     if marker is not None:
         if marker.get("uri") not in (uri.source, uri.text):  # the text: an earlier version's marker
             raise StagingError(f"{what}: {where} holds {shown(str(marker.get('uri')))!r}, another source, staged by an earlier "
@@ -102,7 +130,7 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str])
     started = time.monotonic()
     fetch = _fetcher(uri)
     if uri.is_archive:
-        fetch = functools.partial(fetch, unpack_limit=unpack_limit(environ, role))
+        fetch = functools.partial(fetch, unpack_limit=selection.unpack_limit)
     if patterns is not None:
         fetch = functools.partial(fetch, patterns=patterns)
 
@@ -227,11 +255,35 @@ def run(environ: Mapping[str, str], program: type) -> int:
         else:
             marker = place.wait_for(where, uri.named(role), say)
             say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+    text = environ.get(staged_datasets.DATASETS_VARIABLE)
+    if text:
+        stage_datasets(text, environ, index)
     text = environ.get(URI_VARIABLES["checkpoint"])
     if text:
         with failure_recorded(restore.decision_place(environ, program)) if index == 0 else contextlib.nullcontext():
             restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ), program)
     return exit_codes.OK
+
+
+def stage_datasets(text: str, environ: Mapping[str, str], index: int) -> None:
+    """initializer.datasets (DATASETS_VARIABLE's ``text``): each into DATASET_DIR/<name>, by index 0; the other
+    indexes wait for each."""
+    base = environ.get(STAGED["dataset"].path)
+    if not base:
+        raise StagingError(f"{staged_datasets.DATASETS_VARIABLE} is set and {STAGED['dataset'].path} is not: a render "
+                           "sets both", retryable=False)
+    for dataset in staged_datasets.parsed(text):
+        uri = parse(dataset.storage_uri, "dataset")
+        if uri.scheme == "path":
+            raise StagingError(f"{staged_datasets.DATASETS_VARIABLE}: dataset {dataset.name!r} is a path on the shared "
+                               "volume, which is not staged: give an hf://, s3:// or https:// URI", retryable=False)
+        where = Path(base) / dataset.name
+        if index == 0:
+            with failure_recorded(where):
+                stage("dataset", uri, where, environ, Selection.of_dataset(dataset, uri))
+        else:
+            marker = place.wait_for(where, uri.named("dataset"), say)
+            say(f"{uri.named('dataset')} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import yaml
 
 from generator import __version__
 from generator.errors import TemplateError
-from generator.spec import STORAGE_KEYS, EnvVar, ExtraVolume, JobSpec
+from generator.spec import EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.targets import network_policy as netpol
 from generator.targets.labels import LABEL_NAME, label_key_problem, label_problems
@@ -261,12 +261,12 @@ def _size_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
 
 def credential_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     """A bucket needs credentials, and on Kubernetes they come from a Secret (or a service account's role)."""
-    buckets = [role for role, uri in spec.storage.items() if uri.scheme == "s3"]
+    buckets = [(key, uri) for key, uri in spec.reached() if uri.scheme == "s3"]
     from_secret = {variable.name for variable in spec.env if variable.value_from is not None}
     if buckets and not (spec.env_from_secrets or options.storage_secret or "AWS_ACCESS_KEY_ID" in from_secret
                         or options.service_account_name is not None):
-        where = ".".join(STORAGE_KEYS[buckets[0]])
-        yield (f"{where}: {spec.storage[buckets[0]].text} needs credentials, and none come from a Secret: add the "
+        where, uri = buckets[0]
+        yield (f"{where}: {uri.text} needs credentials, and none come from a Secret: add the "
                "Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY as storage_secret (or env valueFrom "
                "for each), or set service_account_name to a service account with a role")
 

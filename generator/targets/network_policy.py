@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from generator.spec import SECRET_STORAGE_KEYS, STORAGE_KEYS, JobSpec
+from generator.spec import JobSpec
 from generator.targets.labels import label_problems
 from generator.values import describe_value
 
@@ -141,10 +141,9 @@ def option_problems(spec: JobSpec, options: NetworkPolicyOptions) -> Iterable[st
 def problems(spec: JobSpec, options: NetworkPolicyOptions) -> Iterable[str]:
     """A policy under which the job could not reach its storage: remote sources, a checkpoint bucket or an export,
     and no egress entry for them."""
-    remote = [(role, uri) for role, uri in spec.storage.items() if uri.scheme != "path"]
+    remote = [(key, uri) for key, uri in spec.reached() if uri.scheme != "path"]
     if options.enabled and remote and not options.egress:
-        role, uri = remote[0]
-        where = ".".join((SECRET_STORAGE_KEYS if uri.scheme == "secret" else STORAGE_KEYS)[role])
+        where, uri = remote[0]
         if uri.scheme != "secret":  # a URI from a Secret is never written out
             where += f" ({uri.text})"
         yield (f"network_policy.egress: empty, but {where} is reached over the network and the NetworkPolicy would "

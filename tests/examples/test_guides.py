@@ -110,13 +110,27 @@ def test_the_slurm_guide_renders_two_whole_gpu_nodes_with_its_logs_in_the_shared
     assert submit.startswith("mkdir -p /scratch/alice/pretrain/logs && sbatch pretrain.sbatch")
 
 
+def public_conversations(tmp_path, count: int) -> bytes:
+    """``count`` conversations as a parquet file with a messages column, as a Hub dataset holds them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from testbed.sft_data import make_chat_data
+
+    rows = [json.loads(line) for line in (make_chat_data(tmp_path / "public", train=count, validation=0, seed=1)
+                                          / "train.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "public.parquet")
+    return (tmp_path / "public.parquet").read_bytes()
+
+
 @pytest.mark.slow
 def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on_this_machine(tmp_path):
     """The 7B LoRA guide as written: its cluster render (Kueue's suspended Job, 8 GPUs and the RDMA resource per
     pod, NCCL's verbs transport, no warning), then its values on this machine's CPUs, one process per pod, with the
     tests' tiny Llama served as Qwen/Qwen2.5-7B-Instruct and 4,000 short conversations under the guide's S3 prefix:
     the guide's own hyper-parameters (4,096-token packed blocks, 2 x 8 a step per process, 2 % held out, the best
-    checkpoint by loss) stage, train, evaluate and export the merged model to the bucket."""
+    checkpoint by loss) stage, train, evaluate and export the merged model to the bucket; the support conversations
+    and a public set from the Hub (400, as parquet) mixed 3:1, each staged under its name."""
     pytest.importorskip("peft")
     from testbed.sft_data import make_chat_data, make_model
 
@@ -129,11 +143,15 @@ def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on
         for part in range(2):
             client.put_object(Bucket="team-data", Key=f"support-chats/conversations/part-{part:05d}.jsonl",
                               Body="".join(lines[part::2]).encode())
+        hub.add("HuggingFaceH4/no_robots", {"data/train-00000-of-00001.parquet": public_conversations(tmp_path, 400),
+                                            "data/test-00000-of-00001.parquet": b"not staged", "README.md": b"#"},
+                repo_type="dataset")
         (tmp_path / "s3.env").write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
         quietly([render, render_on_cpus], tmp_path, env)
         cluster = (tmp_path / "support.yaml").read_text()
         for line in ('"NCCL_IB_DISABLE": "0"', "suspend: true", '"kueue.x-k8s.io/queue-name": "team-gpus"',
-                     '"rdma/ib": "1"', '"nvidia.com/gpu": "8"', '"TRAIN_FILES": "conversations/*.jsonl"',
+                     '"rdma/ib": "1"', '"nvidia.com/gpu": "8"',
+                     '"TRAIN_FILES": "support/conversations/*.jsonl,norobots/data/train-*.parquet"',
                      '"INDEXED_TRAINER_CPU_FALLBACK": "false"'):
             assert line in cluster, line
         ran = subprocess.run(["bash", "-c", f"{run} --env HF_ENDPOINT={hub.url}"], cwd=tmp_path, env=env,
@@ -141,6 +159,12 @@ def test_the_lora_guide_renders_for_two_infiniband_nodes_and_its_values_train_on
         log = ran.stdout + ran.stderr
         assert ran.returncode == 0, log[-4000:]
         assert "held-out examples" in log and "(EVAL_FRACTION; SEED chose the rows)" in log, log[-4000:]
+        # 2 % of each held out (80 and 8), then 3:1 of the 4,312 left: the Hub's 392 repeated whole, then sampled
+        assert ("datasets mixed by TRAIN_WEIGHTS: support/conversations/*.jsonl x3 (3,234 rows of 3,920), "
+                "norobots/data/train-*.parquet x1 (1,078 rows of 392)") in log, log[-4000:]
+        staged = next((tmp_path / "state").rglob("staged/datasets/mixed/*"))
+        assert sorted(path.name for path in staged.iterdir() if not path.name.startswith(".")) == ["norobots", "support"]
+        assert [path.name for path in (staged / "norobots" / "data").iterdir()] == ["train-00000-of-00001.parquet"]
         assert "(32 examples a step: BATCH_SIZE 2 x GRADIENT_ACCUMULATION_STEPS 8 x 2 processes)" in log, log[-4000:]
         output = next((tmp_path / "state").rglob("runs/support-sft"))
         summary = json.loads((output / "summary.json").read_text())

@@ -368,3 +368,59 @@ def test_a_script_is_named_without_its_arguments_when_a_checkpoint_bucket_is_ref
                       "--set", "entrypoint.launcher=torchrun")
     assert result.exit_code == 2
     assert "mirrors the checkpoints train.py writes into" in result.stderr
+
+
+DATASETS = ["entrypoint.module=worker.sft", "env_from_secrets=[s3]",
+            "initializer.datasets={chats: {storage_uri: 's3://team-data/chats'}, "
+            "public: {storage_uri: 'hf://datasets/org/talk@v1', allow_patterns: ['data/*.parquet']}}",
+            "config_map.TRAIN_FILES=chats/*.jsonl,public/data/train-*.parquet", "config_map.TRAIN_WEIGHTS=3,1"]
+
+
+def test_several_datasets_reach_the_stage_step_in_one_variable_and_the_program_reads_their_directory():
+    from trainer_contract import datasets
+
+    job, config = _job_and_config(*DATASETS)
+    mixed = datasets.mixed_path(SHARED, {"chats": "s3://team-data/chats", "public": "hf://datasets/org/talk@v1"})
+    assert config["DATASET_DIR"] == config["DATA_DIR"] == mixed
+    assert [dataset.name for dataset in datasets.parsed(config[datasets.DATASETS_VARIABLE])] == ["chats", "public"]
+    assert storage.URI_VARIABLES["dataset"] not in config
+    assert [container["name"] for container in job["spec"]["template"]["spec"]["initContainers"]] == \
+        ["check-config", "stage"]
+    on_slurm = [item for item in DATASETS if not item.startswith("env_from_secrets")]  # sbatch's environment
+    script = run_main("--target", "slurm", *[arg for item in on_slurm for arg in ("--set", item)])
+    assert script.exit_code == 0 and "worker.staging" in script.stdout, script.stderr
+    line = next(line for line in script.stdout.splitlines() if datasets.DATASETS_VARIABLE in line)
+    assert shlex.split(line.removeprefix("export ")) == [f"{datasets.DATASETS_VARIABLE}={config[datasets.DATASETS_VARIABLE]}"]
+
+
+@pytest.mark.parametrize(("sets", "problem"), [
+    (["initializer.dataset.storage_uri=s3://team-data/other"],
+     "initializer.datasets: stages the datasets in place of initializer.dataset, which has a storage URI too"),
+    (["config_map.TRAIN_FILES=null", "config_map.TRAIN_WEIGHTS=null"],
+     "config_map.TRAIN_FILES: initializer.datasets stages each dataset into DATASET_DIR/<name> (chats, public)"),
+    (["config_map.TRAIN_FILES=chat/*.jsonl,public/*.parquet"],
+     "config_map.TRAIN_FILES: 'chat/*.jsonl' starts with 'chat', which is no dataset of initializer.datasets"),
+    (["entrypoint.module=worker.qa", "config_map={}"],
+     "initializer.datasets: worker.qa reads one dataset (DATASET_DIR or DATA_DIR), and initializer.datasets stages 2"),
+    (["initializer.datasets.chats.storage_uri=/pvc-home/chats"],
+     "initializer.datasets.chats.storage_uri: /pvc-home/chats is on the shared volume already and is not staged"),
+    (["initializer.datasets.chats.allow_patterns=['*.jsonl']"],
+     "initializer.datasets.chats.allow_patterns: selects files of an hf:// repository, and chats's storage_uri is "
+     "s3://team-data/chats"),
+    (["initializer.datasets.chats.storage_uri=https://data.example/c.tar?X-Amz-Signature=abc"],
+     "carries a credential in its query (X-Amz-Signature)"),
+    (["initializer.datasets.chats.storage_uri=s3://Bad_Bucket/x"], "initializer.datasets.chats.storage_uri: "),
+    (["env_from_secrets=[]"], "initializer.datasets.chats.storage_uri: s3://team-data/chats needs credentials"),
+    (["network_policy.enabled=true"], "initializer.datasets.chats.storage_uri (s3://team-data/chats) is reached over "
+                                      "the network and the NetworkPolicy would block it"),
+])
+def test_several_datasets_that_cannot_be_staged_or_read_are_refused_naming_the_key(sets, problem):
+    result = run_main(*[arg for item in DATASETS + sets for arg in ("--set", item)])
+    assert result.exit_code != 0 and result.stdout == "" and problem in result.stderr, result.stderr
+    assert "abc" not in result.stderr
+
+
+def test_a_users_program_reads_several_datasets_under_their_names_as_it_likes():
+    _, config = _job_and_config("entrypoint.module=null", "entrypoint.script=train.py", "env_from_secrets=[s3]",
+                                "initializer.datasets={a: {storage_uri: 's3://team-data/a'}}")
+    assert config["DATASET_DIR"].startswith(f"{SHARED}/staged/datasets/mixed/")

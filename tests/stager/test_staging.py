@@ -525,3 +525,53 @@ def test_a_marker_or_record_planted_on_the_volume_reads_as_absent_at_once(tmp_pa
     place._raise_if_failed(where, 0.0)  # no failure of index 0 is read into it
     assert place._waiting_line(where, "the dataset", 3.0) == "index 0 has not started staging the dataset (3 s)"
     assert time.monotonic() - began < 2
+
+
+def test_several_datasets_are_staged_each_under_its_name_and_the_other_index_waits_for_every_one(hub, s3, tmp_path):
+    """initializer.datasets (INDEXED_TRAINER_DATASETS): a Hub dataset with its allow_patterns and a bucket prefix,
+    each into DATASET_DIR/<name> with its own marker, by index 0 only; index 1 waits for each; a rerun fetches
+    nothing."""
+    from trainer_contract import datasets
+
+    hub.add("org/chats", {"data/train.jsonl": b'{"messages": []}\n' * 500, "README.md": b"# chats\n"},
+            repo_type="dataset")
+    hub.faults.slow_bytes_per_second = 4_000  # a few seconds of transfer, so that index 1 waits
+    client = s3.client()
+    client.create_bucket(Bucket="team-data")
+    client.put_object(Bucket="team-data", Key="support/part-0.jsonl", Body=b'{"messages": [1]}\n')
+    entries = {"public": {"storage_uri": "hf://datasets/org/chats", "allow_patterns": ["data/*"]},
+               "support": {"storage_uri": "s3://team-data/support"}}
+    base = datasets.mixed_path(str(tmp_path), {name: entry["storage_uri"] for name, entry in entries.items()})
+    environ = {datasets.DATASETS_VARIABLE: datasets.rendered(entries), "DATASET_DIR": base, "HF_ENDPOINT": hub.url,
+               **s3.environ}
+    follower = stager(environ, index=1, wait=False)
+    leader = stager(environ)
+    output, _ = follower.communicate(timeout=120)
+    assert leader.returncode == 0, leader.stdout + leader.stderr
+    assert follower.returncode == 0, output
+    assert "waiting for index 0 to stage dataset org/chats@main" in output
+    assert f"dataset s3://team-data/support staged at {base}/support by index 0" in output
+    assert sorted(path.name for path in Path(base).iterdir() if not path.name.startswith(".")) == ["public", "support"]
+    assert (Path(base) / "public/data/train.jsonl").stat().st_size == 17 * 500
+    assert not (Path(base) / "public/README.md").exists()  # the patterns left it on the Hub
+    assert (Path(base) / "support/part-0.jsonl").read_bytes() == b'{"messages": [1]}\n'
+    for name in entries:
+        assert json.loads((Path(base) / name / storage.MARKER).read_text())["uri"] == entries[name]["storage_uri"]
+    assert len(hub.fetched("/data/train.jsonl")) == 1  # by index 0 only
+    again = stager({**environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})  # nothing answers there
+    assert again.returncode == 0 and again.stdout.count("nothing fetched") == 2, again.stdout
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[]", "write a JSON object of 1 to 16 datasets"),
+    ('{"../up": {"storage_uri": "s3://team-data/x"}}', "a name is lower-case letters"),
+    ('{"a": {"storage_uri": "/pvc-home/data"}}', "is a path on the shared volume, which is not staged"),
+    ('{"a": {"storage_uri": "s3://team-data/x", "max_unpacked_bytes": -1}}', "max_unpacked_bytes is a positive"),
+])
+def test_a_datasets_variable_that_cannot_be_staged_is_refused_in_one_line(tmp_path, text, words):
+    from trainer_contract import datasets
+
+    result = stager({datasets.DATASETS_VARIABLE: text, "DATASET_DIR": str(tmp_path / "mix")})
+    assert result.returncode == BAD_CONFIG and words in result.stdout and "Traceback" not in result.stderr, \
+        result.stdout + result.stderr
+    assert not (tmp_path / "mix").exists() or not any((tmp_path / "mix").iterdir())
