@@ -24,8 +24,9 @@ from trainer_contract.storage import STAGED_DIR, StorageUriError
 # What the stager reads: a JSON object, name -> {"storage_uri", "max_unpacked_bytes", "allow_patterns",
 # "ignore_patterns"} (the values' own keys; null or absent: not set).
 DATASETS_VARIABLE = "INDEXED_TRAINER_DATASETS"
-# A name is a directory under DATASET_DIR, and what TRAIN_FILES' globs start with.
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# A name is a directory under DATASET_DIR, and what TRAIN_FILES' globs start with (whole: fullmatch). The schema's
+# propertyNames and maxProperties say the same (tests/contract/test_staged_datasets.py holds them to these).
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MOST = 16
 FIELDS = ("storage_uri", "max_unpacked_bytes", "allow_patterns", "ignore_patterns")
 # A directory of its own beside staged/datasets/{hf,s3,https,secret}/ (storage.StorageUri.staged_path): no single
@@ -70,7 +71,7 @@ def parsed(text: str) -> list[StagedDataset]:
 
 def _entry(name: Any, entry: Any) -> StagedDataset:
     where = f"{DATASETS_VARIABLE}: dataset {str(name)[:80]!r}"
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise StorageUriError(f"{where}: a name is lower-case letters, digits, '-' and '_' (at most 63), starting "
                               "with a letter or digit: it is a directory under DATASET_DIR")
     if not isinstance(entry, dict) or set(entry) - set(FIELDS) or not isinstance(entry.get("storage_uri"), str) \

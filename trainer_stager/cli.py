@@ -91,7 +91,8 @@ class Selection:
     @classmethod
     def of_role(cls, environ: Mapping[str, str], role: Role, uri: StorageUri) -> Selection:
         """The role's own: from its variables (initializer.<role>'s keys)."""
-        return cls(hub_patterns(environ, role) if uri.scheme == "hf" else None, unpack_limit(environ, role))
+        return cls(hub_patterns(environ, role) if uri.scheme == "hf" else None,
+                   unpack_limit(environ, role) if uri.is_archive else None)
 
     @classmethod
     def of_dataset(cls, dataset: staged_datasets.StagedDataset, uri: StorageUri) -> Selection:

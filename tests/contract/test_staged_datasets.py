@@ -49,6 +49,15 @@ def test_any_other_text_is_refused_naming_the_variable_never_with_another_error(
                                                   for d in read})) == read
 
 
+def test_the_schema_takes_the_names_and_the_number_the_stager_does():
+    from generator.resources import schema as values_schema
+
+    schema = values_schema()["properties"]["initializer"]["properties"]["datasets"]
+    assert schema["propertyNames"]["pattern"] == f"^{datasets.NAME.pattern}$"
+    assert schema["maxProperties"] == datasets.MOST
+    assert set(schema["additionalProperties"]["properties"]) == set(datasets.FIELDS)
+
+
 def test_each_list_of_names_and_uris_has_its_own_place_beside_the_single_datasets_places():
     one = datasets.mixed_path("/pvc", {"a": "s3://b/x", "b": "hf://datasets/o/n"})
     assert one == datasets.mixed_path("/pvc", {"b": "hf://datasets/o/n", "a": "s3://b/x"})  # the order is no matter
