@@ -97,7 +97,8 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=Fals
     """The Job's plan, the factory of its pods (and who they run as) and the claims given a directory;
     ManifestError for what cannot run here, before anything starts."""
     from localjob.identity import pod_identity
-    from localjob.podspec import PodFactory, free_port
+    from localjob.podspec import PodFactory
+    from localjob.ports import free_ports
     from localjob.secrets import read_secret
     from trainer_contract.pod_environment import reserved
 
@@ -111,7 +112,8 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=Fals
     _check_volumes(claim_dirs, job_plan)
     root = (volume_root or default_volume_root(job_plan.namespace, job_plan.name)).resolve()
     service = job_plan.headless_service or {}
-    ports = {int(p.get("targetPort", p["port"])): free_port() for p in service.get("ports", [])}
+    targets = [int(p.get("targetPort", p["port"])) for p in service.get("ports", [])]
+    ports = dict(zip(targets, free_ports(len(targets)), strict=True))
     factory = PodFactory(job_plan, root, claim_dirs, extra_env, ports, image_dir)
     missing = factory.missing_script()
     if missing:

@@ -20,7 +20,6 @@ import re
 import secrets
 import shutil
 import site
-import socket
 import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,6 +29,7 @@ from typing import Any
 from localjob.expansion import expand
 from localjob.identity import PodIdentity
 from localjob.manifests import JobPlan
+from localjob.ports import free_port
 from trainer_contract.metrics import ADDRESS_VARIABLE as METRICS_ADDRESS_VARIABLE
 from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, JOB_UID_LABEL, pod_address, pod_hostname
 from trainer_contract.quantities import divide_round_up, parse_quantity
@@ -76,12 +76,6 @@ def training_script(argv: list[str]) -> str | None:
         if not token.startswith("-"):
             return token if token.endswith(".py") else None
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def machine_cores() -> list[int]:
@@ -250,7 +244,7 @@ class PodFactory:
         has its own network namespace, here they share one."""
         ports = dict(self.ports)
         for declared in self.plan.pod_spec["containers"][0].get("ports") or []:
-            ports.setdefault(int(declared["containerPort"]), free_port())
+            ports.setdefault(int(declared["containerPort"]), free_port(frozenset(ports.values())))
         return ports
 
     def container_run(self, container: dict, pod: dict, ports: dict[int, int] | None = None) -> ContainerRun:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,20 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from localjob.ports import free_ports
 from tests import apt
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client")
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def install_slurm() -> str | None:

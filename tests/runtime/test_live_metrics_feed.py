@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from localjob.ports import free_port
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import metrics as contract
 from trainer_runtime import metrics
@@ -16,17 +17,11 @@ from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.pretrained.run_log import RunLog
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def served(monkeypatch):
     """This process's live metrics, served on a free port for the test (the process-wide one replaced)."""
     lines: list[str] = []
-    live = metrics.Live(_free_port(), lines.append)
+    live = metrics.Live(free_port(), lines.append)
     monkeypatch.setattr(metrics, "_live", live)
     yield live, lines
     live.close()

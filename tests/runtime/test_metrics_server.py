@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.runtime.test_live_metrics_feed import _free_port
+from localjob.ports import free_port
 from trainer_contract import metrics as contract
 from trainer_runtime import metrics, metrics_server
 
@@ -19,7 +19,7 @@ from trainer_runtime import metrics, metrics_server
 @pytest.fixture
 def live(monkeypatch):
     monkeypatch.setattr(metrics_server, "CONNECTION_SECONDS", 2.0)
-    served = metrics.Live(_free_port(), lambda line: None, address="127.0.0.1")
+    served = metrics.Live(free_port(), lambda line: None, address="127.0.0.1")
     served._set("step", 7)
     yield served
     served.close()
@@ -87,7 +87,7 @@ def test_only_the_metrics_path_is_answered(live, path, code):
 
 def test_the_address_variable_binds_loopback_only(monkeypatch):
     """local-job sets ADDRESS_VARIABLE to 127.0.0.1: nothing listens on the machine's other addresses."""
-    port = _free_port()
+    port = free_port()
     monkeypatch.setattr(metrics, "_live", None)
     served = metrics.live({contract.PORT_VARIABLE: str(port), contract.ADDRESS_VARIABLE: "127.0.0.1"},
                           log=lambda line: None)

@@ -5,20 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from localjob.ports import free_port  # noqa: F401 (the tests' ports come from here)
 from tests.conftest import BIN, OUTSIDE
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 # Its sitecustomize.py installs the fault injector as the worker's hook in processes that have FAULT_INJECT.
 FAULT_INJECTION = Path(__file__).resolve().parent.parent / "fault_injection"
