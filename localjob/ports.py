@@ -16,7 +16,7 @@ from pathlib import Path
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Linux's default where the file cannot be read; other systems' ranges (49152-65535) leave the low band free too.
 DEFAULT_EPHEMERAL = (32768, 60999)
-LOWEST = 10000  # below this, the well-known and registered services people run by default (8080, 9000, ...)
+LOWEST = 20000  # below this, ports that services claim by number (8080, 9000, 9090, the kubelet's 10250, ...)
 TRIES = 64
 
 

@@ -90,12 +90,13 @@ def run_on_the_control_plane(scenario: Scenario, plane, namespace: str, timeout:
             if ending is None:
                 if pod["status"].get("phase") != "Running":
                     plane.set_pod_status(namespace, name, {"phase": "Running", "containerStatuses": [
-                        container_status({"running": {"startedAt": stamp}})]})
+                        container_status({"running": {"startedAt": stamp}})]}, may_be_gone=True)
                 continue
             terminated = {"exitCode": ending, "reason": "Completed" if ending == 0 else "Error",
                           "startedAt": stamp, "finishedAt": stamp}
             plane.set_pod_status(namespace, name, {"phase": "Succeeded" if ending == 0 else "Failed",
-                                                   "containerStatuses": [container_status({"terminated": terminated})]})
+                                                   "containerStatuses": [container_status({"terminated": terminated})]},
+                                 may_be_gone=True)
             mine["ended"] = True
             # the controller's back-off runs from finishedAt, which has a second's resolution: the end it sees
             times[index][mine["attempt"]][1] = float(int(now))
@@ -106,13 +107,24 @@ def run_on_the_control_plane(scenario: Scenario, plane, namespace: str, timeout:
     raise AssertionError(f"{scenario.name}: the Job did not finish in {timeout} s: {plane.get('-n', namespace, 'job', job_name)}")
 
 
+def pod_and_log(pod: dict, logs: Path) -> str:
+    log = logs / f"{pod['name']}.log"
+    tail = log.read_text().splitlines()[-3:] if log.exists() else []
+    return f"{pod['name']} (index {pod['index']}): {pod['phase']}, {pod['exit_codes']}\n  " + "\n  ".join(tail)
+
+
+def pods_and_logs(status: dict, logs: Path) -> str:
+    """local-job's pods, each with its exit codes and its log's last lines: what tells a race from a difference."""
+    return "\n".join(pod_and_log(pod, logs) for pod in status["pods"])
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_local_job_reports_what_the_job_controller_reports(scenario, control_plane, tmp_path):
     namespace = "parity-" + "".join(c if c.isalnum() else "-" for c in scenario.name.lower())[:40].strip("-")
     real, real_times = run_on_the_control_plane(scenario, control_plane, namespace)
     local, local_times = run_on_local_job(scenario, tmp_path)
     assert comparable(real) == scenario.expected, yaml.safe_dump(real)
-    assert comparable(local) == comparable(real)
+    assert comparable(local) == comparable(real), pods_and_logs(local, tmp_path / "root" / "logs")
     # a replacement waits the controller's back-off in both (10 s for an index's first failure)
     for times in (real_times, local_times):
         for pods in times.values():

@@ -48,8 +48,9 @@ def test_any_range_file_gives_a_valid_range(text):
 @pytest.mark.parametrize(("ephemeral", "bands"), [
     ((32768, 60999), [range(ports.LOWEST, 32768), range(61000, 65536)]),
     ((1024, 65535), []),  # the whole space is ephemeral: the kernel's choice is all there is
-    ((20000, 65535), [range(ports.LOWEST, 20000)]),
+    ((25000, 65535), [range(ports.LOWEST, 25000)]),
     ((5000, 30000), [range(30001, 65536)]),
+    ((ports.LOWEST, 60999), [range(61000, 65536)]),
 ])
 def test_the_candidates_are_the_bands_outside_the_range(ephemeral, bands):
     assert ports.candidates(ephemeral) == bands
