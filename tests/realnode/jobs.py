@@ -23,14 +23,15 @@ def values(namespace: str, image: str, **config_map) -> dict:
             "config_map": {"MNIST_SAMPLE_FALLBACK": True, "EPOCHS": 2, **config_map}}
 
 
-def volume(node: RealNode, namespace: str, directory: Path, name: str = NAME) -> Path:
+def volume(node: RealNode, namespace: str, directory: Path, name: str = NAME, volume_name: str | None = None) -> Path:
     """A hostPath PersistentVolume (ReadWriteMany) bound in advance to the claim rendered for job `name` (no
-    provisioner here), its directory owned by the pods' user (fsGroup does not apply to hostPath)."""
+    provisioner here), its directory owned by the pods' user (fsGroup does not apply to hostPath); the volume is
+    `<volume_name>-data`, by default `<namespace>-data` (the namespace fixture deletes that one)."""
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     shutil.chown(directory, 10001, 10001)
     node.kubectl("apply", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-data"},
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{volume_name or namespace}-data"},
         "spec": {"capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany"],
                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                  "hostPath": {"path": str(directory), "type": "Directory"},
