@@ -20,11 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlparse
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from localjob.ports import free_port
 
 
 def port_is_free(port: int) -> bool:
@@ -274,15 +270,16 @@ class HubServer(_Server):
 
 
 class S3Server:
-    """moto's S3 in server mode on 127.0.0.1, and the environment a process needs to reach it."""
+    """moto's S3 in server mode on ``host`` (127.0.0.1; a bridge's gateway for containers), and the environment a
+    process needs to reach it."""
 
-    def __init__(self, port: int | None = None):
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1"):
         from moto.server import ThreadedMotoServer
 
         self.port = port or free_port()
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server = ThreadedMotoServer(ip_address=host, port=self.port, verbose=False)
         self.server.start()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         # moto keeps its buckets in this process's memory, shared by every server it starts: each starts empty
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST"), timeout=30).close()
         self.environ = {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "testing",

@@ -42,26 +42,33 @@ def make_texts(directory: Path, train: int = 256, validation: int = 64, named: b
     return directory
 
 
-def serve_imdb_example(hub) -> None:
-    """examples/hub-finetune's repositories on the tests' Hub (testbed/storage_servers.py): a tiny random BERT as
-    distilbert/distilbert-base-uncased, and learnable texts as stanfordnlp/imdb's parquet files (train, test, and
-    the unlabelled split, label -1, that the run must leave alone)."""
-    import tempfile
+def imdb_files() -> dict[str, bytes]:
+    """stanfordnlp/imdb's parquet files, learnable: train, test, and the unlabelled split (label -1) that the run
+    must leave alone; by their paths in the repository."""
+    import io
 
     import pyarrow
     import pyarrow.parquet as pq
+
+    files = {}
+    for split, count, seed in (("train", 256, 1), ("test", 64, 2), ("unsupervised", 16, 3)):
+        made = rows(count, seed)
+        if split == "unsupervised":
+            made = [{**row, "label": -1} for row in made]
+        buffer = io.BytesIO()
+        pq.write_table(pyarrow.Table.from_pylist(made), buffer)
+        files[f"plain_text/{split}-00000-of-00001.parquet"] = buffer.getvalue()
+    return files
+
+
+def serve_imdb_example(hub) -> None:
+    """examples/hub-finetune's repositories on the tests' Hub (testbed/storage_servers.py): a tiny random BERT as
+    distilbert/distilbert-base-uncased, and ``imdb_files`` as stanfordnlp/imdb."""
+    import tempfile
 
     from testbed.qa_data import make_model
 
     with tempfile.TemporaryDirectory() as scratch:
         model = make_model(Path(scratch) / "model")
         hub.add("distilbert/distilbert-base-uncased", {path.name: path.read_bytes() for path in model.iterdir()})
-        files = {}
-        for split, count, seed in (("train", 256, 1), ("test", 64, 2), ("unsupervised", 16, 3)):
-            made = rows(count, seed)
-            if split == "unsupervised":
-                made = [{**row, "label": -1} for row in made]
-            path = Path(scratch) / f"{split}.parquet"
-            pq.write_table(pyarrow.Table.from_pylist(made), path)
-            files[f"plain_text/{split}-00000-of-00001.parquet"] = path.read_bytes()
-        hub.add("stanfordnlp/imdb", files, repo_type="dataset")
+    hub.add("stanfordnlp/imdb", imdb_files(), repo_type="dataset")

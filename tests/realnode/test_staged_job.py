@@ -1,6 +1,8 @@
 """The seeds' transformer jobs on the real node (examples/bert-squad: Lightning FSDP; examples/hub-finetune: DDP +
-AMP): the model and dataset staged by index 0's stage init container from the tests' Hub, which the pods reach over
-the node's bridge (HF_ENDPOINT on the bridge's gateway), both pods train, and rank 0 exports the model onto the volume.
+AMP): the model and dataset staged by index 0's stage init container from the tests' Hub and moto's S3, which the
+pods reach over the node's bridge (HF_ENDPOINT and AWS_ENDPOINT_URL on the bridge's gateway, the bucket's
+credentials from a Secret), both pods train, and rank 0 exports the model onto the volume. hub-finetune takes its
+dataset from a bucket instead of the Hub, mirrors its checkpoints to one and uploads its export.
 
 Each training loop once per engine, not each workload: Lightning (which reads a pod's environment, KUBERNETES_PORT
 among it) and the plain loop that finetune and sft share. examples/sft runs here in the image tier's restricted pods
@@ -19,22 +21,53 @@ from tests.realnode.node import GATEWAY
 pytestmark = [pytest.mark.realnode, pytest.mark.slow]
 
 
-@pytest.mark.parametrize(("example", "serve", "export", "score"), [
-    ("bert-squad", "testbed.qa_data:serve_squad_example", "bert_squad_trained", "f1"),
-    ("hub-finetune", "testbed.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy"),
+BUCKETS = ("team-data", "team-ckpt", "team-models")
+
+
+def with_buckets(s3, example: str) -> dict:
+    """examples/hub-finetune's dataset in a bucket, and the values that stage it from there, mirror the checkpoints
+    and upload the export, the credentials coming from the Secret s3-credentials."""
+    from testbed.text_data import imdb_files
+
+    client = s3.client()
+    for bucket in BUCKETS:
+        client.create_bucket(Bucket=bucket)
+    for path, data in imdb_files().items():
+        client.put_object(Bucket="team-data", Key=f"imdb/{path}", Body=data)
+    return {"initializer": {"dataset": {"storage_uri": "s3://team-data/imdb"}},
+            "checkpoint": {"storage_uri": f"s3://team-ckpt/{example}"},
+            "export": {"storage_uri": f"s3://team-models/{example}"}, "env_from_secrets": ["s3-credentials"],
+            "env": [{"name": "AWS_ENDPOINT_URL", "value": s3.url}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}]}
+
+
+def objects(s3, bucket: str, prefix: str) -> dict[str, bytes]:
+    client = s3.client()
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {item["Key"]: client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read() for item in listed}
+
+
+@pytest.mark.parametrize(("example", "serve", "export", "score", "bucket"), [
+    ("bert-squad", "testbed.qa_data:serve_squad_example", "bert_squad_trained", "f1", False),
+    ("hub-finetune", "testbed.text_data:serve_imdb_example", "bert_classifier_trained", "accuracy", True),
 ], ids=["qa", "finetune"])
 def test_the_seeds_jobs_are_staged_from_a_hub_over_the_bridge_train_and_export(node, worker_image, namespace, example,
-                                                                               serve, export, score):
-    from testbed.storage_servers import HubServer
+                                                                               serve, export, score, bucket):
+    from testbed.storage_servers import HubServer, S3Server
 
     name, workdir = namespace
     hub = HubServer(host=GATEWAY)  # where the pods reach this machine
+    s3 = S3Server(host=GATEWAY) if bucket else None
     try:
         module, function = serve.split(":")
         getattr(importlib.import_module(module), function)(hub)
         claim = volume(node, name, workdir / "volume", example)  # the example's name is its Job's
         here = {"namespace": name, "image": worker_image, "image_pull_policy": "Never",
                 "resources": {"cpu": 1, "memory": 4}, "env": [{"name": "HF_ENDPOINT", "value": hub.url}]}
+        if s3 is not None:
+            buckets = with_buckets(s3, example)
+            here = {**here, **buckets, "env": here["env"] + buckets["env"]}
+            node.kubectl("-n", name, "create", "secret", "generic", "s3-credentials",
+                         "--from-literal=AWS_ACCESS_KEY_ID=testing", "--from-literal=AWS_SECRET_ACCESS_KEY=testing")
         (workdir / "node.json").write_text(json.dumps(here))
         rendered = subprocess.run(
             [str(BIN / "gen-manifests"), "--values", str(ROOT / "examples" / example / "values.yaml"), "--values",
@@ -49,8 +82,16 @@ def test_the_seeds_jobs_are_staged_from_a_hub_over_the_bridge_train_and_export(n
         output = claim / "runs" / example
         summary = json.loads((output / "summary.json").read_text())
         assert summary["world_size"] == 2 and 0 <= summary[score] <= 100, summary
-        exported = output / export
+        # with export.storage_uri the export is EXPORT_DIR, the run's export/, which index 0's launcher uploads
+        exported = output / ("export" if s3 is not None else export)
         assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
         assert (exported / "model.safetensors").stat().st_uid == 10001  # written by the pods' user
+        if s3 is not None:
+            assert not hub.fetched(".parquet")  # the dataset came from the bucket alone
+            uploaded = {key.rpartition("/")[2]: data for key, data in objects(s3, "team-models", example).items()}
+            assert uploaded.get("model.safetensors") == (exported / "model.safetensors").read_bytes(), sorted(uploaded)
+            assert objects(s3, "team-ckpt", example), "rank 0 mirrored no checkpoint to the bucket"
     finally:
         hub.close()
+        if s3 is not None:
+            s3.close()
