@@ -56,6 +56,14 @@ SCENARIOS = [
                        ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
         "failed": 3, "succeeded": 0, "failedIndexes": "1", "completedIndexes": ""}),
 ]
+# What users see of a Job whose pod was disrupted (evicted, preempted: the DisruptionTarget condition) and replaced,
+# the gang resuming: nothing counted, both indexes succeeded. local-job's eviction test and the real node's eviction
+# and preemption tests each assert it of their Job.
+DISRUPTED_AND_REPLACED = {
+    "conditions": [("SuccessCriteriaMet", "SuccessPolicy", "Matched rules at index 0"),
+                   ("Complete", "SuccessPolicy", "Matched rules at index 0")],
+    "failed": 0, "succeeded": 2, "failedIndexes": "", "completedIndexes": "0,1"}
+
 # Not here: index 0 succeeding while another index still runs. Under torchrun it cannot: a finished agent waits in
 # torchrun's exit barrier for the others (the built-in worker's followers finish first, by design).
 
