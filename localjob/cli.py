@@ -4,6 +4,7 @@
     local-job build/ --volume-root runs/local-job
     local-job build/ --volume mnist-train-data=/data/mnist-volume      # use an existing directory as a claim
     local-job evict --volume-root runs/local-job 1                     # from another terminal: preempt pod 1
+    local-job delete --volume-root runs/local-job 0                    # ... or delete pod 0 (kubectl delete pod)
     local-job status --volume-root runs/local-job                      # the running (or last) run, at a glance
     local-job clean build/                                             # remove what local-job keeps for the Job
     local-job job.yaml --image-dir ./my-training --secret hf=./hf.env  # your own train.py, with a Secret
@@ -64,8 +65,8 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     Job completes, 1 when it fails (with the reason Kubernetes would give), 2 when the manifests cannot be
     run faithfully here.
 
-    Beside it: `local-job status` (the running or last run), `local-job evict` (preempt a pod),
-    `local-job clean` (remove what local-job keeps for the Job); each has --help.
+    Beside it: `local-job status` (the running or last run), `local-job evict` (preempt a pod), `local-job
+    delete` (delete one), `local-job clean` (remove what local-job keeps for the Job); each has --help.
     """
     from localjob.controller import JobController
     from localjob.display import display_for
@@ -175,27 +176,51 @@ def _check_volumes(claim_dirs: dict[str, Path], job_plan) -> None:
         raise ManifestError(*problems)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--volume-root", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The --volume-root of the running local-job.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-              help="Seconds to wait for the running local-job to take the request.")
-@click.argument("index", type=click.IntRange(min=0))
+def _request(kind: str, volume_root: Path, timeout: float, index: int) -> int:
+    from localjob.eviction import EvictionError, request
+
+    try:
+        click.echo(f"local-job {kind}: {request(volume_root.resolve(), kind, index, timeout)}")
+    except EvictionError as error:
+        click.echo(f"local-job {kind}: {error}", err=True)
+        return EXIT_FAILED if error.refused else EXIT_REFUSED
+    return 0
+
+
+def _pod_request(function):
+    """The options and argument `local-job evict` and `local-job delete` share."""
+    for decorator in reversed((
+            click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}),
+            click.option("--volume-root", required=True, type=click.Path(file_okay=False, path_type=Path),
+                         help="The --volume-root of the running local-job."),
+            click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+                         help="Seconds to wait for the running local-job to take the request."),
+            click.argument("index", type=click.IntRange(min=0)))):
+        function = decorator(function)
+    return function
+
+
+@_pod_request
 def evict(volume_root, timeout, index):
     """Evict the running pod of completion INDEX, as a preemption or `kubectl drain` would.
 
     The pod gets the DisruptionTarget condition and is terminated with its grace period (SIGTERM, then
-    SIGKILL); the Job's podFailurePolicy decides what its failure costs. Exit 0 once the pod is being
-    evicted, 1 if the local-job refused (no running pod with that index), 2 if no local-job runs there.
+    SIGKILL); the Job's podFailurePolicy decides what its failure costs (its Ignore rule: nothing). Exit 0 once
+    the pod is being evicted, 1 if the local-job refused (no running pod with that index), 2 if no local-job
+    runs there.
     """
-    from localjob.eviction import EvictionError, request_eviction
+    return _request("evict", volume_root, timeout, index)
 
-    try:
-        click.echo(f"local-job evict: {request_eviction(volume_root.resolve(), index, timeout)}")
-    except EvictionError as error:
-        click.echo(f"local-job evict: {error}", err=True)
-        return EXIT_FAILED if error.refused else EXIT_REFUSED
-    return 0
+
+@_pod_request
+def delete(volume_root, timeout, index):
+    """Delete the running pod of completion INDEX, as `kubectl delete pod` would.
+
+    The pod is terminated with its grace period (SIGTERM, then SIGKILL) and no condition: unlike an eviction,
+    its failure (exit 143 after a checkpoint) counts against max_restarts as on a cluster. Exit codes as for
+    `local-job evict`.
+    """
+    return _request("delete", volume_root, timeout, index)
 
 
 def job_root(source: str | None, volume_root: Path | None) -> Path:
@@ -259,7 +284,7 @@ def clean(source, volume_root, keep_data):
     return 0
 
 
-SUBCOMMANDS = {"evict": evict, "status": status, "clean": clean}
+SUBCOMMANDS = {"evict": evict, "delete": delete, "status": status, "clean": clean}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -106,11 +106,13 @@ class LocalPod:
                 else "Failed"
             self.record.finished = time.time()
 
-    def evict(self, grace: float, reason: str) -> None:
-        """As the Eviction API or a preemption: the DisruptionTarget condition, then termination with the grace
-        period, in the background (the controller goes on watching every pod meanwhile)."""
+    def evict(self, grace: float, reason: str | None) -> None:
+        """As the Eviction API or a preemption (``reason``: the DisruptionTarget condition's), or as a plain
+        `kubectl delete pod` (None: no condition): termination with the grace period, in the background (the
+        controller goes on watching every pod meanwhile)."""
         self.evicted = True
-        self.record.conditions.append({"type": "DisruptionTarget", "status": "True", "reason": reason})
+        if reason is not None:
+            self.record.conditions.append({"type": "DisruptionTarget", "status": "True", "reason": reason})
         threading.Thread(target=self.current.terminate, args=(grace,), daemon=True).start()
 
 
@@ -175,7 +177,7 @@ class JobController:
         while True:
             ended = self._stopped(running, started)
             if ended is None:
-                self._serve_evictions(running)
+                self._serve_requests(running)
                 self.display.tick()
                 ended = self._reap(running, pending) or self._settled()
             if ended is not None:
@@ -256,16 +258,20 @@ class JobController:
             self.note(f"index {index}: its next pod starts in {format_duration(wait)} (the Job controller's "
                       f"back-off: {self.backoff_seconds:g} s, doubling per failure, at most 10 min)")
 
-    def _serve_evictions(self, running: dict[int, LocalPod]) -> None:
-        for index in self.control.eviction_requests():
+    def _serve_requests(self, running: dict[int, LocalPod]) -> None:
+        """`local-job evict` (the DisruptionTarget condition, then SIGTERM) and `local-job delete` (SIGTERM alone,
+        as a plain `kubectl delete pod`: no condition, so the podFailurePolicy may count the pod's failure)."""
+        for kind, index in self.control.requests():
             pod = running.get(index)
             if pod is None or pod.evicted:
-                self.control.answer(index, False, f"no running pod with index {index}")
+                self.control.answer(kind, index, False, f"no running pod with index {index}")
                 continue
-            self.note(f"evicting pod {pod.record.name}: condition DisruptionTarget, SIGTERM with its grace "
-                      f"period ({self.plan.grace_seconds:g} s)")
-            pod.evict(self.plan.grace_seconds, "EvictionByEvictionAPI")
-            self.control.answer(index, True, f"pod {pod.record.name} evicted")
+            evicting = kind == eviction.EVICT
+            self.note(f"{'evicting' if evicting else 'deleting'} pod {pod.record.name}: "
+                      f"{'condition DisruptionTarget, ' if evicting else ''}SIGTERM with its grace period "
+                      f"({self.plan.grace_seconds:g} s)")
+            pod.evict(self.plan.grace_seconds, "EvictionByEvictionAPI" if evicting else None)
+            self.control.answer(kind, index, True, f"pod {pod.record.name} {'evicted' if evicting else 'deleted'}")
 
     def _interrupt(self, signum, frame) -> None:
         self.interrupted = signal.Signals(signum).name

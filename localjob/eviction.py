@@ -1,10 +1,12 @@
-"""Evicting a pod of a running local-job from another terminal, as `kubectl drain` or a preemption would.
+"""Evicting or deleting a pod of a running local-job from another terminal, as `kubectl drain` or a preemption
+would (evict), or as `kubectl delete pod` would (delete).
 
     local-job build/ --volume-root runs/job            # terminal 1: the Job runs
     local-job evict --volume-root runs/job 1           # terminal 2: pod 1 gets DisruptionTarget and SIGTERM
+    local-job delete --volume-root runs/job 0          # or: pod 0 gets SIGTERM alone (its failure may count)
 
 The running local-job owns ``VOLUME_ROOT/control/``: its PID in ``controller.pid``; a request is a file
-``evict-<index>.request``, which the controller answers with ``evict-<index>.answer`` (JSON) and removes.
+``<evict|delete>-<index>.request``, which the controller answers with ``<kind>-<index>.answer`` (JSON) and removes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 
 from trainer_contract.atomic import atomic_write
 
-_REQUEST = re.compile(r"^evict-(\d+)\.request$")
+EVICT, DELETE = "evict", "delete"
+_REQUEST = re.compile(rf"^({EVICT}|{DELETE})-(\d+)\.request$")
 
 
 class EvictionError(Exception):
@@ -36,23 +39,25 @@ class ControlDirectory:
 
     def open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob("evict-*"):
-            stale.unlink(missing_ok=True)
+        for kind in (EVICT, DELETE):
+            for stale in self.directory.glob(f"{kind}-*"):
+                stale.unlink(missing_ok=True)
         atomic_write(self.directory / "controller.pid", f"{os.getpid()}\n".encode())
 
     def close(self) -> None:
         (self.directory / "controller.pid").unlink(missing_ok=True)
 
-    def eviction_requests(self) -> list[int]:
+    def requests(self) -> list[tuple[str, int]]:
+        """The requests waiting: (evict or delete, index)."""
         try:
             names = os.listdir(self.directory)
         except OSError:
             return []
-        return sorted(int(m.group(1)) for m in map(_REQUEST.match, names) if m)
+        return sorted((m.group(1), int(m.group(2))) for m in map(_REQUEST.match, names) if m)
 
-    def answer(self, index: int, evicted: bool, message: str) -> None:
-        atomic_write(self.directory / f"evict-{index}.answer", json.dumps({"evicted": evicted, "message": message}).encode())
-        (self.directory / f"evict-{index}.request").unlink(missing_ok=True)
+    def answer(self, kind: str, index: int, done: bool, message: str) -> None:
+        atomic_write(self.directory / f"{kind}-{index}.answer", json.dumps({"done": done, "message": message}).encode())
+        (self.directory / f"{kind}-{index}.request").unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
@@ -74,8 +79,9 @@ def running_controller(root: Path) -> int | None:
     return pid if _alive(pid) else None
 
 
-def request_eviction(root: Path, index: int, timeout: float = 30.0) -> str:
-    """Ask the local-job running with ``--volume-root root`` to evict index's pod; its answer, or EvictionError."""
+def request(root: Path, kind: str, index: int, timeout: float = 30.0) -> str:
+    """Ask the local-job running with ``--volume-root root`` to evict or delete (``kind``) index's pod; its answer,
+    or EvictionError."""
     directory = root / "control"
     try:
         pid = int((directory / "controller.pid").read_text())
@@ -83,19 +89,19 @@ def request_eviction(root: Path, index: int, timeout: float = 30.0) -> str:
         raise EvictionError(f"no local-job is running with --volume-root {root} (no {directory}/controller.pid)") from None
     if not _alive(pid):
         raise EvictionError(f"the local-job that used --volume-root {root} (pid {pid}) is no longer running")
-    answer = directory / f"evict-{index}.answer"
+    answer = directory / f"{kind}-{index}.answer"
     answer.unlink(missing_ok=True)
-    atomic_write(directory / f"evict-{index}.request", f"{time.time()}\n".encode())
+    atomic_write(directory / f"{kind}-{index}.request", f"{time.time()}\n".encode())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if answer.exists():
             reply = json.loads(answer.read_text())
             answer.unlink(missing_ok=True)
-            if not reply["evicted"]:
+            if not reply["done"]:
                 raise EvictionError(reply["message"], refused=True)
             return reply["message"]
         if not _alive(pid):
             break
         time.sleep(0.05)
-    (directory / f"evict-{index}.request").unlink(missing_ok=True)
+    (directory / f"{kind}-{index}.request").unlink(missing_ok=True)
     raise EvictionError(f"the local-job (pid {pid}) did not answer within {timeout:g} s")

@@ -64,6 +64,10 @@ DISRUPTED_AND_REPLACED = {
                    ("Complete", "SuccessPolicy", "Matched rules at index 0")],
     "failed": 0, "succeeded": 2, "failedIndexes": "", "completedIndexes": "0,1"}
 
+# A plain `kubectl delete pod` gives no condition: the pod's exit 143 counts against max_restarts, and the
+# replacement resumes. local-job's delete test and the real node's deletion test each assert it of their Job.
+DELETED_AND_REPLACED = {**DISRUPTED_AND_REPLACED, "failed": 1}
+
 # Not here: index 0 succeeding while another index still runs. Under torchrun it cannot: a finished agent waits in
 # torchrun's exit barrier for the others (the built-in worker's followers finish first, by design).
 

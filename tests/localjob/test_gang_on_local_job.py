@@ -9,15 +9,15 @@ import subprocess
 import pytest
 
 from tests.conftest import BIN, OUTSIDE
-from tests.controlplane.scenarios import DISRUPTED_AND_REPLACED, comparable
+from tests.controlplane.scenarios import DELETED_AND_REPLACED, DISRUPTED_AND_REPLACED, comparable
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
 from tests.worker.launch import fault_env, read_until, recorded_epochs
 
 pytestmark = pytest.mark.slow
 
 
-def evict(root, index: int) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "local-job"), "evict", "--volume-root", str(root), str(index)],
+def evict(root, index: int, kind: str = "evict") -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "local-job"), kind, "--volume-root", str(root), str(index)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -58,6 +58,37 @@ def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
     # with the Job over, there is nobody to ask
     late = evict(tmp_path / "root", 1)
     assert late.returncode == 2 and "no local-job is running" in late.stderr
+
+
+def test_a_deleted_pod_is_counted_and_its_replacement_resumes_from_its_sigterm_checkpoint(tmp_path):
+    """`local-job delete` as `kubectl delete pod` of index 0: SIGTERM with no condition, so the pod's exit 143 counts
+    (max_restarts 1 allows it); the gang checkpoints mid-epoch, the survivor waits in place, the replacement resumes
+    from that checkpoint, and the Job ends as the real node's deletion does."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8",
+                       "config_map.LOG_INTERVAL=1")
+    (tmp_path / "job.yaml").write_bytes(manifests)
+    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, start_new_session=True)
+    seen = []
+    try:
+        assert read_until(process, "Rank 0: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])
+        deleted = evict(tmp_path / "root", 0, kind="delete")
+        assert deleted.returncode == 0, deleted.stderr
+        assert re.fullmatch(r"local-job delete: pod mnist-train-0-\w{5} deleted\n", deleted.stdout)
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        process.kill() if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert comparable(status) == DELETED_AND_REPLACED  # as the real node's deletion ends
+    assert status["ignored"] == 0 and status["restarts"] == {"0": 1, "1": 0}
+    first = status["pods"][0]
+    assert first["index"] == 0 and first["conditions"] == [] and first["exit_codes"]["worker"] == 143
+    step = int(re.search(r"resuming from ckpt-e0001-s(\d{6})\.pt", log).group(1))
+    assert 10 <= step < 64  # the mid-epoch checkpoint the SIGTERM made
+    assert recorded_epochs(claim / "runs" / "mnist-train") == [1, 2, 3]
 
 
 def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):

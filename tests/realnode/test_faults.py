@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, OUTSIDE
-from tests.controlplane.scenarios import DISRUPTED_AND_REPLACED, POD_NAME, comparable
+from tests.controlplane.scenarios import DELETED_AND_REPLACED, DISRUPTED_AND_REPLACED, POD_NAME, comparable
 from tests.realnode.jobs import (
     NAME,
     job,
@@ -102,6 +102,8 @@ def test_a_deleted_pod_is_replaced_and_resumes(node, worker_image, namespace):
     resumed = wait_in_log(node, name, replacement["metadata"]["name"], f"resuming from {stopped.group(1)}")
     assert pod_of_index(node, name, 1)["metadata"]["uid"] == follower  # the survivor waited in place
     assert wait_finished(node, name) == "Complete"
+    status = job(node, name)["status"]
+    assert comparable(status) == DELETED_AND_REPLACED, status  # no condition: counted, as local-job's delete ends
     resumed = log(node, name, replacement["metadata"]["name"]) or resumed
     assert "epoch 1/4, test accuracy" not in resumed.split("resuming from ckpt-")[1]  # epoch 1 not redone
 
