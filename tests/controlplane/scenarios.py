@@ -64,6 +64,10 @@ DISRUPTED_AND_REPLACED = {
                    ("Complete", "SuccessPolicy", "Matched rules at index 0")],
     "failed": 0, "succeeded": 2, "failedIndexes": "", "completedIndexes": "0,1"}
 
+# A worker process killed inside its pod: the launcher restarts the round in place, no pod fails, and the Job ends as
+# after a disruption. local-job's faults-after-progress test and the real node's killed-worker test assert it.
+RESTARTED_IN_PLACE = DISRUPTED_AND_REPLACED
+
 # A plain `kubectl delete pod` gives no condition: the pod's exit 143 counts against max_restarts, and the
 # replacement resumes. local-job's delete test and the real node's deletion test each assert it of their Job.
 DELETED_AND_REPLACED = {**DISRUPTED_AND_REPLACED, "failed": 1}
