@@ -5,6 +5,7 @@ recreated pods (real pods: the launcher, torchrun and gloo)."""
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -26,25 +27,32 @@ def evict(root, index: int, kind: str = "evict") -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
+def pod_ended_from_outside(tmp_path, kind: str, index: int, *sets: str) -> tuple[Path, str, dict]:
+    """The 3-epoch job (``sets`` added) under local-job; once index ``index``'s rank is 10 batches into epoch 2,
+    `local-job KIND` of that pod from "another terminal" (evict: as kubectl drain would; delete: as kubectl delete
+    pod would). The claim, local-job's whole output (a success) and the Job's final status."""
     claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=0", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8",
+    manifests = render("replicas=2", *sets, "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8",
                        "config_map.LOG_INTERVAL=1")
     (tmp_path / "job.yaml").write_bytes(manifests)
     process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, start_new_session=True)
     seen = []
     try:
-        assert read_until(process, "Rank 1: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])
-        evicted = evict(tmp_path / "root", 1)  # from "another terminal", as kubectl drain would
-        assert evicted.returncode == 0, evicted.stderr
-        assert re.fullmatch(r"local-job evict: pod mnist-train-1-\w{5} evicted\n", evicted.stdout)
+        assert read_until(process, f"Rank {index}: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])
+        asked = evict(tmp_path / "root", index, kind)
+        assert asked.returncode == 0, asked.stderr
+        assert re.fullmatch(rf"local-job {kind}: pod mnist-train-{index}-\w{{5}} (evicted|deleted)\n", asked.stdout)
         rest = process.communicate(timeout=300)[0]
     finally:
         process.kill() if process.poll() is None else None
     log = "".join(seen) + rest
     assert process.returncode == 0, log[-5000:]
-    status = json.loads((tmp_path / "status.json").read_text())
+    return claim, log, json.loads((tmp_path / "status.json").read_text())
+
+
+def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
+    claim, log, status = pod_ended_from_outside(tmp_path, "evict", 1, "max_restarts=0")
     # max_restarts=0, yet the Job completes: the evicted pod (DisruptionTarget) is ignored, and pod 0, whose
     # worker was its victim, waited in place for the replacement (an uncounted round)
     assert comparable(status) == DISRUPTED_AND_REPLACED  # as the real node's eviction and preemption end
@@ -69,24 +77,7 @@ def test_a_deleted_pod_is_counted_and_its_replacement_resumes_from_its_sigterm_c
     """`local-job delete` as `kubectl delete pod` of index 0: SIGTERM with no condition, so the pod's exit 143 counts
     (max_restarts 1 allows it); the gang checkpoints mid-epoch, the survivor waits in place, the replacement resumes
     from that checkpoint, and the Job ends as the real node's deletion does."""
-    claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8",
-                       "config_map.LOG_INTERVAL=1")
-    (tmp_path / "job.yaml").write_bytes(manifests)
-    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml"), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, start_new_session=True)
-    seen = []
-    try:
-        assert read_until(process, "Rank 0: epoch: 2/3, batch: 10/64", 180, seen), "".join(seen[-50:])
-        deleted = evict(tmp_path / "root", 0, kind="delete")
-        assert deleted.returncode == 0, deleted.stderr
-        assert re.fullmatch(r"local-job delete: pod mnist-train-0-\w{5} deleted\n", deleted.stdout)
-        rest = process.communicate(timeout=300)[0]
-    finally:
-        process.kill() if process.poll() is None else None
-    log = "".join(seen) + rest
-    assert process.returncode == 0, log[-5000:]
-    status = json.loads((tmp_path / "status.json").read_text())
+    claim, log, status = pod_ended_from_outside(tmp_path, "delete", 0, "max_restarts=1")
     assert comparable(status) == DELETED_AND_REPLACED  # as the real node's deletion ends
     assert status["ignored"] == 0 and status["restarts"] == {"0": 1, "1": 0}
     first = status["pods"][0]
