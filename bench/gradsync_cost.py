@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from localjob.ports import free_port
 from trainer_runtime import process_group
 from trainer_runtime.gradsync import FlatGradients
 from worker.mnist.model import MnistCNN
@@ -91,9 +91,7 @@ def measure(quick: bool, batch: int = 64) -> dict:
     """Median milliseconds per step. The flat and per-parameter costs and the floor (one all-reduce of a buffer
     of the same size) are timed around the communication itself; DDP overlaps its all-reduce with backward,
     so its cost is its step time minus the same step under no_sync()."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     out = Path(tempfile.mkdtemp()) / "gradsync.json"
     mp.spawn(_rank, args=(2, port, 4 if quick else 200, batch, str(out)), nprocs=2, join=True)
     m = json.loads(out.read_text())

@@ -16,13 +16,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 
 from bench.stats import verdict
+from localjob.ports import free_port
 from trainer_runtime.pretrained.shared_load import EVERY_RANK_READS_VARIABLE
 
 
@@ -62,18 +62,12 @@ def load_rank(rank: int, world: int, port: int, model_dir: str, every_rank_reads
     process_group.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def node_mib(model_dir: Path, world: int, every_rank_reads: bool, scratch: Path) -> dict:
     """The node's processes' peaks of resident memory once the model is sharded, summed (and each, and after the
     imports alone)."""
     out = scratch / f"load-{world}-{'each' if every_rank_reads else 'once'}"
     out.mkdir(parents=True)
-    mp.spawn(load_rank, args=(world, _free_port(), str(model_dir), every_rank_reads, str(out)), nprocs=world,
+    mp.spawn(load_rank, args=(world, free_port(), str(model_dir), every_rank_reads, str(out)), nprocs=world,
              join=True)
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(world)]
     return {"node_mib": sum(rank["peak_kib"] for rank in ranks) / 1024,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from localjob.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -67,9 +68,7 @@ def launch_until(command: list[str], env: dict, done: Callable[[str], bool], tim
 def peak_rss_per_rank(command: list[str], env: dict, world: int) -> float:
     """Largest peak resident memory (MiB) of ``world`` ranks of ``command``, each started by hand (env://)
     and measured by wait4."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     base = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
             "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0"}
     processes = [subprocess.Popen(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=ROOT,

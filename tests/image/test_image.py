@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localjob.ports import free_port
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT
 from tests.image.conftest import UNTRACKED_BULK
@@ -102,12 +102,6 @@ def test_sigterm_mid_epoch_exits_143_with_a_checkpoint_and_the_rerun_resumes(pod
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert re.search(r"resuming from ckpt-e0001-s0*[1-9]", result.stdout + result.stderr)
     assert "epoch: 1/3" not in result.stdout + result.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def pod_container_args(job: dict, config: dict, container: dict, index: int, home: Path) -> list[str]:
