@@ -14,7 +14,7 @@ from tests.controlplane.scenarios import (
     DELETED_AND_REPLACED,
     DISRUPTED_AND_REPLACED,
     RESTARTED_IN_PLACE,
-    comparable,
+    fault_outcome,
 )
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
 from tests.worker.launch import fault_env, read_until, recorded_epochs
@@ -55,7 +55,7 @@ def test_an_evicted_pod_costs_nothing_and_training_resumes_mid_epoch(tmp_path):
     claim, log, status = pod_ended_from_outside(tmp_path, "evict", 1, "max_restarts=0")
     # max_restarts=0, yet the Job completes: the evicted pod (DisruptionTarget) is ignored, and pod 0, whose
     # worker was its victim, waited in place for the replacement (an uncounted round)
-    assert comparable(status) == DISRUPTED_AND_REPLACED  # as the real node's eviction and preemption end
+    assert fault_outcome(status) == DISRUPTED_AND_REPLACED  # as the real node's eviction and preemption end
     assert status["ignored"] == 1 and status["restarts"] == {"0": 0, "1": 1}
     first_attempt = {pod["index"]: pod for pod in status["pods"][:2]}
     assert first_attempt[1]["conditions"] == [
@@ -78,7 +78,7 @@ def test_a_deleted_pod_is_counted_and_its_replacement_resumes_from_its_sigterm_c
     (max_restarts 1 allows it); the gang checkpoints mid-epoch, the survivor waits in place, the replacement resumes
     from that checkpoint, and the Job ends as the real node's deletion does."""
     claim, log, status = pod_ended_from_outside(tmp_path, "delete", 0, "max_restarts=1")
-    assert comparable(status) == DELETED_AND_REPLACED  # as the real node's deletion ends
+    assert fault_outcome(status) == DELETED_AND_REPLACED  # as the real node's deletion ends
     assert status["ignored"] == 0 and status["restarts"] == {"0": 1, "1": 0}
     first = status["pods"][0]
     assert first["index"] == 0 and first["conditions"] == [] and first["exit_codes"]["worker"] == 143
@@ -137,7 +137,7 @@ def test_faults_after_progress_do_not_spend_max_restarts(tmp_path):
                        "warm_workers_after_seconds=0")
     result, log, status = run_local_job(tmp_path, manifests, claim, timeout=500, env=fault_env(FAULTS_AFTER_PROGRESS))
     assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
-    assert comparable(status) == RESTARTED_IN_PLACE and status["restarts"] == {"0": 0, "1": 0}  # as on the node
+    assert fault_outcome(status) == RESTARTED_IN_PLACE and status["restarts"] == {"0": 0, "1": 0}  # as on the node
     for generation in range(1, 5):
         checkpoint = f"ckpt-e{generation:04d}-s000000.pt"
         assert (f"round {generation} failed: this pod's worker failed with exit code 137; restarting in place, not "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -84,10 +85,10 @@ def test_each_exit_code_gets_its_actions_outcome_on_the_node_and_under_local_job
             values_file.write_text(json.dumps(job_values(name, worker_image, code)))
             with_program(volume(node, name, job_dir / "volume", name=f"exit-{code}", volume_name=f"{name}-{code}"))
             submit(node, values_file)
-            local_dir = job_dir / "local"
-            local_dir.mkdir(exist_ok=True)
+            local_dir = job_dir / "local"  # afresh: the node's state directory outlives a run, and its counter
+            shutil.rmtree(local_dir, ignore_errors=True)
             volume_dir = local_dir / "volume"
-            volume_dir.mkdir(exist_ok=True)
+            volume_dir.mkdir(parents=True)
             local[code] = run_on_local_job(values_file, with_program(volume_dir), local_dir)
         for code in codes:
             wait_for(lambda code=code: finished(node, name, f"exit-{code}"), f"job exit-{code} finished", 240)

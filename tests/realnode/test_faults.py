@@ -19,6 +19,7 @@ from tests.controlplane.scenarios import (
     POD_NAME,
     RESTARTED_IN_PLACE,
     comparable,
+    fault_outcome,
 )
 from tests.realnode.jobs import (
     NAME,
@@ -92,7 +93,7 @@ def test_a_killed_worker_restarts_in_place(node, worker_image, namespace):
     assert {pod["metadata"]["uid"] for pod in pods(node, name)} == before  # restarted in place: no pod recreated
     assert wait_finished(node, name) == "Complete"
     status = job(node, name)["status"]
-    assert comparable(status) == RESTARTED_IN_PLACE, status  # as local-job's in-place rounds end
+    assert fault_outcome(status) == RESTARTED_IN_PLACE, status  # as local-job's in-place rounds end
 
 def test_a_deleted_pod_is_replaced_and_resumes(node, worker_image, namespace):
     name, leader = past_the_first_checkpoint(node, namespace, worker_image)
@@ -110,7 +111,7 @@ def test_a_deleted_pod_is_replaced_and_resumes(node, worker_image, namespace):
     assert pod_of_index(node, name, 1)["metadata"]["uid"] == follower  # the survivor waited in place
     assert wait_finished(node, name) == "Complete"
     status = job(node, name)["status"]
-    assert comparable(status) == DELETED_AND_REPLACED, status  # no condition: counted, as local-job's delete ends
+    assert fault_outcome(status) == DELETED_AND_REPLACED, status  # no condition: counted, as local-job's delete ends
     resumed = log(node, name, replacement["metadata"]["name"]) or resumed
     assert "epoch 1/4, test accuracy" not in resumed.split("resuming from ckpt-")[1]  # epoch 1 not redone
 
@@ -139,7 +140,7 @@ def replaced_and_resumed_uncounted(node, name: str, leader: str, victim: dict) -
     wait_in_log(node, name, survivor, "resuming from ckpt-")  # the gang resumed with the replacement
     assert wait_finished(node, name) == "Complete"
     status = job(node, name)["status"]
-    assert comparable(status) == DISRUPTED_AND_REPLACED, status  # as local-job's eviction ends
+    assert fault_outcome(status) == DISRUPTED_AND_REPLACED, status  # as local-job's eviction ends
 
 
 def test_an_evicted_pod_is_not_counted(node, worker_image, namespace):
