@@ -317,6 +317,15 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
         s3.close()
 
 
+def tracebacks(log: str) -> list[str]:
+    """The log's traceback lines, but for torch's agent's report of its own exit-barrier race: a follower's agent
+    entering the barrier as node 0's agent, the store's host, leaves it (every worker has finished; the job
+    completes). torch logs that with a traceback; seen once in a rehearsal, 8 ms into the barrier."""
+    lines = log.splitlines()
+    race = {line.partition("]")[0] for line in lines if "Error waiting on exit barrier" in line}
+    return [line for line in lines if "Traceback" in line and line.partition("]")[0] not in race]
+
+
 @pytest.mark.parametrize(("example", "serve", "model", "lines", "export"), [
     ("bert-squad", "testbed.qa_data:serve_squad_example", "google-bert/bert-base-uncased",
      ("Rank 0: epoch 1, evaluation: exact match", "Rank 1: epoch 1/1, step"), "bert_squad_trained"),
@@ -356,7 +365,7 @@ def test_the_seeds_transformer_examples_stage_train_and_export_on_two_nodes(clus
         assert state["JobState"] == "COMPLETED", output_log[-4000:] + errors[-3000:]
         assert output_log.count(f"stage: model {model}@main staged at") == 2, output_log[-4000:]
         assert all(line in output_log for line in lines) and "tokens/s" in output_log, output_log[-4000:]
-        assert "Traceback" not in output_log + errors
+        assert tracebacks(output_log + errors) == [], errors[-3000:]
         output = shared / "runs" / example
         summary = json.loads((output / "summary.json").read_text())
         assert summary["world_size"] == 2
