@@ -2,7 +2,7 @@
 the indexed-trainer launcher, on the real node and under local-job: the kubelet reports the code the program
 exited with and the launcher's termination message, the rendered podFailurePolicy acts on it as the code's action
 says, and local-job reports what the Job controller reports. One Job per code, all at once: each program exits
-its code on its index's first pod and 0 on the next (a program of the user's keeps no run, so the launcher
+its code on its index's first pod and 0 on the next (tests/controlplane/plan.py) (a program of the user's keeps no run, so the launcher
 restarts nothing in place and passes the code through; the built-in worker's in-place rounds are test_faults')."""
 
 from __future__ import annotations
@@ -22,15 +22,10 @@ from trainer_contract.exit_codes import CODES, action, meaning
 
 pytestmark = [pytest.mark.realnode, pytest.mark.slow]
 
-# On the Job's volume (the pods' image holds the product only); attempts are counted beside it.
-PROGRAM = """import os, sys
-from pathlib import Path
-counter = Path(__file__).with_name("attempts")
-attempt = int(counter.read_text()) if counter.exists() else 0
-counter.write_text(str(attempt + 1))
-print(f"attempt {attempt}", flush=True)
-sys.exit(int(os.environ["EXIT_CODE"]) if attempt == 0 else 0)
-"""
+# The control-plane scenarios' pod program (it counts its index's pods on the volume and follows a plan), on the
+# Job's volume: the pods' image holds the product only.
+PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "controlplane" / "plan.py"
+
 
 # What each action makes of one pod ending with its code, max_restarts 1: the Job's end, its reason, the pods
 # counted in .status.failed, and how many pods the index had.
@@ -48,11 +43,11 @@ def job_values(namespace: str, image: str, code: int) -> dict:
     return {"name": f"exit-{code}", "namespace": namespace, "image": image, "image_pull_policy": "Never",
             "replicas": 1, "max_restarts": 1, "resources": {"cpu": 0.25, "memory": 1}, "shm_size": 0.25,
             "entrypoint": {"module": None, "script": "/pvc-home/plan.py", "launcher": "indexed-trainer"},
-            "config_map": {"EXIT_CODE": str(code)}}
+            "config_map": {"PLAN": json.dumps({"0": [[code, 0], [0, 0]]}), "PLAN_DIR": "/pvc-home"}}
 
 
 def with_program(directory: Path) -> Path:
-    (directory / "plan.py").write_text(PROGRAM)
+    shutil.copy(PLAN_SCRIPT, directory / "plan.py")
     return directory
 
 
