@@ -1,9 +1,10 @@
 """Every exit code of the contract's table (trainer_contract.exit_codes.CODES), from a program of the user's under
 the indexed-trainer launcher, on the real node and under local-job: the kubelet reports the code the program
 exited with and the launcher's termination message, the rendered podFailurePolicy acts on it as the code's action
-says, and local-job reports what the Job controller reports. One Job per code, all at once: each program exits
-its code on its index's first pod and 0 on the next (tests/controlplane/plan.py) (a program of the user's keeps no run, so the launcher
-restarts nothing in place and passes the code through; the built-in worker's in-place rounds are test_faults')."""
+says, and local-job reports what the Job controller reports. One Job per code, all at once: each program
+(tests/controlplane/plan.py) exits its code on its index's first pod and 0 on the next (a program of the user's
+keeps no run, so the launcher restarts nothing in place and passes the code through; the built-in worker's
+in-place rounds are test_faults')."""
 
 from __future__ import annotations
 
