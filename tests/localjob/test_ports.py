@@ -66,23 +66,24 @@ def test_a_free_port_is_outside_the_ephemeral_range_and_bindable():
             listener.listen()
 
 
-def test_a_port_in_use_or_avoided_is_never_chosen(monkeypatch):
+@pytest.fixture
+def busy():
+    """A port a listener holds for the test's duration."""
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
-        busy = taken.getsockname()[1]
-        monkeypatch.setattr(ports, "candidates", lambda _: [range(busy, busy + 3)])
-        assert ports.free_port(rng=random.Random(1)) in (busy + 1, busy + 2)
-        assert ports.free_port(frozenset({busy + 1}), rng=random.Random(1)) == busy + 2
+        yield taken.getsockname()[1]
 
 
-def test_without_a_free_candidate_the_kernel_chooses(monkeypatch):
-    with socket.socket() as taken:
-        taken.bind(("", 0))
-        taken.listen()
-        busy = taken.getsockname()[1]
-        monkeypatch.setattr(ports, "candidates", lambda _: [range(busy, busy + 1)])
-        port = ports.free_port()
+def test_a_port_in_use_or_avoided_is_never_chosen(monkeypatch, busy):
+    monkeypatch.setattr(ports, "candidates", lambda _: [range(busy, busy + 3)])
+    assert ports.free_port(rng=random.Random(1)) in (busy + 1, busy + 2)
+    assert ports.free_port(frozenset({busy + 1}), rng=random.Random(1)) == busy + 2
+
+
+def test_without_a_free_candidate_the_kernel_chooses(monkeypatch, busy):
+    monkeypatch.setattr(ports, "candidates", lambda _: [range(busy, busy + 1)])
+    port = ports.free_port()
     assert port != busy and 0 < port <= 65535
 
 
