@@ -315,8 +315,9 @@ class JobController:
     def _reap_until_the_deletion_lands(self, running: dict[int, LocalPod]) -> None:
         """A pod that ends on its own before the controller's deletion reaches its kubelet ends as it would have:
         a real deletion lands no sooner than the kubelet's next relist (KUBELET_RELIST_SECONDS), while a torchrun
-        gang leaves its exit barrier together, its followers a few milliseconds after the index that ended the
-        Job. Counted as the controller counts a pod that ends before Complete."""
+        gang leaves its exit barrier together: under plain torchrun its followers a few milliseconds after the index
+        that ended the Job (under our launcher, index 0 last: trainer_launcher/rendezvous_store.py). Counted as the
+        controller counts a pod that ends before Complete."""
         deadline = time.monotonic() + KUBELET_RELIST_SECONDS
         while running and time.monotonic() < deadline:
             for index, pod in self._ended(running):

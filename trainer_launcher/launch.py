@@ -22,6 +22,8 @@ what it exits with and in two checks before the rendezvous:
   in place, index 0 counts that round instead.
 - With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
   INDEXED_TRAINER_CHECKPOINT_DIR to the bucket, beside torchrun (checkpoint_watch.py).
+- Over several nodes, node 0 leaves torchrun's exit barrier last: it keeps the rendezvous store up until the others
+  have counted themselves out (rendezvous_store.py), so no follower's agent logs a lost store after a completed run.
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
   the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
   if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
@@ -59,6 +61,7 @@ from trainer_contract.launcher import write_termination_message
 from trainer_contract.program_settings import OUTPUT_VARIABLE
 from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_contract.settings import ConfigError
+from trainer_launcher import rendezvous_store
 from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run, warm_imports
 from trainer_launcher.recovery import InPlaceRecovery
@@ -431,7 +434,27 @@ def close_watch(watch) -> None:
 
 
 def run_torchrun(args) -> int:
-    """torchrun, and the exit code the pod reports for how it ended."""
+    """torchrun, and the exit code the pod reports for how it ended; over several nodes, node 0 keeps torchrun's
+    store up until the others are out of its exit barrier (rendezvous_store.py)."""
+    store = rendezvous_store.hold(args)  # node 0's handle, dropped on return: the store's server closes with it
+    code = _run_torchrun(args)
+    if code == exit_codes.OK:
+        leave_exit_barrier(args, store)
+    return code
+
+
+def leave_exit_barrier(args, store) -> None:
+    """After a completed round: node 0 waits for the followers' count, a follower counts itself out."""
+    if store is None:
+        if rendezvous_store.followers(args) and not rendezvous_store.count_out(args):
+            tell("node 0's rendezvous store no longer answered to count this node out of torchrun's exit barrier; "
+                 "the run is complete, the pod exits 0")
+    elif not rendezvous_store.wait_for_followers(args, store):
+        tell(f"not every other node said its torchrun had returned within {rendezvous_store.LINGER_SECONDS:g} s of "
+             "this one's; the run is complete, the pod exits 0")
+
+
+def _run_torchrun(args) -> int:
     try:
         torchrun(args)
         return exit_codes.OK
