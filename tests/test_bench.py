@@ -12,6 +12,7 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.slow
+@pytest.mark.onecore  # its runs follow one another, each mostly starting up: alone it kept 0.83 of a core busy
 def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     write_raw(tmp_path / "data", raw_files(synthetic_digits(512, seed=1), synthetic_digits(128, seed=2)))
     out = tmp_path / "results.json"

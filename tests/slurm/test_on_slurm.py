@@ -63,6 +63,11 @@ def prepare(tmp_path, shared, node_venv, *sets: str, values: Path | None = None)
     return env
 
 
+# Epochs of 16 steps a rank (1,024 images, 2 ranks of 32), for tests whose faults fall at a checkpoint's step,
+# not at an accuracy: the job's CPU is the same cores the training tier computes on.
+SHORT_EPOCHS = ("config_map.TRAIN_SAMPLES='1024'",)
+
+
 def job_log(shared, name="mnist-train") -> str:
     return "".join(path.read_text(errors="replace") for path in sorted((shared / "logs").glob(f"{name}-*")))
 
@@ -152,7 +157,7 @@ def test_a_killed_worker_restarts_in_place_on_the_same_nodes_without_a_requeue(c
     """The batch script's launchers restart the round themselves (the job's id counts its failed rounds): the job
     completes in its first allocation, resumed from epoch 1's checkpoint, with nothing counted by the script."""
     shared = shared_dir(tmp_path, digits)
-    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'")
+    prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'", *SHORT_EPOCHS)
     job_id = submit(cluster, tmp_path, shared, fault_env("sigkill@batch=2.3,rank=1,attempt=0"))
     state = wait_for(cluster, job_id)
     log = job_log(shared)
@@ -172,7 +177,8 @@ def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster
     rule) and then workers killed in place after each newer checkpoint (the launchers' rule) cost nothing; a crash
     before any newer checkpoint, on every start, is a crash loop: it fails the job after max_restarts + 1 rounds."""
     shared = shared_dir(tmp_path, digits)
-    prepare(tmp_path, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='4'", "config_map.BATCH_SIZE='32'")
+    prepare(tmp_path, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='4'", "config_map.BATCH_SIZE='32'",
+            *SHORT_EPOCHS)
     faults = ("sigkill-pod@batch=2.3,rank=1,attempt=0; sigkill@batch=3.3,rank=0,attempt=1; "
               "sigkill@batch=4.3,rank=1,attempt=2")
     job_id = submit(cluster, tmp_path, shared, fault_env(faults))
@@ -190,7 +196,8 @@ def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster
     crashing = tmp_path / "crash-loop"
     crashing.mkdir()
     shared = shared_dir(crashing, digits)
-    prepare(crashing, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'")
+    prepare(crashing, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='2'", "config_map.BATCH_SIZE='32'",
+            *SHORT_EPOCHS)
     job_id = submit(cluster, crashing, shared, fault_env("exit=3@batch=1.2,rank=1"))
     state = wait_for(cluster, job_id, timeout=600)
     log = job_log(shared)
@@ -317,15 +324,6 @@ def test_mnist_from_a_bucket_is_staged_by_node_0_before_training_mirrored_and_ex
         s3.close()
 
 
-def tracebacks(log: str) -> list[str]:
-    """The log's traceback lines, but for torch's agent's report of its own exit-barrier race: a follower's agent
-    entering the barrier as node 0's agent, the store's host, leaves it (every worker has finished; the job
-    completes). torch logs that with a traceback; seen once in a rehearsal, 8 ms into the barrier."""
-    lines = log.splitlines()
-    race = {line.partition("]")[0] for line in lines if "Error waiting on exit barrier" in line}
-    return [line for line in lines if "Traceback" in line and line.partition("]")[0] not in race]
-
-
 @pytest.mark.parametrize(("example", "serve", "model", "lines", "export"), [
     ("bert-squad", "testbed.qa_data:serve_squad_example", "google-bert/bert-base-uncased",
      ("Rank 0: epoch 1, evaluation: exact match", "Rank 1: epoch 1/1, step"), "bert_squad_trained"),
@@ -365,7 +363,8 @@ def test_the_seeds_transformer_examples_stage_train_and_export_on_two_nodes(clus
         assert state["JobState"] == "COMPLETED", output_log[-4000:] + errors[-3000:]
         assert output_log.count(f"stage: model {model}@main staged at") == 2, output_log[-4000:]
         assert all(line in output_log for line in lines) and "tokens/s" in output_log, output_log[-4000:]
-        assert tracebacks(output_log + errors) == [], errors[-3000:]
+        # no traceback, torch's exit-barrier race included: node 0's launcher waits for the others to leave it
+        assert "Traceback" not in output_log + errors, errors[-3000:]
         output = shared / "runs" / example
         summary = json.loads((output / "summary.json").read_text())
         assert summary["world_size"] == 2
