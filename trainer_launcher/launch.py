@@ -444,14 +444,21 @@ def run_torchrun(args) -> int:
 
 
 def leave_exit_barrier(args, store) -> None:
-    """After a completed round: node 0 waits for the followers' count, a follower counts itself out."""
-    if store is None:
-        if rendezvous_store.followers(args) and not rendezvous_store.count_out(args):
-            tell("node 0's rendezvous store no longer answered to count this node out of torchrun's exit barrier; "
-                 "the run is complete, the pod exits 0")
-    elif not rendezvous_store.wait_for_followers(args, store):
-        tell(f"not every other node said its torchrun had returned within {rendezvous_store.LINGER_SECONDS:g} s of "
-             "this one's; the run is complete, the pod exits 0")
+    """After a completed round over several nodes: node 0 waits for the followers' count, a follower counts itself
+    out. The run is complete: whatever happens here (a signal included), the pod exits 0."""
+    if not rendezvous_store.followers(args):
+        return
+    try:
+        if int(args.node_rank) != 0:
+            if not rendezvous_store.count_out(args):
+                tell("node 0's rendezvous store no longer answered to count this node out of torchrun's exit barrier; "
+                     "the run is complete, the pod exits 0")
+        elif store is not None and not rendezvous_store.wait_for_followers(args, store):
+            tell(f"not every other node said its torchrun had returned within {rendezvous_store.LINGER_SECONDS:g} s "
+                 "of this one's; the run is complete, the pod exits 0")
+    except SignalException as stopped:
+        tell(f"{signal.Signals(stopped.sigval).name} received after the run completed, while leaving torchrun's exit "
+             "barrier; exiting 0")
 
 
 def _run_torchrun(args) -> int:

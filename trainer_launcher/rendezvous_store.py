@@ -19,7 +19,6 @@ import time
 from datetime import timedelta
 
 from torch.distributed import TCPStore
-from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.run import parse_min_max_nnodes
 
 # A key of our own in torchrun's store: the count of followers whose torchrun has returned from a completed round.
@@ -53,7 +52,7 @@ def hold(args) -> TCPStore | None:
 
 def wait_for_followers(args, store: TCPStore, linger: float = LINGER_SECONDS) -> bool:
     """After a completed round, on node 0: True once every follower has counted itself out, False after ``linger``
-    seconds or on a signal (the run is complete either way; the pod's code does not change)."""
+    seconds (the run is complete either way; the pod's code does not change). A signal is the caller's."""
     expected = followers(args)
     deadline = time.monotonic() + linger
     try:
@@ -61,7 +60,7 @@ def wait_for_followers(args, store: TCPStore, linger: float = LINGER_SECONDS) ->
             if time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_SECONDS)
-    except (SignalException, OSError, RuntimeError):
+    except (OSError, RuntimeError):
         return False
     return True
 
@@ -69,15 +68,13 @@ def wait_for_followers(args, store: TCPStore, linger: float = LINGER_SECONDS) ->
 def count_out(args) -> bool:
     """After a completed round, on a follower: count this node out in node 0's store. False, quietly, when node 0's
     store no longer answers (it waited LINGER_SECONDS): a plain connection is tried first, since torch's client
-    logs each failed attempt with a C++ stack."""
-    if int(args.node_rank) == 0 or not followers(args):
-        return False
+    logs each failed attempt with a C++ stack. A signal is the caller's."""
     address = (args.master_addr, int(args.master_port))
     try:
         socket.create_connection(address, timeout=FOLLOWER_CONNECT_SECONDS).close()
         client = TCPStore(args.master_addr, int(args.master_port), None, False,
                           timedelta(seconds=FOLLOWER_CONNECT_SECONDS))
         client.add(LEFT_KEY, 1)
-    except (SignalException, OSError, RuntimeError):
+    except (OSError, RuntimeError):
         return False
     return True

@@ -4,6 +4,7 @@ rendezvous makes on the same port, kept after a completed round until the follow
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ def test_node_0s_handle_shares_torchruns_store_and_outlives_it():
     port = free_port()
     held = rendezvous_store.hold(torchrun_args(0, port))
     assert held is not None and rendezvous_store.hold(torchrun_args(1, port)) is None  # node 0's alone
+    assert rendezvous_store.hold(torchrun_args(0, free_port(), nnodes="1")) is None  # one node: nobody to wait for
     # torchrun's static rendezvous on node 0: a multi-tenant master store on the same port, in the same process
     agents = TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=10), wait_for_workers=False, multi_tenant=True)
     agents.set("torchelastic/agent/terminal_state/last_member", "1")
@@ -90,6 +92,31 @@ def test_a_follower_whose_node_0_is_gone_gives_up_at_once_and_quietly(capfd):
     assert time.monotonic() - began < 3
     said = capfd.readouterr()
     assert said.out == "" and said.err == ""  # no C++ stack from torch's client retrying a refused connection
+
+
+def test_a_sigterm_while_node_0_waits_ends_the_wait_and_the_pod_still_succeeds(capsys):
+    """After torchrun returned, torch's SIGTERM handler is still the launcher's: a preemption in the wait raises
+    SignalException, which ends the wait at once (the run is complete: the pod exits 0, saying why)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from trainer_launcher import launch
+
+    def terminate(signum, frame):
+        raise SignalException("SIGTERM", sigval=signal.SIGTERM)
+
+    args = torchrun_args(0, free_port())
+    held = rendezvous_store.hold(args)
+    previous = signal.signal(signal.SIGALRM, terminate)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        began = time.monotonic()
+        launch.leave_exit_barrier(args, held)  # nobody counts out: only the signal ends the wait
+        assert time.monotonic() - began < 3
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert "SIGTERM received after the run completed, while leaving torchrun's exit barrier; exiting 0" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.slow
