@@ -12,8 +12,9 @@
 #
 #   --json PATH   also write the table as JSON there (default: $OUT/gpu-check.json where $OUT is set, else beside
 #                 the logs in a new directory under ${TMPDIR:-/tmp}; the steps' logs go beside it either way)
-#   --dry-run     every step on the CPU at the tiniest size (also GPU_CHECK_DRY_RUN=1): the wiring, tested here
-#                 without a GPU by tests/test_gpu_check.py; its figures mean nothing
+#   --dry-run     every step on the CPU at the tiniest size (also GPU_CHECK_DRY_RUN=1; sft: the comparison with TRL
+#                 alone): the wiring, tested here without a GPU by tests/test_gpu_check.py; its figures
+#                 mean nothing
 #
 # GPU_CHECK_BUDGET_SECONDS bounds all the steps together: 420 by default, so that with the table the whole run stays
 # under 8 minutes (a dry run: 1800, and 5 times each step's limit: the tiniest runs take minutes on a busy 2-core CPU).

@@ -157,16 +157,16 @@ def last_words(lines: list[str]) -> str:
 
 
 # -- the transformer workloads against Hugging Face's Trainer and TRL ---------------------------------------------
-def transformers_results(args, only: str) -> dict:
+def transformers_results(args, sections: tuple[str, ...]) -> dict:
     from bench import transformers
 
     size = "quick" if args.dry_run else "gpu"
-    return transformers.measure(size, 1, F1_TARGET, log=lambda m: print(f"bench: {m}", flush=True), only=only,
-                                world=args.world)
+    return transformers.measure(size, 1, F1_TARGET, log=lambda m: print(f"bench: {m}", flush=True),
+                                sections=sections, world=args.world)
 
 
 def finetune(args) -> tuple[dict, int]:
-    results = transformers_results(args, "finetune")
+    results = transformers_results(args, ("finetune",))
     ours, theirs = results["finetune"]["worker"], results["finetune"]["trainer"]
     size = results["sizes"]
     step = f"finetune vs HF Trainer, BERT {size['layers']}x{size['hidden']}, bf16, ws {args.world}"
@@ -176,7 +176,11 @@ def finetune(args) -> tuple[dict, int]:
 
 
 def sft(args) -> tuple[dict, int]:
-    results = transformers_results(args, "sft")
+    from bench.transformers import GROUPS
+
+    # sft's group on a GPU; a dry run checks this row's wiring alone (the group's other rows run in the test suite's
+    # python -m bench.transformers --quick)
+    results = transformers_results(args, ("sft",) if args.dry_run else GROUPS["sft"])
     ours, theirs, size = results["sft"]["worker"], results["sft"]["trl"], results["sft"]["sizes"]
     step = f"sft vs TRL SFTTrainer, Llama {size['layers']}x{size['hidden']} LoRA, bf16, ws {args.world}"
     result = (f"evaluation loss {ours['evaluation_loss']:.4f} vs {theirs['evaluation_loss']:.4f}; "

@@ -2,7 +2,9 @@
 in one run (alternating, medians):
 
     python -m bench.transformers                     # the figures of docs/performance.md
-    python -m bench.transformers --quick             # a tiny model and a few steps (the test suite runs this)
+    python -m bench.transformers --quick             # a tiny model and a few steps (the test suite runs this:
+                                                     # finetune and sft through bench/gpu.sh --dry-run, at ws 1)
+    python -m bench.transformers --only sft          # one group of rows (--only again for more)
     python -m bench.transformers --size gpu --world 1   # bench/gpu.sh's: larger models, one process per GPU
 
 - tokens/s per process: python -m worker.finetune (DDP, bf16 autocast) against Hugging Face's Trainer
@@ -49,6 +51,10 @@ from bench.stats import (
 
 WORLD = 2  # processes per run: this 2-core machine's figures; bench/gpu.sh passes its GPU count
 SIZES = ("quick", "full", "gpu")
+# The sections measure() runs, and --only's groups of them: sft's rows with the two sections of its group that follow
+SECTIONS = ("finetune", "memory", "sft", "settings", "load")
+GROUPS = {"finetune": ("finetune",), "memory": ("memory",), "sft": ("sft", "settings", "load"),
+          "settings": ("settings",), "load": ("load",)}
 RECIPE = {"BATCH_SIZE": "16", "LEARNING_RATE": "0.001", "PRECISION": "bf16", "MAX_SEQ_LENGTH": "64",
           "OMP_NUM_THREADS": "1"}
 
@@ -108,7 +114,8 @@ def median_of(samples: list[dict]) -> dict:
     return {key: median_or_none([sample[key] for sample in samples]) for key in samples[0]}
 
 
-def measure(size_name: str, repeats: int, target: float, log, only: str | None = None, world: int = WORLD) -> dict:
+def measure(size_name: str, repeats: int, target: float, log, sections: tuple[str, ...] = SECTIONS,
+            world: int = WORLD) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/: the models and data are made there
     from huggingface_hub.utils import disable_progress_bars
 
@@ -117,16 +124,16 @@ def measure(size_name: str, repeats: int, target: float, log, only: str | None =
     scratch = Path(tempfile.mkdtemp(prefix="bench-transformers-"))
     results: dict = {"quick": size_name == "quick", "size": size_name, "world": world, "repeats": repeats,
                      "target_f1": target, "sizes": size}
-    if only in (None, "finetune"):
+    if "finetune" in sections:
         results.update(fine_tuning(size, repeats, target, scratch, log, world))
-    if only in (None, "memory"):
+    if "memory" in sections:
         log("peak memory per rank, worker.qa fsdp vs ddp...")
         results.update(memory(size, scratch, world, quick=size_name == "quick"))
-    if only in (None, "sft"):
+    if "sft" in sections:
         results.update(sft.measure(size_name, repeats, scratch, log, world))
-    if only in (None, "sft", "settings"):  # rows of the SFT group, each also to re-run on its own
+    if "settings" in sections:
         results.update(sft_settings.measure(size_name, repeats, scratch, log, world))
-    if only in (None, "sft", "load"):
+    if "load" in sections:
         results.update(shared_load.measure(size_name, scratch, log))
     return results
 
@@ -208,6 +215,12 @@ def table(r: dict) -> str:
     return render_rows(rows)
 
 
+def sections_of(groups: list[str] | None) -> tuple[str, ...]:
+    """The sections of --only's groups, in the order measure() runs them (every section without one)."""
+    chosen = {section for group in groups or GROUPS for section in GROUPS[group]}
+    return tuple(section for section in SECTIONS if section in chosen)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transformers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,15 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world", type=int, default=WORLD, help="processes per run (one per GPU on CUDA)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions per figure (median)")
     parser.add_argument("--target", type=float, default=95.0, help="macro F1 for time-to-F1")
-    parser.add_argument("--only", choices=("finetune", "memory", "sft", "settings", "load"),
-                        help="one group of rows: worker.finetune vs Trainer, worker.qa fsdp vs ddp, worker.sft vs TRL "
-                             "(with the next two), worker.sft's accumulation and token cache, worker.sft's model read "
-                             "once vs by each rank")
+    parser.add_argument("--only", choices=tuple(GROUPS), action="append",
+                        help="a group of rows (again for more): worker.finetune vs Trainer, worker.qa fsdp vs ddp, "
+                             "worker.sft vs TRL (with the next two), worker.sft's accumulation and token cache, "
+                             "worker.sft's model read once vs by each rank")
     parser.add_argument("--json", type=Path, default=Path("bench-transformers.json"), help="where to write results")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     results = measure("quick" if args.quick else args.size, repeats, args.target,
-                      log=lambda m: print(f"bench: {m}", file=sys.stderr), only=args.only, world=args.world)
+                      log=lambda m: print(f"bench: {m}", file=sys.stderr),
+                      sections=sections_of(args.only), world=args.world)
     import torch
     import transformers
 

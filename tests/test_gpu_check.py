@@ -104,10 +104,23 @@ def test_the_dry_run_runs_every_step_on_the_cpu_and_prints_one_table(tmp_path):
         assert mnist["device"] == "cpu" and 0 <= mnist["records"][-1]["accuracy"] <= 1
         assert mnist["records"][-1]["strategy"] == strategy and "cuda_peak_mib" not in mnist["records"][-1]
     finetune = by_name["finetune"]["details"]["finetune"]
-    assert finetune["worker"]["tokens_per_second"] > 0 and finetune["trainer"]["tokens_per_second"] > 0
-    assert finetune["worker"]["cuda_peak_mib"] is None and finetune["trainer"]["cuda_peak_mib"] is None
+    for contender in ("worker", "trainer"):
+        assert finetune[contender]["tokens_per_second"] > 0 and 0 <= finetune[contender]["f1"] <= 100
+        assert finetune[contender]["cuda_peak_mib"] is None
     sft = by_name["sft"]["details"]["sft"]
-    assert sft["world"] == 1 and sft["worker"]["peak_mib"] > 0 and sft["trl"]["cuda_peak_mib"] is None
+    assert sft["world"] == 1 and sft["trl"]["cuda_peak_mib"] is None
+    for contender in ("worker", "trl"):
+        assert sft[contender]["tokens_per_second"] > 0 and sft[contender]["peak_mib"] > 0
+        assert 0 < sft[contender]["evaluation_loss"] < 20
+    # a dry run's sft step is the comparison alone: the group's other rows run in tests/test_bench.py
+    assert "sft_settings" not in by_name["sft"]["details"] and "shared_load" not in by_name["sft"]["details"]
+    # the steps' results are bench.transformers' (the test suite's only run of these two groups): its table renders them
+    from bench.transformers import table
+
+    rendered = table({**by_name["finetune"]["details"], **by_name["sft"]["details"]})
+    for line in ("tokens/s per process, ws 1, BERT 2x32", "time to macro F1 95, ws 1", "SFT tokens/s per process, ws 1",
+                 "SFT peak resident memory per rank, ws 1", "SFT evaluation loss after"):
+        assert line in rendered, rendered
     stall = by_name["stall"]["details"]
     assert set(stall) == {"fsdp", "allreduce"} and all(figures["sync_blocked_s"] > 0 for figures in stall.values())
     assert sorted(path.name for path in (out / "gpu-check" / "logs").iterdir()) == sorted(f"{s}.log" for s in STEPS)

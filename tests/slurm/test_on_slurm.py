@@ -135,10 +135,12 @@ def test_the_slurm_guides_own_script_trains_on_two_nodes_under_plain_torchrun(cl
 def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_path, digits, node_venv):
     shared = shared_dir(tmp_path, digits)
     prepare(tmp_path, shared, node_venv, "config_map.EPOCHS='4'", "config_map.LOG_INTERVAL='1'",
-            "config_map.BATCH_SIZE='32'")
-    job_id = submit(cluster, tmp_path, shared)
+            "config_map.BATCH_SIZE='32'", *SHORT_EPOCHS)
+    # the first allocation's batches sleep 0.5 s: the requeue's SIGTERM, sent at batch 4 of epoch 2's 16, lands
+    # seconds before the epoch's end on any machine; the second allocation trains at full speed
+    job_id = submit(cluster, tmp_path, shared, fault_env("sleep=0.5@batch,attempt=0"))
     deadline = time.monotonic() + 300
-    while "Rank 0: epoch: 2/4, batch: 20/" not in job_log(shared):
+    while "Rank 0: epoch: 2/4, batch: 4/" not in job_log(shared):
         assert time.monotonic() < deadline, job_log(shared)[-3000:]
         time.sleep(0.5)
     cluster.run(["scontrol", "requeue", job_id])  # as an administrator, or a preemption with PreemptMode=REQUEUE
@@ -146,7 +148,7 @@ def test_scontrol_requeue_mid_training_resumes_from_the_checkpoint(cluster, tmp_
     log = job_log(shared)
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", log[-4000:]
     step = int(re.search(r"resuming from ckpt-e0001-s(\d{6})\.pt", log).group(1))
-    assert step >= 20  # the SIGTERM of the requeue was checkpointed mid-epoch 2
+    assert step >= 4  # the SIGTERM of the requeue was checkpointed mid-epoch 2 (e0001: one epoch done)
     output = shared / "runs" / "mnist-train"
     assert recorded_epochs(output) == [1, 2, 3, 4]
     assert json.loads((output / "model.json").read_text())["accuracy"] is not None
@@ -221,14 +223,15 @@ def test_the_time_limit_checkpoints_in_the_signal_window_and_requeues(cluster, t
     # with the rendered limit alone, the first allocation's signal could come before a start-up (25-35 s, more on a
     # busy machine) had reached its first step, and a slow machine then made no progress per allocation. So the job
     # starts with a 10-minute limit and, once training steps, the limit is cut (as an admin's `scontrol update` would)
-    # to end 60-120 s later: the signal comes 0-90 s after the cut, inside the window. Each batch sleeps 0.5 s (16 a
-    # rank and epoch: 8 s an epoch, on any machine), so 20 epochs outlast that while the ranks keep a core idle: CI
-    # runs this test beside the training tier (onecore). Once requeued, the limit goes back to 10 minutes.
+    # to end 60-120 s later: the signal comes 0-90 s after the cut, inside the window. The first allocation's batches
+    # sleep 0.5 s (16 a rank and epoch: 8 s an epoch, on any machine), so 20 epochs outlast that while the ranks keep a
+    # core idle: CI runs this test beside the training tier (onecore); the second one's train the epochs left at full
+    # speed. Once requeued, the limit goes back to 10 minutes.
     prepare(tmp_path, shared, node_venv, "slurm.time_limit='10'", "termination_grace_period_seconds=60",
             "config_map.EPOCHS='20'", "config_map.BATCH_SIZE='32'", "config_map.TRAIN_SAMPLES='1024'")
     script = (tmp_path / "build" / "job.sbatch").read_text()
     assert "#SBATCH --time=10\n" in script and "#SBATCH --signal=TERM@60\n" in script
-    job_id = submit(cluster, tmp_path, shared, fault_env("sleep=0.5@batch"))
+    job_id = submit(cluster, tmp_path, shared, fault_env("sleep=0.5@batch,attempt=0"))
     output = shared / "runs" / "mnist-train"
     deadline = time.monotonic() + 300
     while not re.search(r"Rank 0: epoch: 1/20, batch: \d+/", job_log(shared) if (shared / "logs").exists() else ""):
