@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench import distributed_cost, generator_cost, gradsync_cost, machine, recovery, staging_cost, training
 from bench.digits import default_data_dir
-from bench.stats import alternate, mnist_bench_parser, render_rows, verdict, worlds
+from bench.stats import alternate, in_scratch, mnist_bench_parser, render_rows, verdict, worlds
 from trainer_contract.program_settings import STRATEGIES
 
 
@@ -183,6 +183,7 @@ def distributed_cost_rows(d: dict) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+@in_scratch
 def main(argv: list[str] | None = None) -> int:
     parser = mnist_bench_parser("python -m bench", __doc__, "a few steps of everything, to check the benchmark runs", 3)
     parser.add_argument("--target", type=float, default=0.98, help="test accuracy for time-to-accuracy")

@@ -35,7 +35,7 @@ from pathlib import Path
 from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, follow, local_job, manifests
 from bench.recovery import kill_index
-from bench.stats import BIN, clean_env, mnist_bench_parser, render_rows, say_machine, verdict
+from bench.stats import BIN, clean_env, in_scratch, mnist_bench_parser, render_rows, say_machine, verdict
 from trainer_contract.gang_timeline import PHASES
 
 KINDS = ("worker", "preempt", "lost")
@@ -220,6 +220,7 @@ def rows(summary: dict, backoff: float) -> list[tuple[str, str, str, str, str]]:
     return table
 
 
+@in_scratch
 def main(argv: list[str] | None = None) -> int:
     parser = mnist_bench_parser("python -m bench.goodput", __doc__, "a short run, three faults, each 3 s after the last recovery, once", None)
     parser.add_argument("--intervals", type=float, nargs="+", help="seconds between faults (default: 60 20)")

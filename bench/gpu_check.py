@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.stats import ROOT, clean_env, launcher_command, render_rows
+from bench.stats import ROOT, clean_env, in_scratch, launcher_command, render_rows
 
 MNIST_TARGET = 0.99
 F1_TARGET = 95.0
@@ -253,6 +253,7 @@ def table(args) -> int:
 STEPS: dict[str, Callable] = {"check": check, "mnist": mnist, "finetune": finetune, "sft": sft, "stall": stall}
 
 
+@in_scratch
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.digits import default_data_dir
 from bench.local_job_timeline import claim, local_job, local_job_start, manifests, timeline
-from bench.stats import BIN, clean_env, mnist_bench_parser, render_rows, say_machine, verdict
+from bench.stats import BIN, clean_env, in_scratch, mnist_bench_parser, render_rows, say_machine, verdict
 
 # what each measured recovery is: the fault, and whether warm workers are on (the default)
 VARIANTS = {"process": ("process", True), "process_cold": ("process", False), "pod": ("pod", True)}
@@ -148,6 +148,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     return table
 
 
+@in_scratch
 def main(argv: list[str] | None = None) -> int:
     parser = mnist_bench_parser("python -m bench.recovery", __doc__, "world size 2, once", 3)
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])

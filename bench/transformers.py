@@ -41,6 +41,7 @@ from pathlib import Path
 from bench import sft, sft_settings, shared_load
 from bench.stats import (
     clean_env,
+    in_scratch,
     launched,
     median_or_none,
     render_rows,
@@ -221,6 +222,7 @@ def sections_of(groups: list[str] | None) -> tuple[str, ...]:
     return tuple(section for section in SECTIONS if section in chosen)
 
 
+@in_scratch
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transformers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -19,15 +19,17 @@ def test_without_gpus_each_line_says_cpu_and_resident_memory_and_a_restart_appen
     before = usage_log.resident_mib()
     ballast = b"\x01" * (64 << 20)  # written, so resident while the lines are written
     log = usage_log.UsageLog(path, "rank 0", every=0.1, gpus=lambda: None).start()
-    deadline = time.monotonic() + 0.6
-    while time.monotonic() < deadline:  # busy: the CPU figure must show it
+    started, cpu_started = time.monotonic(), time.process_time()
+    while time.monotonic() < started + 0.6:  # busy: the CPU figure must show it
         sum(range(10_000))
+    # the share of a core the machine gave this process: all of one alone, less beside other work (CI's fast tier)
+    busy = 100 * (time.process_time() - cpu_started) / (time.monotonic() - started)
     log.stop()
     lines = path.read_text().splitlines()
     assert len(lines) >= 3, lines
     figures = [CPU_LINE.match(line) for line in lines]
     assert all(figures), lines
-    assert max(int(match.group(1)) for match in figures if match) >= 50  # one core busy most of the time
+    assert busy > 0 and max(int(match.group(1)) for match in figures if match) >= 0.6 * busy, (busy, lines)
     assert min(int(match.group(2)) for match in figures if match) >= before + 60
     assert all(int(match.group(3)) >= int(match.group(2)) - 1 for match in figures if match)  # the peak bounds it
     assert len(ballast) == 64 << 20
