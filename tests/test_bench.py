@@ -49,8 +49,8 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
 
 
 @pytest.mark.slow
-# CI runs it beside the training tier: its runs follow one another, each mostly starting up (alone 1.35 cores busy,
-# 123 CPU-s in 91 s; beside the training tier 0.9), and the training tier's last minutes otherwise ran alone
+# CI runs it beside the training tier: its runs follow one another, each mostly starting up (alone 1.21 cores busy,
+# 80 CPU-s in 66 s: /usr/bin/time -v of the command below), and the training tier's last minutes otherwise ran alone
 @pytest.mark.onecore
 def test_quick_transformer_benchmark_prints_its_groups_rows_and_writes_json(tmp_path):
     """python -m bench.transformers --quick, the groups bench/gpu.sh --dry-run does not run (its finetune and sft

@@ -8,7 +8,7 @@ DOC = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
 
 
 def test_every_test_named_in_the_matrix_exists():
-    named = 0
+    named, current = 0, ""  # a "::test_..." cell names a test of the path named last
     for cell in re.findall(r"`(tests/[^`]+|::test_\w+)`", DOC):
         if cell.startswith("::"):
             path, function = current, cell[2:]

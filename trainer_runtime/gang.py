@@ -5,6 +5,7 @@ rendezvous (so that every rank exits 78 alike), and the process group."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -64,3 +65,13 @@ def record_attempt(env: DistEnv, output_dir) -> None:
         dist.all_gather_object(tokens, (env.group_rank, token))
     if env.is_rank0:
         gang_ledger.record_attempt(output_dir, dict(tokens))
+
+
+def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on rank 0 alone, its result given to every rank: what a start finds on the volume, and the
+    transformer workloads' record (digests of a model on the volume: 15 GB for a 7B model), read once rather than
+    once per process. A rank 0 that fails ends the collective: the others exit as its victims."""
+    box = [compute() if env.is_rank0 else None]
+    if env.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]

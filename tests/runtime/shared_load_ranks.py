@@ -76,8 +76,8 @@ def held(model: nn.Module, env: DistEnv, out: str, reads: bool) -> None:
 
 
 def record_rank(rank: int, port: int, out: str) -> None:
-    """trainer_runtime.pretrained.training.from_rank0: the digests computed by rank 0 alone, given to every rank."""
-    from trainer_runtime.pretrained.training import from_rank0
+    """trainer_runtime.gang.from_rank0: the digests computed by rank 0 alone, given to every rank."""
+    from trainer_runtime.gang import from_rank0
 
     process_group.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     env = DistEnv(rank=rank, local_rank=rank, world_size=WORLD, local_world_size=WORLD, group_rank=0)

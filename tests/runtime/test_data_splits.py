@@ -154,12 +154,19 @@ def test_globs_out_of_the_data_and_fractions_out_of_range_are_refused_naming_the
         assert line.startswith(f"{variable}: {value!r} {problem}"), line
 
 
+def parsed_or_refused(parse, text: str, refusal: str):
+    """``parse(text)``, or None where it refuses ``text`` with a ValueError saying ``refusal``."""
+    try:
+        return parse(text)
+    except ValueError as refused:
+        assert refusal in str(refused)
+        return None
+
+
 @given(st.text(max_size=60))
 def test_file_patterns_parse_to_globs_inside_the_data_or_are_refused(text):
-    try:
-        patterns = parse_file_patterns(text)
-    except ValueError as refused:
-        assert "leaves the data's folder" in str(refused)
+    patterns = parsed_or_refused(parse_file_patterns, text, "leaves the data's folder")
+    if patterns is None:
         return
     for pattern in patterns:
         assert pattern and pattern == pattern.strip() and "," not in pattern
@@ -265,10 +272,8 @@ def test_weights_that_do_not_match_the_globs_are_a_configuration_error(tmp_path,
 
 @given(st.text(max_size=40))
 def test_weights_parse_to_positive_numbers_or_are_refused(text):
-    try:
-        weights = parse_weights(text)
-    except ValueError as refused:
-        assert "comma-separated positive numbers" in str(refused)
+    weights = parsed_or_refused(parse_weights, text, "comma-separated positive numbers")
+    if weights is None:
         return
     assert all(math.isfinite(weight) and weight > 0 for weight in weights)
     assert len(weights) == (len(text.split(",")) if text.strip() else 0)

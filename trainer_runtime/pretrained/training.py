@@ -15,7 +15,7 @@ from trainer_contract import exit_codes, hooks
 from trainer_runtime import process_group
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.gang import join, record_attempt
+from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record, token_cache
 from trainer_runtime.pretrained.batches import RankBatches, accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
@@ -78,16 +78,6 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
     log(f"exporting the best checkpoint by {best['metric']}, {best['checkpoint']} ({best['value']:.4f} at step "
         f"{best['step']}; the last step's {last.get(best['metric'], float('nan')):.4f})")
     return {**best["scores"], **said}
-
-
-def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:
-    """``compute()`` on rank 0 alone, its result given to every rank: the record's digests read the model's and the
-    data's files where the stager vouches for none (a model on the volume: 15 GB for a 7B model), once rather than
-    once per process. A rank 0 that fails ends the collective: the others exit as its victims."""
-    box = [compute() if env.is_rank0 else None]
-    if env.world_size > 1:
-        dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict[str, Any], str]:

@@ -22,7 +22,7 @@ from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import NAMED, Refusal, exit_for
-from trainer_runtime.gang import join, record_attempt
+from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.run_summary import write_summary
@@ -119,12 +119,8 @@ class Trainer:
     def decide_start(self) -> resume.Start:
         """Rank 0 looks at OUTPUT_DIR (worker.mnist.resume) and every rank learns the verdict; nothing is written
         before it. AlreadyComplete if the finished run is there; ConfigError if it was made with other settings."""
-        verdict = resume.decide(self.config, self.env.world_size, self.checkpoints, self.log) \
-            if self.env.is_rank0 else None
-        if self.distributed:
-            box = [verdict]
-            dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
-            verdict = box[0]
+        verdict = from_rank0(self.env, lambda: resume.decide(self.config, self.env.world_size, self.checkpoints,
+                                                             self.log))
         if isinstance(verdict, resume.Refused):
             raise ConfigError(verdict.problems)
         if isinstance(verdict, resume.Complete):
