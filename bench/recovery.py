@@ -33,7 +33,7 @@ from bench.stats import BIN, clean_env, in_scratch, mnist_bench_parser, render_r
 # what each measured recovery is: the fault, and whether warm workers are on (the default)
 VARIANTS = {"process": ("process", True), "process_cold": ("process", False), "pod": ("pod", True)}
 BACKOFF_SECONDS = 1.0
-TARGETS = {"process": 0.3, "pod": 0.6}  # recovery (minus the back-off) over start-up, warm workers on (issue 48)
+TARGETS = {"process": 0.3, "pod": 0.6}  # recovery (minus the back-off) over start-up, warm workers on
 EPOCHS = 200  # room for the warm-worker servers to get ready before the kill; the run ends at the first step after it
 
 

@@ -1,4 +1,4 @@
-"""Error hints name the path to type (issue 27, item 6): an unknown key points at where it belongs, a name that
+"""Error hints name the path to type: an unknown key points at where it belongs, a name that
 is too long states the real limit for the given replicas."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""The live metrics of a running job (issue 38), through the real path: gen-manifests renders the port, local-job
+"""The live metrics of a running job, through the real path: gen-manifests renders the port, local-job
 gives each pod a port of its own, the MNIST worker's local rank 0 serves Prometheus' format while it trains; a
 scrape parses with prometheus_client's own parser and agrees with the run; `local-job status` shows index 0's in
 one line; a user's program publishes the same through trainer_runtime.metrics."""
