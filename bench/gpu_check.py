@@ -2,7 +2,7 @@
 
     python -m bench.gpu_check check --row ROW.json --world-file WORLD [--dry-run]
     python -m bench.gpu_check mnist --strategy ddp --world N --row ROW.json [--dry-run]
-    python -m bench.gpu_check finetune|sft|stall --world N --row ROW.json [--dry-run]
+    python -m bench.gpu_check finetune|sft|sft-hsdp|stall --world N --row ROW.json [--dry-run]
     python -m bench.gpu_check table --rows DIR --steps check,mnist-ddp,... --json RESULT.json [--dry-run]
 
 A step exits 0 when it passed, 1 when it ran and failed (its row says why), and the check 2 when there is no GPU
@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.stats import ROOT, clean_env, in_scratch, launcher_command, render_rows
+from bench.stats import ROOT, clean_env, in_scratch, launcher_command, render_rows, usage_log_cuda_peak
 
 MNIST_TARGET = 0.99
 F1_TARGET = 95.0
@@ -200,6 +200,64 @@ def compared_row(args, step: str, ours: dict, theirs: dict, result: str, results
     return row(step, True, result, peaks, **results), 0
 
 
+# -- the SFT example under hsdp ------------------------------------------------------------------------------------
+SFT_EXAMPLE = ROOT / "examples" / "sft" / "values.yaml"
+
+
+def sft_example_variables() -> dict[str, str]:
+    """What examples/sft's render gives worker.sft: its ConfigMap's variables of the program (config.yaml's
+    hyper-parameters in capitals, and the pod's directories), not the launcher's."""
+    import yaml
+
+    from generator.resources import default_values_path
+    from generator.targets.kubernetes import render_manifests
+    from generator.validation import validate_values
+    from generator.values import resolve_values
+    from trainer_contract.program_settings import program_variables
+
+    manifests = render_manifests(validate_values(resolve_values(default_values_path(), [SFT_EXAMPLE])))
+    config_map = next(doc for doc in map(yaml.safe_load, (m.text for m in manifests)) if doc["kind"] == "ConfigMap")
+    return {name: value for name, value in config_map["data"].items() if name in program_variables("worker.sft")}
+
+
+def sft_hsdp(args) -> tuple[dict, int]:
+    """examples/sft's settings made a full fine-tune under STRATEGY hsdp (FSDP2 on a nodes x processes mesh: one node
+    here, so the shards span its processes), bf16, on the process group's NCCL (gloo in a dry run), on the tests' tiny
+    Llama: it trains, writes every rank's shards (DCP) each CHECKPOINT_EVERY_STEPS, and a second start resumes from
+    the newest, resharded, and exports again."""
+    from testbed.sft_data import make_chat_data, make_model
+
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-check-sft-hsdp-"))
+    hidden, train = (32, 64) if args.dry_run else (512, 2048)
+    settings = {**sft_example_variables(), "LORA_RANK": "0", "EXPORT_MERGED": "false", "STRATEGY": "hsdp",
+                "MAX_SEQ_LENGTH": "64", "TRAIN_SAMPLES": "0", "EVAL_SAMPLES": "0", "CHECKPOINT_EVERY_STEPS": "4",
+                "LOG_INTERVAL": "100000", "TENSORBOARD": "false"}
+    # the render's places for the model, the data and the run are on the pod's volume: here, in the scratch directory
+    data = make_chat_data(scratch / "chat", train=train, validation=16)
+    env = clean_env(**{**settings, "MODEL_DIR": make_model(scratch / "llama", hidden=hidden, layers=2),
+                       "DATASET_DIR": data, "OUTPUT_DIR": scratch / "run"})
+    step = f"SFT example, full fine-tune, hsdp/{settings['PRECISION']}, ws {args.world}, resumed from its shards"
+    runs = [streamed(launcher_command(args.world, "worker.sft"), env) for _ in range(2)]
+    failed = next(((code, lines) for code, lines in runs if code != 0), None)
+    if failed is not None:
+        return row(step, False, f"worker.sft exited {failed[0]}: {last_words(failed[1])}", "-"), 1
+    shards = [path for path in (scratch / "run" / "checkpoints").iterdir() if path.is_dir()]
+    resumed = next((line.strip().removeprefix("Rank 0: ") for line in runs[1][1] if "resuming from" in line), None)
+    summary = json.loads((scratch / "run" / "summary.json").read_text())
+    peak = usage_log_cuda_peak(scratch / "run")
+    started = next((line.strip().removeprefix("Rank 0: ") for line in runs[0][1] if " weights train, under " in line),
+                   "")
+    details = {"summary": summary, "sharded_checkpoints": sorted(path.name for path in shards), "resumed": resumed,
+               "start_line": started}
+    result = (f"evaluation loss {summary['loss']:.4f} after {summary['step']} steps; {len(shards)} sharded "
+              f"checkpoints kept; second start: {resumed or 'did not resume'}")
+    if not shards or resumed is None or " under hsdp" not in started:
+        return row(step, False, result, mib(peak), **details), 1
+    if on_cpu_where_cuda_was_asked(args.dry_run, peak):
+        return row(step, False, f"trained on the CPU, not a GPU: {result}", mib(peak), **details), 1
+    return row(step, True, result, mib(peak), **details), 0
+
+
 # -- the checkpoint stall -------------------------------------------------------------------------------------------
 def stall(args) -> tuple[dict, int]:
     """bench/checkpoint_stall.py on the GPU: the 67 M-parameter MLP (768 MiB a checkpoint) under fsdp and
@@ -250,7 +308,8 @@ def table(args) -> int:
     return 0 if all(item["ok"] for item in rows) else 1
 
 
-STEPS: dict[str, Callable] = {"check": check, "mnist": mnist, "finetune": finetune, "sft": sft, "stall": stall}
+STEPS: dict[str, Callable] = {"check": check, "mnist": mnist, "finetune": finetune, "sft": sft, "sft-hsdp": sft_hsdp,
+                              "stall": stall}
 
 
 @in_scratch

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-STEPS = ["check", "mnist-ddp", "mnist-fsdp", "finetune", "sft", "stall"]
+STEPS = ["check", "mnist-ddp", "mnist-fsdp", "finetune", "sft", "sft-hsdp", "stall"]
 
 
 def gpu_sh(*args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
@@ -81,7 +81,8 @@ def test_a_failing_step_says_why_in_its_row_and_the_next_one_runs(tmp_path):
     assert "RuntimeError: injected: the worker broke" in rows["mnist-ddp"][4]
     assert "exit 3: injected: gone without a row" in rows["mnist-fsdp"][4]
     assert "timed out after" in rows["finetune"][4]
-    assert "skipped: the 25 s budget was spent" in rows["sft"][4] and "skipped" in rows["stall"][4]
+    assert "skipped: the 25 s budget was spent" in rows["sft"][4]
+    assert "skipped" in rows["sft-hsdp"][4] and "skipped" in rows["stall"][4]
     written = json.loads((tmp_path / "table.json").read_text())
     assert [item["name"] for item in written["rows"]] == STEPS and written["dry_run"] is True
 
@@ -121,6 +122,11 @@ def test_the_dry_run_runs_every_step_on_the_cpu_and_prints_one_table(tmp_path):
     for line in ("tokens/s per process, ws 1, BERT 2x32", "time to macro F1 95, ws 1", "SFT tokens/s per process, ws 1",
                  "SFT peak resident memory per rank, ws 1", "SFT evaluation loss after"):
         assert line in rendered, rendered
+    # examples/sft's settings, a full fine-tune under hsdp: every rank's shards written, and resumed by a second start
+    hsdp = by_name["sft-hsdp"]["details"]
+    assert "full fine-tune" in hsdp["start_line"] and " under hsdp" in hsdp["start_line"], hsdp["start_line"]
+    assert hsdp["sharded_checkpoints"] and hsdp["resumed"].endswith(f"resuming from {hsdp['sharded_checkpoints'][-1]}")
+    assert 0 < hsdp["summary"]["loss"] < 20
     stall = by_name["stall"]["details"]
     assert set(stall) == {"fsdp", "allreduce"} and all(figures["sync_blocked_s"] > 0 for figures in stall.values())
     assert sorted(path.name for path in (out / "gpu-check" / "logs").iterdir()) == sorted(f"{s}.log" for s in STEPS)

@@ -1,10 +1,13 @@
 """Every values shape the render tests cover, on a real kube-apiserver: admitted by a server-side dry run and by
 apply (client-side and server-side, in both orders), then unchanged on a second apply, with an empty kubectl diff:
-what the render writes is what the server stores. Skipped without $KUBE_ASSETS (see cluster.py)."""
+what the render writes is what the server stores. Every example's and guide's values file as it is (the 7B guide's
+RDMA resource and InfiniBand beside the GPUs among them) admitted by a server-side dry run. Skipped without
+$KUBE_ASSETS (see cluster.py)."""
 
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.generator.test_render import MATRIX
 from tests.rendering import gen_manifests
 
@@ -28,3 +31,16 @@ def test_the_render_is_admitted_and_stays_unchanged(name, control_plane):
     assert diff.returncode == 0, diff.stdout + diff.stderr
     # a server-side apply after the client-side one takes the fields over without a conflict
     control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=stream)
+
+
+EXAMPLES = sorted((ROOT / "examples").glob("**/values.yaml"))
+
+
+@pytest.mark.parametrize("values", EXAMPLES, ids=[str(path.parent.relative_to(ROOT / "examples")) for path in EXAMPLES])
+def test_every_examples_render_is_admitted(values, control_plane):
+    namespace = f"example-{values.parent.name}"
+    control_plane.kubectl("create", "namespace", namespace)
+    stream = gen_manifests(namespace=namespace, values=values).decode()
+    admitted = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=stream).stdout.splitlines()
+    kinds = {line.split("/")[0] for line in admitted}
+    assert {"persistentvolumeclaim", "configmap", "service", "job.batch"} <= kinds, admitted
