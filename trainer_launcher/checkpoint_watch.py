@@ -31,6 +31,7 @@ class CheckpointWatch:
         self.offered: str | None = None  # the newest entry offered so far
         self.trouble: str | None = None  # the last error reading the directory, said once
         self.stopping = threading.Event()
+        self.stopped = threading.Event()  # the thread's end: close() waits on it, not on Thread.join (the mirror's why)
         self.thread = threading.Thread(target=self._run, name="checkpoint-watch", daemon=True)
         self.thread.start()
 
@@ -48,14 +49,18 @@ class CheckpointWatch:
             self.mirror.offer(newest[0][1])
 
     def _run(self) -> None:
-        while not self.stopping.is_set():
-            self.poll()
-            self.stopping.wait(self.every)
+        try:
+            while not self.stopping.is_set():
+                self.poll()
+                self.stopping.wait(self.every)
+        finally:
+            self.stopped.set()
 
     def close(self) -> None:
-        """Stop watching, offer the newest once more and wait for the mirror to finish."""
+        """Stop watching, offer the newest once more and wait for the mirror to finish; again after a signal's
+        exception interrupted it (trainer_launcher/launch.py's close_watch)."""
         self.stopping.set()
-        self.thread.join()
+        self.stopped.wait()
         self.poll()
         self.mirror.close()
 

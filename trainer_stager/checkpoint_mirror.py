@@ -47,6 +47,10 @@ class CheckpointMirror:
         self.closing = False
         self.stopped: str | None = None  # why the mirror gave up, when it did
         self.mirrored: str | None = None  # the newest checkpoint this process put in the bucket
+        # set by the thread as it ends; close() waits on it, not on Thread.join: a join a signal handler's exception
+        # interrupted (the launcher's SIGTERM) marks a running thread stopped in CPython before 3.13, and the next
+        # join would return at once, the upload in flight cut off by the exit
+        self.finished = threading.Event()
         self.thread = threading.Thread(target=self._run, name="checkpoint-mirror", daemon=True)
         self.thread.start()
 
@@ -58,13 +62,20 @@ class CheckpointMirror:
                 self.condition.notify_all()
 
     def close(self) -> None:
-        """Upload what is still offered, and the volume's newest checkpoint if the bucket lacks it; then stop."""
+        """Upload what is still offered, and the volume's newest checkpoint if the bucket lacks it; then stop. A
+        signal's exception may interrupt the wait: calling close() again waits for the same upload."""
         with self.condition:
             self.closing = True
             self.condition.notify_all()
-        self.thread.join()
+        self.finished.wait()
 
     def _run(self) -> None:
+        try:
+            self._mirror_until_closed()
+        finally:
+            self.finished.set()
+
+    def _mirror_until_closed(self) -> None:
         while True:
             with self.condition:
                 while self.offered is None and not self.closing:

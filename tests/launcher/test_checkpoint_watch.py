@@ -7,6 +7,7 @@ moto's S3 in this process (the stager in a subprocess); the run under local-job 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -98,6 +99,47 @@ def test_the_watch_offers_each_new_newest_entry_once_and_the_newest_again_when_i
     watch.close()  # the last one, even when the poll has not seen it yet, then the mirror closed
     assert mirror.offered[-1] == "step-00000030.pt" and mirror.offered.count("step-00000020.pt") == 1
     assert mirror.closed and not watch.thread.is_alive()
+
+
+def test_a_sigterm_while_the_last_upload_is_in_flight_does_not_cut_it_off(tmp_path, capsys):
+    """The launcher's close_watch when the Job fails and the pod gets its SIGTERM while the mirror still uploads: the
+    signal's exception interrupts the wait, and waiting again lasts until the upload is done. On CPython before
+    3.13 a Thread.join so interrupted marks the thread stopped, and the launcher exited mid-upload (seen in CI:
+    examples/own-checkpoints' step 20 never reached the bucket)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from trainer_launcher.launch import close_watch
+    from trainer_stager.checkpoint_mirror import CheckpointMirror
+
+    uploaded: list[str] = []
+
+    class SlowBucket:
+        def upload(self, uri, checkpoint: Path, say) -> None:
+            time.sleep(1.0)
+            uploaded.append(checkpoint.name)
+
+        def remove_except(self, uri, kept, naming) -> list[str]:
+            return []
+
+    directory = tmp_path / "checkpoints"
+    write(directory, "step-00000020.pt")
+    mirror = CheckpointMirror(storage.parse(f"s3://{BUCKET}/own", "checkpoint"), directory, layout.OWN_PROGRAM, print)
+    mirror.remote = SlowBucket()  # type: ignore[assignment]
+    watch = CheckpointWatch(mirror, directory, print, every=60)  # its first poll offers step 20 at once
+    wait_for(lambda: watch.offered == "step-00000020.pt")
+
+    def sigterm(signum, frame):  # as torch's handler in the launcher raises it
+        raise SignalException("SIGTERM", sigval=signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGALRM, sigterm)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)  # while close waits for the upload
+    try:
+        close_watch(watch)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert uploaded == ["step-00000020.pt"]
+    assert "checkpoint mirror: SIGTERM received; finishing the upload in flight" in capsys.readouterr().err
 
 
 def test_the_user_programs_checkpoints_reach_the_bucket_and_an_empty_volume_gets_the_newest_back(s3, tmp_path):
