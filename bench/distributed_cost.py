@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,9 +56,16 @@ def run_sh_before_pods(data_dir: Path) -> float:
 
 # -- checkpoint stall -----------------------------------------------------------------------------------
 def checkpoint_stall(strategy: str, model: str, repeats: int) -> dict:
+    # the run's checkpoints in a directory of ours, removed here: launch_until kills the run at its figures' line,
+    # before its rank 0 removes what it wrote (each CI run left two such directories in /var/tmp)
+    directory = Path(tempfile.mkdtemp(prefix="bench-checkpoints-", dir=_disk_directory()))
     command = _torchrun(2, "bench.checkpoint_stall") + ["--strategy", strategy, "--model", model, "--repeats",
-                                                        str(repeats), "--directory", str(_disk_directory())]
-    _, lines = launch_until(command, clean_env(OMP_NUM_THREADS=1), lambda line: bool(_STALL.search(line)), timeout=1800)
+                                                        str(repeats), "--directory", str(directory)]
+    try:
+        _, lines = launch_until(command, clean_env(OMP_NUM_THREADS=1), lambda line: bool(_STALL.search(line)),
+                                timeout=1800)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     match = next((m for m in map(_STALL.search, lines) if m), None)
     if match is None:
         raise RuntimeError(f"bench.checkpoint_stall {strategy} {model} failed:\n{''.join(lines[-20:])}")
