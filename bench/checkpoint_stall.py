@@ -26,10 +26,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bench.strategy_memory import build_mlp, train_steps
-from trainer_contract.checkpoint_layout import Position
+from trainer_contract.checkpoint_layout import EPOCH_STEP, Position
 from trainer_runtime import process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import read_dist_env
 from worker.mnist.model import MnistCNN
 
@@ -74,9 +75,9 @@ def main() -> None:
                                        "async_write_s": [], "async_first_blocked_s": []}
     # One manager per mode for the whole run, as a training run keeps its own: an asynchronous save copies into
     # buffers it keeps, so only a run's first save pays for allocating them (reported apart: async_first_blocked_s).
-    managers = {mode: CheckpointManager(root / mode, keep=1, every=1, epochs=args.repeats, rank=env.rank,
-                                        sharded_format=parallel.shards_parameters, log=lambda line: None,
-                                        asynchronous=mode == "async")
+    managers = {mode: CheckpointManager(CheckpointStore(root / mode, EPOCH_STEP, keep=1, log=lambda line: None),
+                                        every=1, epochs=args.repeats, rank=env.rank,
+                                        sharded_format=parallel.shards_parameters, asynchronous=mode == "async")
                 for mode in ("sync", "async")}
 
     def save(mode: str, epoch: int) -> tuple[float, float]:

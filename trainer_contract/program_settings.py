@@ -89,6 +89,9 @@ class RunSettings:
     collective_timeout: float = setting(
         "COLLECTIVE_TIMEOUT", parse_positive_float, 300.0,
         "Seconds a collective may wait for a peer before the process gives up (exit 75).")
+    usage_log_seconds: float = setting(
+        "USAGE_LOG_SECONDS", parse_positive_float, 5.0,
+        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -108,7 +111,7 @@ class ShardedSettings:
 @dataclass(frozen=True)
 class PretrainedModelSettings(RunSettings):
     """What the programs that fine-tune a pretrained model read alike: the model and data the stager put in place,
-    the tokenized length, the evaluation's size, checkpoints by steps and the usage log."""
+    the tokenized length, the evaluation's size and checkpoints by steps."""
 
     model_dir: Path = setting("MODEL_DIR", parse_path, Path("model"),
                               "The pretrained model and its tokenizer, as `save_pretrained` writes them; "
@@ -125,9 +128,6 @@ class PretrainedModelSettings(RunSettings):
         "ATTN_IMPLEMENTATION", choice(*ATTENTION_KERNELS), "auto",
         "The attention kernels, as from_pretrained's attn_implementation: auto (transformers' choice, sdpa where the "
         "model has it), eager, sdpa, or flash_attention_2 (CUDA GPUs, with the flash-attn package in the image).")
-    usage_log_seconds: float = setting(
-        "USAGE_LOG_SECONDS", parse_positive_float, 5.0,
-        "Every process appends a line of GPU (or CPU and memory) use to OUTPUT_DIR/logs/usage-rank<R>.log this often.")
     resume: bool = changed(RunSettings, "resume", help="Resume from the newest checkpoint in OUTPUT_DIR/checkpoints "
                            "(refused if the model, the tokenizer or a shaping setting changed).")
     checkpoint_naming: ClassVar[Naming] = OPTIMIZER_STEP

@@ -3,7 +3,6 @@ the live metrics each pod serves (trainer_runtime/metrics.py)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from trainer_contract.progress import format_duration
 from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
+from trainer_runtime.run_shell import say
 from trainer_runtime.tensorboard_log import Curves
 
 
@@ -39,10 +39,7 @@ class Progress:
         return f"{format_duration(elapsed)} elapsed, {'done' if not left else 'about ' + eta + ' left'}"
 
     def log(self, message: str) -> None:
-        # one write per line: the gang's processes share torchrun's stdout, and a separate write of the
-        # newline lets another rank's line land in between
-        sys.stdout.write(f"Rank {self.rank}: {message}\n")
-        sys.stdout.flush()
+        say(self.rank, message)
 
     def log0(self, message: str) -> None:
         if self.is_rank0:

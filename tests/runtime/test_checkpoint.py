@@ -7,11 +7,12 @@ import torch.nn.functional as F
 
 from trainer_contract import atomic
 from trainer_contract import checkpoint_layout as layout
-from trainer_contract.checkpoint_layout import Position
+from trainer_contract.checkpoint_layout import EPOCH_STEP, Position
 from trainer_runtime import strategies
 from trainer_runtime.checkpoints import single_file
 from trainer_runtime.checkpoints.manager import CheckpointManager, load_newest
 from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from worker.mnist.model import MnistCNN
 
@@ -33,9 +34,10 @@ def trained(steps=1, seed=0):
     return parallel
 
 
-def manager(directory, keep=5, lines=None):
-    return CheckpointManager(directory, keep=keep, every=1, epochs=9, rank=0, sharded_format=False,
-                             log=(lines.append if lines is not None else print))
+def manager(directory, keep=5, lines=None, every=1, epochs=9, rank=0, asynchronous=False):
+    run_store = CheckpointStore(directory, EPOCH_STEP, keep=keep, log=(lines.append if lines is not None else print))
+    return CheckpointManager(run_store, every=every, epochs=epochs, rank=rank, sharded_format=False,
+                             asynchronous=asynchronous)
 
 
 def state(epoch, step=0, **fields):
@@ -124,14 +126,14 @@ def test_an_earlier_versions_record_reads_with_defaults():
 
 
 def test_the_cadence_saves_every_n_epochs_the_last_and_on_a_stop(tmp_path):
-    every_two = CheckpointManager(tmp_path, keep=3, every=2, epochs=5, rank=0, sharded_format=False, log=print)
+    every_two = manager(tmp_path, keep=3, every=2, epochs=5)
     assert [e for e in range(1, 6) if every_two.due(e, stopping=False)] == [2, 4, 5]
-    never = CheckpointManager(tmp_path, keep=3, every=0, epochs=5, rank=0, sharded_format=False, log=print)
+    never = manager(tmp_path, keep=3, every=0, epochs=5)
     assert [e for e in range(1, 6) if never.due(e, stopping=False)] == [5] and never.due(1, stopping=True)
 
 
 def test_only_rank_0_writes_a_single_file(tmp_path):
-    CheckpointManager(tmp_path, keep=3, every=1, epochs=5, rank=1, sharded_format=False, log=print).save(
+    manager(tmp_path, keep=3, epochs=5, rank=1).save(
         state(1), strategy())
     assert list(tmp_path.iterdir()) == []
 
@@ -155,8 +157,7 @@ def test_an_asynchronous_save_lets_training_change_the_model_while_the_write_goe
     parallel = trained(steps=1)
     before = {name: tensor.clone() for name, tensor in parallel.module.state_dict().items()}
     lines = []
-    async_manager = CheckpointManager(tmp_path, keep=5, every=1, epochs=9, rank=0, sharded_format=False,
-                                      log=lines.append, asynchronous=True)
+    async_manager = manager(tmp_path, lines=lines, asynchronous=True)
     hooks.install(slow_write)
     try:
         started = time.perf_counter()
@@ -184,8 +185,7 @@ def test_a_failed_asynchronous_write_is_raised_to_the_training_at_the_next_save(
         if name == "checkpoint":
             raise OSError(28, "No space left on device")
 
-    async_manager = CheckpointManager(tmp_path, keep=5, every=1, epochs=9, rank=0, sharded_format=False,
-                                      log=print, asynchronous=True)
+    async_manager = manager(tmp_path, asynchronous=True)
     hooks.install(failing)
     try:
         async_manager.save(state(1), strategy())

@@ -29,14 +29,16 @@ def test_errors_are_classified_by_type_and_gloos_source_location(error, communic
 
 
 def _shell(tmp_path, error: BaseException, rank: int = 0) -> int:
-    """The transformer workloads' run shell (finetune, sft, QA) around a training that fails with ``error``."""
+    """Every built-in program's run shell around a training that fails with ``error``."""
     from types import SimpleNamespace
 
+    from trainer_contract.checkpoint_layout import OPTIMIZER_STEP
     from trainer_runtime.distenv import DistEnv
-    from trainer_runtime.pretrained.run import run_logged
+    from trainer_runtime.run_shell import run_logged
 
     config = SimpleNamespace(output_dir=tmp_path, checkpoint_dir=tmp_path / "checkpoints", keep_checkpoints=2,
-                             usage_log_seconds=0, checkpoint_storage_uri=None)
+                             usage_log_seconds=0, checkpoint_storage_uri=None,
+                             checkpoint_naming=OPTIMIZER_STEP)
 
     def train(*_):
         raise error

@@ -134,7 +134,8 @@ def test_resume_false_keeps_the_earlier_run_whole_and_apart(finished, small_dir,
     assert fresh.returncode == 0, fresh.stdout[-3000:]
     (kept,) = (out / "previous-runs").iterdir()
     assert f"RESUME=false: the run that was in {out} is kept, whole, in {kept}" in fresh.stdout
-    moved = {name: content for name, content in before.items() if not name.startswith(".gang")}
+    # the pods' own files stay: the launchers' ledger, the usage logs (trainer_runtime.previous_runs)
+    moved = {name: content for name, content in before.items() if not name.startswith((".gang", "logs/"))}
     assert {name: content[0] for name, content in snapshot(kept).items()} == \
         {name: content[0] for name, content in moved.items()}
     epochs = [json.loads(line)["epoch"] for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -10,8 +10,7 @@ order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is writ
 model is saved only after the last checkpoint is on disk (``wait``).
 
 Publishing (keeping the newest few, offering each to the bucket's mirror: checkpoint.storage_uri), finding the
-newest that verifies and cleaning up are the store's (store.py), as for every workload's checkpoints; ``close``
-waits for the newest to be in the bucket.
+newest that verifies and cleaning up are the run's store's (store.py), as for every workload's checkpoints.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from trainer_runtime.checkpoints.state import TrainingState
 
 if TYPE_CHECKING:
     from trainer_runtime.strategies.base import Strategy
-    from trainer_stager.checkpoint_mirror import CheckpointMirror
 
 FORMATS: tuple[ModuleType, ...] = (single_file, sharded)  # each: SUFFIX, EVERY_RANK_WRITES, begin, read, restore
 
@@ -76,14 +74,13 @@ class BackgroundWrite:
 
 
 class CheckpointManager:
-    def __init__(self, directory: Path, *, keep: int, every: int, epochs: int, rank: int, sharded_format: bool,
-                 log: Callable[[str], None], asynchronous: bool = False, collective_timeout: float = 300.0,
-                 mirror: CheckpointMirror | None = None, every_seconds: float = 0.0):
-        self.directory, self.every, self.epochs, self.rank = directory, every, epochs, rank
+    def __init__(self, run_store: store.CheckpointStore, *, every: int, epochs: int, rank: int, sharded_format: bool,
+                 asynchronous: bool = False, collective_timeout: float = 300.0, every_seconds: float = 0.0):
+        """``run_store``: the run's (trainer_runtime.run_shell), its mirror closed by the shell."""
+        self.store, self.directory, self.log = run_store, run_store.directory, run_store.log
+        self.every, self.epochs, self.rank = every, epochs, rank
         self.clock = CheckpointClock(every_seconds, votes=rank == 0)  # restarted by every save
-        self.store = store.CheckpointStore(directory, layout.EPOCH_STEP, keep=keep, log=log, mirror=mirror)
         self.format = sharded if sharded_format else single_file
-        self.log = log
         self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
         self.pending: BackgroundWrite | None = None
         self.group = None  # the process group of sharded writes beside the training, made on first use
@@ -130,15 +127,14 @@ class CheckpointManager:
             pending.result()
 
     def close(self, failed: bool) -> None:
-        """At the end of the process. After a failure a sharded write is not waited for: its collectives may wait
-        for a peer that is gone (it stays a temporary, removed at the next start)."""
+        """At the end of the process, before the shell waits for the mirror's upload of the newest. After a failure
+        a sharded write is not waited for: its collectives may wait for a peer that is gone (it stays a temporary,
+        removed at the next start)."""
         if self.pending is not None and not (failed and self.format.EVERY_RANK_WRITES):
             try:
                 self.wait()
             except Exception as exc:  # the run's own outcome is what the process reports
                 self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
-        if self.store.mirror is not None:  # no collective: waiting for the upload is safe after a failure too
-            self.store.mirror.close()
 
     def _write_group(self):
         """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""

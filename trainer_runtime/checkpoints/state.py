@@ -22,7 +22,7 @@ class TrainingState:
     # resumed epoch reports the same average as an uninterrupted one; 0 at an epoch boundary
     epoch_loss_sum: float = 0.0
     epoch_samples: float = 0.0
-    config: dict[str, Any] = field(default_factory=dict)  # worker.mnist.settings.recorded_config
+    config: dict[str, Any] = field(default_factory=dict)  # worker.mnist.finished_run.recorded_config
     result: dict[str, Any] | None = None  # the last finished epoch's metrics: a run resumed at its end reports them
     strategy: str = ""
     scaler: dict[str, Any] | None = None  # the gradient scaler's state under fp16

@@ -5,8 +5,9 @@ workloads' ``step-N.ckpt``), how many to keep and the bucket's mirror (checkpoin
 formats are the two of this package, model-agnostic (they take state dicts): a single verified file
 (single_file.py) and a directory of every rank's shards with a manifest of digests (sharded.py). The MNIST
 worker's CheckpointManager (async saves, its TrainingState) and the transformer workloads (Lightning's
-CheckpointIO and strategy, the finetune loop) write through these formats and publish, find and clean through a
-store, so a checkpoint of any workload is written, verified, kept, mirrored and refused in one way.
+CheckpointIO and strategy, the finetune loop) write through these formats and publish, find and clean through the
+store every program's shell makes (trainer_runtime.run_shell), so a checkpoint of any workload is written, verified,
+kept, mirrored and refused in one way.
 """
 
 from __future__ import annotations

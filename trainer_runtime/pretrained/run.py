@@ -1,66 +1,20 @@
-"""Around a transformer run: refusals (a line each, then the exit code of the contract), the usage log beside
-the training, the run's checkpoint store (with rank 0's mirror of the checkpoints in a bucket:
-checkpoint.storage_uri), the pretrained model directory checked before anything loads, and the checkpoint a start
-resumes from."""
+"""What the transformer workloads check around their training (the shell itself is every program's:
+trainer_runtime.run_shell): the pretrained model directory before anything loads, its loading options, the
+libraries' quiet, and the checkpoint a start resumes from."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer_contract import checkpoint_layout as layout
 from trainer_contract import exit_codes
-from trainer_contract.settings import ConfigError
 from trainer_runtime import previous_runs
 from trainer_runtime.checkpoints.store import CheckpointStore
-from trainer_runtime.distenv import DistEnv
 from trainer_runtime.entry import attention_problem
-from trainer_runtime.failures import NAMED, Refusal, exit_for
+from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained import checkpoint_record
 from trainer_runtime.pretrained.export import RUN_FILES
-from trainer_runtime.pretrained.run_log import say
-from trainer_runtime.usage_log import UsageLog
-from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
-
-Train = Callable[[Any, DistEnv, Callable[[str], None], CheckpointStore], int]
-
-
-def run_logged(config: Any, env: DistEnv, train: Train) -> int:
-    """``train(config, env, log, store)`` with every process's usage log running beside it; ``store`` holds the
-    run's checkpoints (OUTPUT_DIR/checkpoints) and, on rank 0 with checkpoint.storage_uri, their mirror, closed at
-    the end, which waits for the newest checkpoint to be in the bucket; a Refusal becomes its lines and its exit
-    code."""
-    def log(message: str) -> None:
-        say(env.rank, message)
-
-    usage = UsageLog(config.output_dir / "logs" / f"usage-rank{env.rank}.log", f"rank {env.rank}",
-                     every=config.usage_log_seconds, cuda_device=env.local_rank).start()  # gang.join's device
-    mirror = None
-    try:
-        mirror = _mirror(config, env, log)
-        store = CheckpointStore(config.checkpoint_dir, layout.OPTIMIZER_STEP, keep=config.keep_checkpoints, log=log,
-                                mirror=mirror)
-        return train(config, env, log, store)
-    except NAMED as failure:
-        code = exit_for(failure, env.is_rank0, log)
-        if code is None:
-            raise
-        return code
-    finally:
-        if mirror is not None:
-            mirror.close()
-        usage.stop()
-
-
-def _mirror(config: Any, env: DistEnv, log: Callable[[str], None]) -> CheckpointMirror | None:
-    if not env.is_rank0:
-        return None
-    try:
-        return mirror_from(os.environ, config, log)
-    except ConfigError as error:  # the bucket's library is missing
-        raise Refusal(exit_codes.BAD_CONFIG, error.problems) from None
 
 
 def require_model(model_dir: Path) -> None:

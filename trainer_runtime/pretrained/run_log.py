@@ -5,7 +5,6 @@ purge_step does the same for the curves), so that no step is recorded twice and 
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,12 +12,7 @@ from typing import Any
 from trainer_contract.progress import format_duration
 from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
-
-
-def say(rank: int, message: str) -> None:
-    # one write per line: the gang's processes share torchrun's stdout
-    sys.stdout.write(f"Rank {rank}: {message}\n")
-    sys.stdout.flush()
+from trainer_runtime.run_shell import say
 
 
 class RunLog:

@@ -86,7 +86,7 @@ def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict
 
 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
-    """The run, for trainer_runtime.pretrained.run.run_logged: its exit code."""
+    """The run, for trainer_runtime.run_shell.run_logged: its exit code."""
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     gang = join(config, env, log)  # and the fault-injection seam "start"
     record_attempt(env, config.output_dir)

@@ -19,9 +19,10 @@ from trainer_runtime.pretrained import tables, token_cache
 from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
 from trainer_runtime.pretrained.loop import Loop
-from trainer_runtime.pretrained.run import loading_options, quiet_transformers, require_model, run_logged
+from trainer_runtime.pretrained.run import loading_options, quiet_transformers, require_model
 from trainer_runtime.pretrained.token_cache import Codec, TokenizedSplits, Tokenizing
 from trainer_runtime.pretrained.training import Loaded, Workload, train
+from trainer_runtime.run_shell import run_logged
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 

@@ -12,7 +12,7 @@ from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.manager import CheckpointManager
-from worker.mnist import settings
+from worker.mnist import finished_run
 
 
 @dataclass(frozen=True)
@@ -39,15 +39,16 @@ def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
            log: Callable[[str], None]) -> Verdict:
     if not config.resume:
         return Start(set_aside_previous=True)
-    summary = settings.finished_run(config)
+    summary = finished_run.summary_of(config.output_dir)
     if summary is not None:
-        problems = settings.changed_settings(summary["config"], config, f"the finished run in {config.output_dir}")
+        problems = finished_run.changed_settings(summary["config"], config,
+                                                 f"the finished run in {config.output_dir}")
         return Refused(problems) if problems else Complete(summary)
     found = checkpoints.load_newest()
     if found is None:
         return Start(clean_temporaries=True)
     state, name = found.state, found.path.name
-    problems = settings.changed_settings(state.config, config, f"checkpoint {name}")
+    problems = finished_run.changed_settings(state.config, config, f"checkpoint {name}")
     position = state.position
     if position.step and state.world_size != world_size:
         problems[:0] = [

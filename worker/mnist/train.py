@@ -4,7 +4,6 @@ PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTE
 from __future__ import annotations
 
 import io
-import os
 import time
 import warnings
 
@@ -20,16 +19,17 @@ from trainer_contract.settings import ConfigError
 from trainer_runtime import previous_runs, process_group, strategies
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
+from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
-from trainer_runtime.failures import NAMED, Refusal, exit_for
+from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
+from trainer_runtime.run_shell import run_logged, usage_log
 from trainer_runtime.run_summary import write_summary
 from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
 from trainer_runtime.stop import Stopped, StopRequest
-from trainer_stager.checkpoint_mirror import mirror_from
-from worker.mnist import data, export, resume, settings
+from worker.mnist import data, finished_run, resume
 from worker.mnist.metrics import EpochTally, epoch_record
 from worker.mnist.model import MnistCNN, parameter_count
 
@@ -47,8 +47,8 @@ class Trainer:
     (trainer_runtime.checkpoints: format, cadence, verification), what a start finds (worker.mnist.resume), and the lines,
     curves and metrics (trainer_runtime.progress, worker.mnist.metrics)."""
 
-    def __init__(self, config: TrainConfig, env: DistEnv):
-        self.config, self.env = config, env
+    def __init__(self, config: TrainConfig, env: DistEnv, store: CheckpointStore):
+        self.config, self.env, self.store = config, env, store
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
         self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval, env.group_rank)
@@ -61,12 +61,11 @@ class Trainer:
         cfg = self.config
         store = self._join_gang()
         self.checkpoints = CheckpointManager(
-            cfg.checkpoint_dir, keep=cfg.keep_checkpoints, every=cfg.checkpoint_every, epochs=cfg.epochs,
-            rank=self.env.rank, sharded_format=strategies.shards_parameters(cfg.strategy), log=self.log,
-            asynchronous=cfg.checkpoint_async, collective_timeout=cfg.collective_timeout,
-            mirror=mirror_from(os.environ, cfg, self.log) if self.env.is_rank0 else None,
-            every_seconds=cfg.checkpoint_every_seconds)
+            self.store, every=cfg.checkpoint_every, epochs=cfg.epochs, rank=self.env.rank,
+            sharded_format=strategies.shards_parameters(cfg.strategy), asynchronous=cfg.checkpoint_async,
+            collective_timeout=cfg.collective_timeout, every_seconds=cfg.checkpoint_every_seconds)
         self.start = self.decide_start()
+        self.usage = usage_log(cfg, self.env).start()
         record_attempt(self.env, cfg.output_dir)
         self._load_data(store)
         self._build_model()
@@ -124,7 +123,7 @@ class Trainer:
         if isinstance(verdict, resume.Refused):
             raise ConfigError(verdict.problems)
         if isinstance(verdict, resume.Complete):
-            self.log0(settings.describe(verdict.summary, self.config))
+            self.log0(finished_run.describe(verdict.summary, self.config))
             raise AlreadyComplete()
         assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
         if verdict.clean_temporaries and self.env.is_rank0:
@@ -132,7 +131,7 @@ class Trainer:
         if verdict.set_aside_previous and self.env.is_rank0:
             # before any rank can write: the others wait for rank 0 in the first collective of the data or
             # the training
-            previous_runs.start_anew(self.config.output_dir, (settings.MODEL_SUMMARY, settings.MODEL_WEIGHTS),
+            previous_runs.start_anew(self.config.output_dir, (finished_run.MODEL_SUMMARY, finished_run.MODEL_WEIGHTS),
                                      self.log)
         return verdict
 
@@ -140,7 +139,7 @@ class Trainer:
                        result: dict | None = None) -> TrainingState:
         return TrainingState(
             position=position, steps_per_epoch=self.steps, world_size=self.env.world_size,
-            epoch_loss_sum=loss_sum, epoch_samples=samples, config=settings.recorded_config(self.config),
+            epoch_loss_sum=loss_sum, epoch_samples=samples, config=finished_run.recorded_config(self.config),
             result=result, strategy=self.config.strategy, scaler=self.parallel.precision.state_dict(),
             started_at=self.started_at)
 
@@ -281,16 +280,16 @@ class Trainer:
         if self.env.is_rank0:
             buffer = io.BytesIO()
             torch.save(weights, buffer)
-            atomic_write(self.config.output_dir / settings.MODEL_WEIGHTS, buffer.getvalue())
-            write_summary(self.config.output_dir / settings.MODEL_SUMMARY, {
+            atomic_write(self.config.output_dir / finished_run.MODEL_WEIGHTS, buffer.getvalue())
+            write_summary(self.config.output_dir / finished_run.MODEL_SUMMARY, {
                 "accuracy": result.get("accuracy"), "loss": result.get("loss"), "epochs": self.config.epochs,
                 "world_size": self.env.world_size, "parameters": self.parameters, "model": "worker.mnist.model.MnistCNN",
                 "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
-                "config": settings.recorded_config(self.config)}, self.started_at)
-            self.log(f"model saved to {self.config.output_dir / settings.MODEL_WEIGHTS} (test accuracy "
+                "config": finished_run.recorded_config(self.config)}, self.started_at)
+            self.log(f"model saved to {self.config.output_dir / finished_run.MODEL_WEIGHTS} (test accuracy "
                      f"{result.get('accuracy') or 0:.4f})")
             if self.config.export_dir is not None:
-                names = export.write_export(self.config.output_dir, self.config.export_dir)
+                names = finished_run.write_export(self.config.output_dir, self.config.export_dir)
                 self.log(f"model exported to {self.config.export_dir} ({', '.join(names)})")
         if self.distributed:
             dist.barrier()
@@ -298,13 +297,19 @@ class Trainer:
     def close(self, failed: bool) -> None:
         if hasattr(self, "checkpoints"):
             self.checkpoints.close(failed)
+        if hasattr(self, "usage"):
+            self.usage.stop()
         self.progress.close()
         process_group.destroy_process_group()
 
 
 def run(config: TrainConfig, env: DistEnv) -> int:
-    """Train; return the process exit code (see worker.exit_codes)."""
-    trainer = Trainer(config, env)
+    """Train in every program's shell (trainer_runtime.run_shell); the process exit code (trainer_contract.exit_codes)."""
+    return run_logged(config, env, train, usage_at_once=False)  # Trainer.setup starts it, for a run that trains
+
+
+def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:
+    trainer = Trainer(config, env, store)
     failed = True
     try:
         trainer.setup()
@@ -319,12 +324,6 @@ def run(config: TrainConfig, env: DistEnv) -> int:
     except Stopped as stopped:
         failed = False  # its checkpoint is written (synchronously)
         return trainer.stop.ended(stopped, trainer.log)
-    except NAMED as failure:
-        code = exit_for(failure, env.is_rank0, trainer.log)
-        if code is None:
-            raise
-        return code
     finally:
         trainer.stop.defer()  # a second signal must not interrupt the clean-up
         trainer.close(failed)
-

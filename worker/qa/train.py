@@ -33,9 +33,9 @@ from trainer_runtime.pretrained.run import (
     quiet_transformers,
     require_model,
     resume_from,
-    run_logged,
 )
 from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_shell import run_logged
 from trainer_runtime.stop import Stopped, StopRequest
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader

@@ -21,10 +21,11 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained import shared_load, tables
 from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
-from trainer_runtime.pretrained.run import quiet_transformers, run_logged
+from trainer_runtime.pretrained.run import quiet_transformers
 from trainer_runtime.pretrained.tables import DatasetError
 from trainer_runtime.pretrained.token_cache import Codec, TokenizedSplits, Tokenizing
 from trainer_runtime.pretrained.training import Loaded, Workload, train
+from trainer_runtime.run_shell import run_logged
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
 from worker.sft.loop import collate, complete, evaluate, supervised_tokens
