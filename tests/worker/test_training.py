@@ -40,6 +40,10 @@ def test_torchrun_two_processes_train_to_the_documented_accuracy(digits_dir, def
     assert accuracy >= 0.985
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "ckpt-e0003-s000000.pt", "ckpt-e0004-s000000.pt", "ckpt-e0005-s000000.pt"]
+    # every process's usage log, from every program's shell (trainer_runtime.run_shell): a line at least (its last)
+    for rank in (0, 1):
+        lines = (out / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
+        assert lines and all(re.search(rf" rank {rank} cpu \d+% rss \d+ MiB peak \d+ MiB$", line) for line in lines)
 
 
 def test_runs_as_one_plain_python_process(small_dir, tmp_path):
