@@ -34,7 +34,7 @@ def killed_after_checkpoints_by_time_then_resumed(run, output: Path, by_time: di
     ``kill_at`` (epoch.batch, before step ``dies_before``): two or more checkpoints came mid-epoch, each at least
     ``every`` after the one before, and epoch 1's end checkpointed. Then the run again with the same settings (the
     kill was for the first start only), which resumes from the newest. That step, and the resumed run's output."""
-    from tests.worker.launch import fault_env
+    from tests.mnist.launch import fault_env
 
     fault = fault_env(f"{slow_steps(0.1)}; sigkill@batch={kill_at},rank=1,attempt=0")
     settings = {**by_time, **fault}

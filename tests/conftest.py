@@ -178,7 +178,7 @@ def checkpoint_s3():
         yield server
 
 
-# The MNIST data the training runs read (tests/worker/, tests/runtime/, tests/launcher/), made once per session.
+# The MNIST data the training runs read (tests/mnist/, tests/runtime/, tests/launcher/), made once per session.
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory):
     """The real digits the worker ships (first 8,000 train / last 2,000 test)."""
@@ -203,7 +203,7 @@ def small_dir(tmp_path_factory):
 def default_run(digits_dir, tmp_path_factory):
     """The default settings (allreduce, 5 epochs, batch 64 per process) under torchrun with 2 processes, on
     the digits: run once, read by every test about it (the training log, files, accuracy, strategies)."""
-    from tests.worker.launch import run, torchrun_command, worker_env
+    from tests.mnist.launch import run, torchrun_command, worker_env
 
     out = tmp_path_factory.mktemp("default-run")
     result = run(torchrun_command(2), worker_env(digits_dir, out), timeout=600)

@@ -1,4 +1,4 @@
-"""Run by every Python process started with this folder on PYTHONPATH (tests/worker/launch.py's fault_env
+"""Run by every Python process started with this folder on PYTHONPATH (tests/mnist/launch.py's fault_env
 puts it there for the processes a test injects faults into): with FAULT_INJECT set, the fault injector is
 installed as the worker's hook (trainer_contract/hooks.py). Nothing of it is in the package users install."""
 

@@ -16,7 +16,7 @@ from testbed.qa_data import make_model
 from testbed.text_data import make_texts
 from tests.checkpoint_cadence import killed_after_checkpoints_by_time_then_resumed
 from tests.exports import same_weights
-from tests.worker.launch import fault_env, resumed_with_a_changed_model, run_workload
+from tests.mnist.launch import fault_env, resumed_with_a_changed_model, run_workload
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")

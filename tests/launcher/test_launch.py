@@ -9,7 +9,7 @@ import time
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from tests.worker.launch import free_port, read_until, run, start, worker_env
+from tests.mnist.launch import free_port, read_until, run, start, worker_env
 from trainer_contract import exit_codes
 from trainer_launcher import launch
 from trainer_launcher.launch import container_code, root_cause

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from torch.distributed import TCPStore
 
-from tests.worker.launch import free_port, worker_env
+from tests.mnist.launch import free_port, worker_env
 from trainer_launcher import rendezvous_store
 
 

@@ -17,7 +17,7 @@ from tests.controlplane.scenarios import (
     fault_outcome,
 )
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
-from tests.worker.launch import fault_env, read_until, recorded_epochs
+from tests.mnist.launch import fault_env, read_until, recorded_epochs
 
 pytestmark = pytest.mark.slow
 

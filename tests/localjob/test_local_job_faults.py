@@ -13,7 +13,7 @@ import pytest
 from testbed.http_mirror import Mirror
 from testbed.mnist_data import write_mirror
 from tests.localjob.test_local_job_runs import SMALL, render, run_local_job, volume
-from tests.worker.launch import fault_env, recorded_epochs
+from tests.mnist.launch import fault_env, recorded_epochs
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 from testbed.qa_data import make_model, make_squad
 from tests.checkpoint_cadence import killed_after_checkpoints_by_time_then_resumed
 from tests.exports import same_weights
-from tests.worker.launch import fault_env, resumed_with_a_changed_model, run_workload
+from tests.mnist.launch import fault_env, resumed_with_a_changed_model, run_workload
 from trainer_contract import gang_ledger
 
 pytestmark = pytest.mark.slow

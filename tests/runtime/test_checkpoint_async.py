@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.worker.launch import run, torchrun_command, worker_env
+from tests.mnist.launch import run, torchrun_command, worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_the_loop_goes_on_while_a_save_is_in_flight_and_the_save_completes_befor
 
 def test_a_kill_while_a_save_is_in_flight_resumes_from_the_previous_one_and_records_each_epoch_once(tmp_path,
                                                                                                    small_dir):
-    from tests.worker.launch import recorded_epochs
+    from tests.mnist.launch import recorded_epochs
 
     out = tmp_path / "out"
     settings = dict(SETTINGS, EPOCHS=3)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.checkpoint_cadence import slow_steps
-from tests.worker.launch import kill_tree, recorded_epochs, run, start, torchrun_command, worker_env
+from tests.mnist.launch import kill_tree, recorded_epochs, run, start, torchrun_command, worker_env
 from trainer_contract.config_reading import load_config
 from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfig, TrainConfig
 from trainer_contract.settings import ConfigError

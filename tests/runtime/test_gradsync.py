@@ -5,7 +5,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tests.runtime import gradsync_ranks
-from tests.worker.launch import free_port
+from tests.mnist.launch import free_port
 
 
 def spawn(sizes, tmp_path, with_ddp):

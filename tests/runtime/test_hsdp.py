@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tests.runtime import hsdp_ranks
-from tests.worker.launch import free_port
+from tests.mnist.launch import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from tests.conftest import OUTSIDE
-from tests.worker.launch import free_port
+from tests.mnist.launch import free_port
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time

@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tests.runtime import shared_load_ranks
-from tests.worker.launch import free_port
+from tests.mnist.launch import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import signal
 import pytest
 import torch
 
-from tests.worker.launch import rank_command, read_until, recorded_epochs, run, start, torchrun_command, worker_env
+from tests.mnist.launch import rank_command, read_until, recorded_epochs, run, start, torchrun_command, worker_env
 from worker.mnist.data import load_split
 from worker.mnist.model import MnistCNN
 
@@ -35,7 +35,7 @@ def plain_model(output_dir) -> MnistCNN:
 
 
 # The strategies' runs compared: 2 epochs of the default recipe on half the digits, enough epochs for a
-# one-cycle schedule to rise and fall (the defaults' 5 epochs and their accuracy: tests/worker/test_training.py).
+# one-cycle schedule to rise and fall (the defaults' 5 epochs and their accuracy: tests/mnist/test_training.py).
 COMPARED_SETTINGS = dict(EPOCHS=2, TRAIN_SAMPLES=4000)
 
 
@@ -218,7 +218,7 @@ def test_hsdp_on_two_nodes_writes_sharded_checkpoints_and_resumes_from_one_as_th
     """STRATEGY=hsdp on 2 launchers ("nodes") of 2 processes: the CNN sharded within each node, replicated across
     them, its checkpoints written by every rank through torch.distributed.checkpoint; a start from the first
     epoch's checkpoint ends where the uninterrupted run did."""
-    from tests.worker.launch import run_workload_on_nodes
+    from tests.mnist.launch import run_workload_on_nodes
 
     settings = {**worker_env(small_dir, tmp_path / "out", STRATEGY="hsdp", EPOCHS=2, OMP_NUM_THREADS=1)}
     nodes = run_workload_on_nodes("worker", settings, tmp_path, small_dir, tmp_path / "out")

@@ -8,7 +8,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from tests.worker.launch import rank_command, run, torchrun_command, worker_env
+from tests.mnist.launch import rank_command, run, torchrun_command, worker_env
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from testbed.sft_data import make_chat_data, make_model
-from tests.worker.launch import fault_env, run_workload, run_workload_on_nodes
+from tests.mnist.launch import fault_env, run_workload, run_workload_on_nodes
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("peft")

@@ -11,7 +11,7 @@ import pytest
 from testbed.http_mirror import Mirror
 from testbed.mnist_data import write_mirror
 from tests.localjob.test_local_job_runs import SMALL
-from tests.worker.launch import free_port, kill_tree, rank_command, rank_env, start, worker_env
+from tests.mnist.launch import free_port, kill_tree, rank_command, rank_env, start, worker_env
 from trainer_contract import exit_codes
 
 pytestmark = [pytest.mark.slow, pytest.mark.onecore]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.launcher.test_launch import snapshot
-from tests.worker.launch import rank_command, read_until, run, start, torchrun_command, worker_env
+from tests.mnist.launch import rank_command, read_until, run, start, torchrun_command, worker_env
 from trainer_contract import exit_codes
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from tests.worker.launch import rank_command, run, worker_env
+from tests.mnist.launch import rank_command, run, worker_env
 from worker.mnist.data import load_split
 from worker.mnist.model import MnistCNN
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import BIN
 from tests.generator.test_render import job_of, render
-from tests.worker.launch import free_port, kill_tree, recorded_epochs, run, start, worker_env
+from tests.mnist.launch import free_port, kill_tree, recorded_epochs, run, start, worker_env
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import torch
 
 from testbed.http_mirror import Mirror
 from testbed.mnist_data import raw_files, synthetic_digits, write_mirror
-from tests.worker.launch import (
+from tests.mnist.launch import (
     free_port,
     kill_tree,
     rank_command,
