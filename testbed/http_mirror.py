@@ -18,6 +18,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         name = self.path.lstrip("/")
         with server.lock:
             server.requests[name] += 1
+        if name in server.endless:
+            self._answer_without_end()
+            return
         if name not in server.truncate | server.stall:
             super().do_GET()
             return
@@ -33,16 +36,29 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.close_connection = True  # ... and hang up
 
 
+    def _answer_without_end(self):
+        """200 with no Content-Length, then zeros until the client hangs up."""
+        self.send_response(200)
+        self.end_headers()
+        try:
+            while True:
+                self.wfile.write(bytes(1 << 16))
+        except OSError:  # the client gave up
+            self.close_connection = True
+
+
 class Mirror:
     """``with Mirror(directory) as mirror: mirror.url`` serves ``directory``; ``mirror.requests`` counts."""
 
-    def __init__(self, directory: Path, truncate: set[str] = frozenset(), stall: set[str] = frozenset()):
+    def __init__(self, directory: Path, truncate: set[str] = frozenset(), stall: set[str] = frozenset(),
+                 endless: set[str] = frozenset()):
         handler = functools.partial(_Handler, directory=str(directory))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.requests = collections.Counter()
         self.server.truncate = set(truncate)
         # stall: send half of these, then hold the connection (at most 60 s) until the mirror closes
         self.server.stall = set(stall)
+        self.server.endless = set(endless)  # an answer without end: zeros, no Content-Length
         self.server.stalling = threading.Event()
         self.server.released = threading.Event()
         self.server.lock = threading.Lock()

@@ -45,6 +45,37 @@ def test_wrong_hash_from_the_mirror_is_refused(tmp_path):
     assert not (raw_dir(tmp_path / "data") / "train-labels-idx1-ubyte").exists()
 
 
+def test_an_answer_without_end_is_cut_at_the_bound_and_nothing_is_installed(tmp_path):
+    checksums = read_checksums(write_mirror(tmp_path / "mirror", SMALL))
+    with Mirror(tmp_path / "mirror", endless={"t10k-images-idx3-ubyte.gz"}) as mirror:
+        with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte.gz: the answer is over 1048576 bytes, which no "
+                                            r"MNIST-format file needs"):
+            download(tmp_path / "data", [mirror.url], checksums, log=lambda _: None, limit=1 << 20)
+    assert not raw_dir(tmp_path / "data").exists() or not any(raw_dir(tmp_path / "data").iterdir())
+    assert not list((tmp_path / "data" / "MNIST").glob(".download-*")), "the staging directory is removed"
+
+
+def test_an_announced_size_over_the_bound_is_refused_before_reading(tmp_path):
+    checksums = read_checksums(write_mirror(tmp_path / "mirror", SMALL))
+    (tmp_path / "mirror" / "train-labels-idx1-ubyte.gz").write_bytes(bytes(2_000_000))
+    with Mirror(tmp_path / "mirror") as mirror:
+        with pytest.raises(DataError, match=r"train-labels-idx1-ubyte.gz: the answer is 2000000 bytes, over 1048576"):
+            download(tmp_path / "data", [mirror.url], checksums, log=lambda _: None, limit=1 << 20)
+
+
+def test_a_gzip_bomb_the_checksums_vouch_for_is_cut_at_the_bound(tmp_path):
+    write_mirror(tmp_path / "mirror", SMALL)
+    bomb = gzip.compress(bytes(8 << 20))  # 8 MiB of zeros in a few KiB
+    (tmp_path / "mirror" / "train-images-idx3-ubyte.gz").write_bytes(bomb)
+    lines = [f"{hashlib.sha256((tmp_path / 'mirror' / f'{n}.gz').read_bytes()).hexdigest()}  {n}.gz" for n in SMALL]
+    (tmp_path / "sums").write_text("\n".join(lines))
+    with Mirror(tmp_path / "mirror") as mirror:
+        with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz: its content unpacked is over 1048576 bytes"):
+            download(tmp_path / "data", [mirror.url], read_checksums(tmp_path / "sums"), log=lambda _: None,
+                     limit=1 << 20)
+    assert not list((tmp_path / "data" / "MNIST").glob(".download-*/*")), "nothing left of the unpacked file"
+
+
 def test_an_unreadable_checksums_file_is_a_clear_data_error(tmp_path):
     with pytest.raises(DataError, match=r"^MNIST_CHECKSUMS: cannot read .*/absent \(No such file or directory\); "
                                         r"point it at a sha256sum-format file the pod can see$"):

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import BinaryIO
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.digests import file_digest
@@ -33,6 +34,9 @@ OFFICIAL_ARCHIVES = {
 }
 OFFICIAL_MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
 MARKER = ".verified.json"
+# An archive or a file it holds: far above MNIST's largest (47 MB unpacked) and EMNIST's (550 MB), which a mirror
+# may serve in the same format; a mirror's endless answer or a gzip bomb stops here, not at a full volume.
+MAX_FILE_BYTES = 1 << 30
 
 
 class DataError(Exception):
@@ -105,18 +109,33 @@ def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
     return table
 
 
-def _fetch(url: str, destination: Path, timeout: float) -> None:
+def _copy_bounded(source: BinaryIO, destination: Path, limit: int, what: str) -> None:
+    """``source`` into ``destination``, refused past ``limit`` bytes (a mirror's endless answer, a gzip bomb)."""
+    copied = 0
+    with destination.open("wb") as out:
+        while chunk := source.read(1 << 20):
+            copied += len(chunk)
+            if copied > limit:
+                raise DataError(f"{what} is over {limit} bytes, which no MNIST-format file needs")
+            out.write(chunk)
+
+
+def _fetch(url: str, destination: Path, timeout: float, limit: int) -> None:
     request = urllib.request.Request(url, headers={"User-Agent": "indexed-trainer"})
-    with urllib.request.urlopen(request, timeout=timeout) as response, destination.open("wb") as out:
-        expected = response.headers.get("Content-Length")
-        shutil.copyfileobj(response, out, 1 << 20)
-    if expected is not None and destination.stat().st_size != int(expected):
-        raise DataError(f"{url}: connection cut after {destination.stat().st_size} of {expected} bytes")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        announced = response.headers.get("Content-Length", "")
+        expected = int(announced) if announced.isdigit() else None
+        if expected is not None and expected > limit:
+            raise DataError(f"the answer is {expected} bytes, over {limit}, which no MNIST-format file needs")
+        _copy_bounded(response, destination, limit, "the answer")
+    if expected is not None and destination.stat().st_size != expected:
+        raise DataError(f"connection cut after {destination.stat().st_size} of {expected} bytes")
 
 
 def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str, str]] | None = None,
-             timeout: float = 60.0, log=print) -> None:
-    """Download, verify and install the four files into raw_dir(data_dir), all or nothing."""
+             timeout: float = 60.0, log=print, limit: int = MAX_FILE_BYTES) -> None:
+    """Download, verify and install the four files into raw_dir(data_dir), all or nothing; each archive and each
+    file it holds at most ``limit`` bytes."""
     target = raw_dir(data_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     expected = checksums or {name: ("md5", digest) for name, digest in OFFICIAL_ARCHIVES.items()}
@@ -130,14 +149,14 @@ def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str,
                 compressed = staging / archive
                 started = time.monotonic()
                 try:
-                    _fetch(url, compressed, timeout)
+                    _fetch(url, compressed, timeout, limit)
                     kind, want = expected[archive]
                     got = file_digest(compressed, kind)
                     if got != want:
                         raise DataError(f"{url}: {kind} {got} does not match the expected {want}")
                     raw = staging / archive.removesuffix(".gz")
-                    with gzip.open(compressed) as source, raw.open("wb") as out:
-                        shutil.copyfileobj(source, out, 1 << 20)
+                    with gzip.open(compressed) as source:
+                        _copy_bounded(source, raw, limit, "its content unpacked")
                     check_idx(raw)
                 except (OSError, EOFError, urllib.error.URLError, DataError) as exc:
                     errors.append(f"{url}: {exc}")
