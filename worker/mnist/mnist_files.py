@@ -10,6 +10,7 @@ would accept a half-extracted set, this one does not.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -18,7 +19,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import BinaryIO
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.digests import file_digest
@@ -109,7 +109,7 @@ def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
     return table
 
 
-def _copy_bounded(source: BinaryIO, destination: Path, limit: int, what: str) -> None:
+def _copy_bounded(source: io.BufferedIOBase, destination: Path, limit: int, what: str) -> None:
     """``source`` into ``destination``, refused past ``limit`` bytes (a mirror's endless answer, a gzip bomb)."""
     copied = 0
     with destination.open("wb") as out:
