@@ -48,7 +48,7 @@ class Trainer:
     curves and metrics (trainer_runtime.progress, worker.mnist.metrics)."""
 
     def __init__(self, config: TrainConfig, env: DistEnv, store: CheckpointStore):
-        self.config, self.env, self.store = config, env, store
+        self.config, self.env, self.store = config, env, store  # the run's checkpoint store (run_shell)
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
         self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval, env.group_rank)
@@ -59,7 +59,7 @@ class Trainer:
     def setup(self) -> None:
         """The device and the gang, the start (resume, complete or fresh), the data, the model."""
         cfg = self.config
-        store = self._join_gang()
+        rendezvous = self._join_gang()
         self.checkpoints = CheckpointManager(
             self.store, every=cfg.checkpoint_every, epochs=cfg.epochs, rank=self.env.rank,
             sharded_format=strategies.shards_parameters(cfg.strategy), asynchronous=cfg.checkpoint_async,
@@ -67,7 +67,7 @@ class Trainer:
         self.start = self.decide_start()
         self.usage = usage_log(cfg, self.env).start()
         record_attempt(self.env, cfg.output_dir)
-        self._load_data(store)
+        self._load_data(rendezvous)
         self._build_model()
         self.log0(f"{len(self.images)} training images, {self.test_count} test images, "
                   f"{self.parameters} parameters, {self.steps} steps per epoch on {self.device}, "
@@ -79,10 +79,10 @@ class Trainer:
         self.device = gang.device
         return gang.store
 
-    def _load_data(self, store) -> None:
+    def _load_data(self, rendezvous) -> None:
         cfg, env = self.config, self.env
         try:
-            self.data_source = data.prepare(cfg, env, store, self.log)
+            self.data_source = data.prepare(cfg, env, rendezvous, self.log)
             images, labels = data.load_split(cfg.data_dir, True, limit=cfg.train_samples, source=self.data_source)
             test_images, test_labels = data.load_split(cfg.data_dir, train=False, source=self.data_source)
         except data.DataError as exc:
@@ -309,6 +309,8 @@ def run(config: TrainConfig, env: DistEnv) -> int:
 
 
 def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:
+    """The run inside the shell (``log`` is the shell's; the Trainer's progress writes the same lines): set up,
+    train, save the model; its exit code, or a failure the shell maps to one."""
     trainer = Trainer(config, env, store)
     failed = True
     try:
