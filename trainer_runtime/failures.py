@@ -1,7 +1,7 @@
-"""How every built-in program's run ends on a failure it can name (MNIST's run and the transformer workloads'
-run_logged alike): a line each, then the contract's exit code. A refusal (bad configuration 78, data unavailable
-69) before the training; a stop during set-up (143, nothing to save yet); a peer's failure (75/76,
-trainer_runtime.peer_failures). Anything else is the program's own failure: it propagates, and counts."""
+"""How every built-in program's run ends on a failure it can name (in the shell they share: trainer_runtime.run_shell):
+a line each, then the contract's exit code. A refusal (bad configuration 78, data unavailable 69) before the
+training; a stop during set-up (143, nothing to save yet); a peer's failure (75/76, trainer_runtime.peer_failures).
+Anything else is the program's own failure: it propagates, and counts."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ lost or silent peer 75 or 76: trainer_runtime.failures)."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from trainer_contract import exit_codes
+from trainer_contract.progress import say
 from trainer_contract.settings import ConfigError
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
@@ -20,13 +20,6 @@ from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
 
 Log = Callable[[str], None]
 Train = Callable[[Any, DistEnv, Log, CheckpointStore], int]
-
-
-def say(rank: int, message: str) -> None:
-    # one write per line: the gang's processes share torchrun's stdout, and a separate write of the newline lets
-    # another rank's line land in between
-    sys.stdout.write(f"Rank {rank}: {message}\n")
-    sys.stdout.flush()
 
 
 def usage_log(config: Any, env: DistEnv) -> UsageLog:

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import BIN, OUTSIDE
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, run_local_job, volume
-from tests.rendering import gen_manifests
 from tests.mnist.launch import read_until
+from tests.rendering import gen_manifests
 from trainer_contract import exit_codes
 
 pytestmark = pytest.mark.slow

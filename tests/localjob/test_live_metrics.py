@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import BIN, OUTSIDE
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, volume
-from tests.rendering import gen_manifests
 from tests.mnist.launch import fault_env
+from tests.rendering import gen_manifests
 from trainer_contract import metrics
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ import pytest
 from localjob.processes import pids_of_pods_named
 from testbed.mnist_data import dataset_files, raw_files, synthetic_digits, write_raw
 from tests.conftest import BIN, OUTSIDE
-from tests.rendering import gen_manifests
 from tests.mnist.launch import fault_env, read_until
+from tests.rendering import gen_manifests
 
 pytestmark = pytest.mark.slow
 

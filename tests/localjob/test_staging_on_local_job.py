@@ -14,8 +14,8 @@ import pytest
 from testbed.mnist_data import dataset_files
 from testbed.storage_servers import S3Server
 from tests.localjob.test_local_job_runs import run_local_job, volume
-from tests.rendering import gen_manifests
 from tests.mnist.launch import fault_env, recorded_epochs
+from tests.rendering import gen_manifests
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.runtime import gradsync_ranks
 from tests.mnist.launch import free_port
+from tests.runtime import gradsync_ranks
 
 
 def spawn(sizes, tmp_path, with_ddp):

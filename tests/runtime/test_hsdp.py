@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.runtime import hsdp_ranks
 from tests.mnist.launch import free_port
+from tests.runtime import hsdp_ranks
 
 pytestmark = pytest.mark.slow
 

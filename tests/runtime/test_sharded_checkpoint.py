@@ -103,8 +103,8 @@ def test_a_gang_hashes_each_file_once_and_agrees_on_the_verdict(tmp_path):
     damaged shard that one rank hashed, or a manifest gone, is every rank's verdict, in the same words."""
     import torch.multiprocessing as mp
 
-    from tests.runtime import sharded_verify_ranks
     from tests.mnist.launch import free_port
+    from tests.runtime import sharded_verify_ranks
 
     mp.spawn(sharded_verify_ranks.run_rank, args=(3, free_port(), str(tmp_path)), nprocs=3, join=True)
     outcomes = [json.loads((tmp_path / f"outcome-{rank}.json").read_text()) for rank in range(3)]

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.runtime import shared_load_ranks
 from tests.mnist.launch import free_port
+from tests.runtime import shared_load_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ import pytest
 
 from testbed.sft_data import make_chat_data, make_model
 from tests.localjob.test_local_job_runs import run_local_job
-from tests.rendering import gen_manifests
 from tests.mnist.launch import fault_env
+from tests.rendering import gen_manifests
 from trainer_contract import gang_ledger
 
 pytestmark = pytest.mark.slow

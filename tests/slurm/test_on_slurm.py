@@ -14,8 +14,8 @@ import pytest
 
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
-from tests.slurm_cluster import started_cluster
 from tests.mnist.launch import fault_env, free_port, recorded_epochs
+from tests.slurm_cluster import started_cluster
 from trainer_contract import exit_codes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from testbed.storage_servers import FileServer, s3_in_this_process
-from tests.stager.test_staging import stager
 from tests.mnist.launch import fault_env
+from tests.stager.test_staging import stager
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, OK, PEER_LOST

@@ -15,8 +15,8 @@ import pytest
 
 from testbed import qa_data, sft_data, text_data
 from tests.exports import same_weights
-from tests.stager.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 from tests.mnist.launch import run_workload
+from tests.stager.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("moto")

@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.progress import format_duration
+from trainer_contract.progress import format_duration, say
 from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
-from trainer_runtime.run_shell import say
 
 
 class RunLog:
