@@ -306,7 +306,7 @@ def test_gradient_accumulation_learns_as_the_larger_batch_does_and_a_resume_with
 
 def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_as_before(tmp_path):
     """GLOBAL_BATCH_SIZE=32 of BATCH_SIZE 8: 2 processes accumulate 2 batches a step, 1 process 4, and each step
-    takes the same 32 examples (trainer_runtime.pretrained.batches.RankBatches), so a run killed on 2 processes
+    takes the same 32 examples (trainer_runtime.sampler.RankBatches), so a run killed on 2 processes
     resumes on 1 and ends with the uninterrupted run's losses and weights (to float rounding); without it, the
     resume on another number of processes is refused naming WORLD_SIZE."""
     import torch

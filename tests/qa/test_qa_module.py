@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.qa_data import make_model
-from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.sampler import RankBatches
 
 pytest.importorskip("transformers")
 pytest.importorskip("lightning")

@@ -1,5 +1,5 @@
 """GLOBAL_BATCH_SIZE: the rule (trainer_contract.global_batch), the batches it makes every step take
-(trainer_runtime.pretrained.batches.RankBatches: the same examples on any number of ranks) and the render's check of
+(trainer_runtime.sampler.RankBatches: the same examples on any number of ranks) and the render's check of
 it against the job's processes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.generator.helpers import run_main
 from trainer_contract.global_batch import accumulation_problem, accumulation_steps
-from trainer_runtime.pretrained.batches import RankBatches
+from trainer_runtime.sampler import RankBatches
 
 
 @dataclass(frozen=True)

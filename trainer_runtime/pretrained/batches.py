@@ -1,9 +1,8 @@
-"""Tokenized examples in batches: each rank its own equal share, padded per batch, in an order that a resumed run
-can pick up at any batch."""
+"""Tokenized examples in batches (each rank's indices: trainer_runtime.sampler): a batch padded to its longest
+text, and the batches each process sums before an optimizer step."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -35,42 +34,3 @@ def accumulation_steps(config: Any, world_size: int) -> int:
     if problem:
         raise Refusal(exit_codes.BAD_CONFIG, [problem])
     return global_batch.accumulation_steps(config, world_size)
-
-
-class RankBatches:
-    """Batches of feature indices for one rank: every rank gets the same number of batches (the shortest share
-    is padded by repeating from the start, as DistributedSampler does), shuffled per epoch from ``seed`` when
-    ``shuffle``. ``consumed`` batches of epoch ``epoch`` are skipped on the first pass after a resume. Together the
-    ranks' batches number ``b`` are the order's b-th block of ``batch_size x world_size`` indices (the ranks take
-    turns within it): with that product fixed (GLOBAL_BATCH_SIZE), every step takes the same examples, and an
-    epoch has as many steps, on any number of ranks; only the last step's repeats differ."""
-
-    def __init__(self, size: int, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool):
-        self.size, self.batch_size, self.rank, self.world_size = size, batch_size, rank, world_size
-        self.seed, self.shuffle = seed, shuffle
-        self.epoch, self.consumed = 0, 0
-        self.resume_at: tuple[int, int] | None = None  # (epoch, batches) from a checkpoint
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    @property
-    def per_rank(self) -> int:
-        return math.ceil(self.size / self.world_size)
-
-    def __len__(self) -> int:
-        return math.ceil(self.per_rank / self.batch_size)
-
-    def __iter__(self):
-        if self.shuffle:
-            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
-        else:
-            order = list(range(self.size))
-        order += order[:self.per_rank * self.world_size - self.size]
-        mine = order[self.rank::self.world_size]
-        skip = 0
-        if self.resume_at is not None and self.resume_at[0] == self.epoch:
-            skip = self.resume_at[1]
-        self.resume_at = None
-        for batch in range(skip, len(self)):
-            yield mine[batch * self.batch_size:(batch + 1) * self.batch_size]

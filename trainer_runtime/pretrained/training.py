@@ -17,11 +17,12 @@ from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.pretrained import checkpoint_record, token_cache
-from trainer_runtime.pretrained.batches import RankBatches, accumulation_steps
+from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import require_model, resume_from
 from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
 
 Log = Callable[[str], None]

@@ -1,9 +1,9 @@
 """MNIST in memory: one rank prepares the files, the others wait for its word; every rank then holds the
-normalized images as one tensor and takes whole batches of its shard by indexing."""
+normalized images as one tensor and takes whole batches of its share (trainer_runtime.sampler, unpadded) by
+indexing."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -118,26 +118,3 @@ def load_split(data_dir: Path, train: bool, limit: int = 0, source: str = FULL) 
     if limit:
         images, labels = images[:limit], labels[:limit]
     return normalize(images), labels.long()
-
-
-def shard_indices(count: int, world_size: int, rank: int, seed: int, epoch: int) -> torch.Tensor:
-    """This rank's indices for ``epoch``: a permutation shared by all ranks (seeded by seed + epoch, as
-    DistributedSampler does), dealt out round-robin. The shards are disjoint and together cover every
-    index exactly once; their sizes differ by at most one (no padding, nothing dropped)."""
-    generator = torch.Generator()
-    generator.manual_seed(seed + epoch)
-    return torch.randperm(count, generator=generator)[rank::world_size]
-
-
-def steps_per_epoch(count: int, world_size: int, batch_size: int) -> int:
-    """The same for every rank: enough steps for the largest shard."""
-    return math.ceil(math.ceil(count / world_size) / batch_size)
-
-
-def images_before_step(count: int, world_size: int, batch_size: int, step: int) -> int:
-    """Training images all ranks together have processed in an epoch's first ``step`` steps (shard r holds
-    ceil((count - r) / world_size) images and takes batch_size of them per step): known to every rank without
-    a collective, for the loss scaling of ddp and fsdp and for the curves' x-axis."""
-    whole, larger = divmod(count, world_size)  # ``larger`` shards hold one image more
-    taken = step * batch_size
-    return larger * min(whole + 1, taken) + (world_size - larger) * min(whole, taken)

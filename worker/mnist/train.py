@@ -27,6 +27,7 @@ from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.run_shell import run_logged, usage_log
 from trainer_runtime.run_summary import write_summary
+from trainer_runtime.sampler import RankBatches
 from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
 from trainer_runtime.stop import Stopped, StopRequest
 from worker.mnist import data, finished_run, resume
@@ -90,7 +91,9 @@ class Trainer:
         self.images, self.labels = images.to(self.device), labels.to(self.device)
         self.test_images, self.test_labels = test_images.to(self.device), test_labels.to(self.device)
         self.test_count = len(test_images)
-        self.steps = data.steps_per_epoch(len(self.images), env.world_size, cfg.batch_size)
+        # every image once an epoch, no padding: a step's loss is summed and divided by the gang's count
+        self.batches = RankBatches(len(images), cfg.batch_size, env.rank, env.world_size, cfg.seed, True, pad=False)
+        self.steps = len(self.batches)
 
     def _build_model(self) -> None:
         cfg = self.config
@@ -176,8 +179,8 @@ class Trainer:
         """Steps ``first``.. of ``epoch``; checkpoint where it stands when the gang agrees that
         CHECKPOINT_EVERY_SECONDS have passed (but the epoch's last step: its end checkpoints), and on a stop agreed
         by the gang, then raise Stopped."""
-        indices = data.shard_indices(len(self.images), self.env.world_size, self.env.rank, self.config.seed,
-                                     epoch).to(self.device)
+        self.batches.set_epoch(epoch)
+        indices = torch.tensor(self.batches.share(), device=self.device)
         tally = EpochTally(first, torch.zeros((), dtype=torch.float64, device=self.device))
         for step in range(first, self.steps):
             hooks.point("batch", epoch=epoch + 1, batch=step + 1)
@@ -208,9 +211,8 @@ class Trainer:
         """Forward, backward (gradients combined by the strategy), optimizer step on this rank's ``chosen``
         images; returns this rank's summed loss (None where it forwarded nothing) and what the gang agreed (a stop,
         a checkpoint by time)."""
-        parallel, count = self.parallel, len(self.images)
-        expected = (data.images_before_step(count, self.env.world_size, self.config.batch_size, step + 1)
-                    - data.images_before_step(count, self.env.world_size, self.config.batch_size, step))
+        parallel = self.parallel
+        expected = self.batches.examples_before(step + 1) - self.batches.examples_before(step)
         parallel.zero_grad()
         loss = None
         if len(chosen) or parallel.forwards_empty_batches:
@@ -266,9 +268,7 @@ class Trainer:
 
     def images_seen(self, position: Position) -> int:
         """Training images processed by all ranks up to ``position``: the curves' x-axis."""
-        count = len(self.images)
-        return position.epoch * count + data.images_before_step(count, self.env.world_size, self.config.batch_size,
-                                                                 position.step)
+        return position.epoch * len(self.images) + self.batches.examples_before(position.step)
 
     def save_model(self, result: dict) -> None:
         """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no

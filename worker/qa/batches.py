@@ -9,7 +9,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from trainer_runtime.pretrained.batches import RankBatches, collate
+from trainer_runtime.pretrained.batches import collate
+from trainer_runtime.sampler import RankBatches
 from worker.qa.features import Features
 
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer_contract import hooks
-from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.checkpoint_record import RECORD_KEY
+from trainer_runtime.sampler import RankBatches
 from trainer_runtime.strategies.fsdp import unmap_large_buffers_when_freed
 from worker.qa import features as qa_features
 from worker.qa.squad import Question

@@ -26,7 +26,6 @@ from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import record_attempt
 from trainer_runtime.pretrained import checkpoint_record
-from trainer_runtime.pretrained.batches import RankBatches
 from trainer_runtime.pretrained.export import RUN_FILES, export_dir, write_summary
 from trainer_runtime.pretrained.run import (
     loading_options,
@@ -36,6 +35,7 @@ from trainer_runtime.pretrained.run import (
 )
 from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.run_shell import run_logged
+from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
 from worker.qa import checkpoints, features, squad
 from worker.qa.batches import FeatureSet, ResumableLoader
