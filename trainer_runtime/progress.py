@@ -12,6 +12,10 @@ from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
 from trainer_runtime.tensorboard_log import Curves
 
+# MNIST's scalars per epoch, as metrics.jsonl names them (epoch/<key>); every LOG_INTERVAL steps train/loss (rank 0's
+# mini-batch) and train/learning_rate; the x-axis is the training images processed so far
+EPOCH_SCALARS = ("loss", "accuracy", "learning_rate", "images_per_second", "sync_ms_per_step", "backward_ms_per_step")
+
 
 class Progress:
     def __init__(self, rank: int, output_dir: Path, epochs: int, log_interval: int, node: int = 0):
@@ -62,7 +66,7 @@ class Progress:
         if loss is not None and samples:
             self.live.loss(loss / samples)
             if self.is_rank0:
-                self.curves.batch(images, loss / samples, learning_rate)
+                self.curves.add({"train/loss": loss / samples, "train/learning_rate": learning_rate}, images)
 
     def epoch(self, record: dict[str, Any], average_loss: float, accuracy: float) -> None:
         """The epoch's lines: its average loss (every rank), its accuracy and speed (rank 0); the unrounded
@@ -92,7 +96,7 @@ class Progress:
         if not self.is_rank0:
             return
         metrics_file.append(self.output_dir, {**record, "time": round(time.time(), 3)})
-        self.curves.epoch(images, record)
+        self.curves.add({f"epoch/{key}": record[key] for key in EPOCH_SCALARS}, images, flush=True)
 
     def close(self) -> None:
         self.curves.close()

@@ -12,14 +12,15 @@ from typing import Any
 from trainer_contract.progress import format_duration, say
 from trainer_runtime import metrics_file
 from trainer_runtime.metrics import live
+from trainer_runtime.tensorboard_log import Curves
 
 
 class RunLog:
     def __init__(self, rank: int, output_dir: Path, log_interval: int, tensorboard: bool, node: int = 0):
         self.rank, self.output_dir, self.log_interval, self.node = rank, output_dir, log_interval, node
-        self.live = live(log=lambda message: say(rank, message))
+        self.live = live(log=self.log)
         self.tensorboard = tensorboard and rank == 0
-        self.writer: Any = None
+        self.curves = Curves(False, output_dir, None, self.log)  # opened by start, where the run stands
         self.began = self.clock = time.monotonic()
         self.steps_before = self.tokens = 0
 
@@ -34,14 +35,10 @@ class RunLog:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             dropped = metrics_file.keep_up_to(self.output_dir, "step", step)
             if dropped:
-                say(self.rank, f"metrics.jsonl: dropped {dropped} record(s) after step {step}, which this start "
-                               "trains again")
-            if self.tensorboard:
-                from torch.utils.tensorboard import SummaryWriter
-
-                # purge_step: a resumed run's curves replace what was written after its checkpoint
-                self.writer = SummaryWriter(str(self.output_dir / "tensorboard"), purge_step=step or None)
-        say(self.rank, f"training from step {step} of {total}{per_step}")
+                self.log(f"metrics.jsonl: dropped {dropped} record(s) after step {step}, which this start "
+                          "trains again")
+            self.curves = Curves(self.tensorboard, self.output_dir, step or None, self.log)  # x: the step
+        self.log(f"training from step {step} of {total}{per_step}")
 
     def due(self, step: int, last_of_epoch: bool) -> bool:
         return step % self.log_interval == 0 or last_of_epoch
@@ -56,7 +53,7 @@ class RunLog:
         self.live.progress(step, steps=total, epoch=epoch, epochs=epochs)
         self.live.loss(loss)
         self.live.throughput(tokens_per_second, "tokens")
-        say(self.rank, f"epoch {epoch}/{epochs}, step {step}/{total}, loss {loss:.4f}, {tokens_per_second:.0f} "
+        self.log(f"epoch {epoch}/{epochs}, step {step}/{total}, loss {loss:.4f}, {tokens_per_second:.0f} "
             f"tokens/s, {format_duration(elapsed)} elapsed, {eta}")
         self.record({"step": step, "epoch": epoch, "loss": round(loss, 6), "learning_rate": learning_rate,
                      "tokens_per_second": round(tokens_per_second, 1)},
@@ -70,7 +67,7 @@ class RunLog:
         for metric, value in scores.items():
             self.live.evaluation(metric, value)
         if self.rank == 0:
-            say(self.rank, f"epoch {epoch}{f', step {step}' if within_epoch else ''}, evaluation: {words}")
+            self.log(f"epoch {epoch}{f', step {step}' if within_epoch else ''}, evaluation: {words}")
         self.record({"step": step, "epoch": epoch, **{key: round(value, 4) for key, value in scores.items()},
                      "seconds": round(time.monotonic() - self.began, 3)},
                     {f"eval/{key}": value for key, value in scores.items()})
@@ -79,12 +76,11 @@ class RunLog:
         if self.rank != 0:
             return
         metrics_file.append(self.output_dir, line)
-        if self.writer is not None:
-            for name, value in scalars.items():
-                self.writer.add_scalar(name, value, line["step"])
-            self.writer.flush()
+        self.curves.add(scalars, line["step"], flush=True)
+
+    def log(self, message: str) -> None:
+        say(self.rank, message)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        self.curves.close()
         self.live.close()
