@@ -14,7 +14,7 @@ from trainer_contract import checkpoint_layout as layout
 from trainer_contract import metrics as contract
 from trainer_runtime import metrics
 from trainer_runtime.checkpoints.store import CheckpointStore
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 
 
 @pytest.fixture

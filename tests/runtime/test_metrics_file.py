@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainer_runtime import metrics_file
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 
 records = st.lists(st.fixed_dictionaries({"step": st.integers(0, 50), "loss": st.floats(0, 10)}), max_size=12)
 garbage = st.lists(st.one_of(st.text(max_size=30).filter(lambda text: "\n" not in text and "\r" not in text),
@@ -42,7 +42,7 @@ def test_a_resumed_transformer_run_drops_a_torn_line_instead_of_failing(tmp_path
     (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n{"step": 20}\n{"step": 30}\n{"step": 4')
     log = RunLog(0, tmp_path, log_interval=10, tensorboard=False)
     log.start(20, 100)
-    log.record({"step": 30, "loss": 0.5}, {})
+    log.record({"step": 30, "loss": 0.5}, {}, 30)
     log.close()
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [10, 20, 30]

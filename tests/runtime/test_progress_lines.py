@@ -17,13 +17,13 @@ def test_durations_read_as_a_person_says_them(seconds, text):
 
 def test_the_eta_counts_only_the_steps_this_start_trained(tmp_path, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("trainer_runtime.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("trainer_runtime.run_log.time.monotonic", lambda: clock[0])
     progress = Progress(0, tmp_path, epochs=5, log_interval=10)
     progress.begin(epoch=1, step=50, steps_per_epoch=100)  # resumed in the middle of epoch 2
     clock[0] += 30.0  # 150 steps (the rest of epoch 2, epoch 3) in 30 s: 0.2 s a step
-    assert progress.timing(3) == "30 s elapsed, about 40 s left"  # 200 steps to go
+    assert progress.epoch_timing(3) == "30 s elapsed, about 40 s left"  # 200 steps to go
     clock[0] += 40.0
-    assert progress.timing(5) == "1 min 10 s elapsed, done"
+    assert progress.epoch_timing(5) == "1 min 10 s elapsed, done"
 
 
 def test_every_exit_code_of_the_worker_has_a_meaning_and_an_action():
@@ -88,8 +88,8 @@ def test_a_start_keeps_only_the_epochs_its_checkpoint_holds(tmp_path):
     lines = []
     progress = Progress(0, tmp_path, epochs=5, log_interval=10)
     progress.log = lines.append
-    progress.keep_records_up_to(2)
+    progress.keep_epochs_up_to(2)
     assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert lines == ["metrics.jsonl: dropped 2 record(s) of epochs after 2, which this start trains again"]
-    Progress(1, tmp_path, epochs=5, log_interval=10).keep_records_up_to(0)  # only rank 0 touches the file
+    Progress(1, tmp_path, epochs=5, log_interval=10).keep_epochs_up_to(0)  # only rank 0 touches the file
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2

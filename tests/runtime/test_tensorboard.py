@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from tests.mnist.launch import rank_command, run, torchrun_command, worker_env
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 
 EPOCH_TAGS = {"epoch/loss", "epoch/accuracy", "epoch/learning_rate", "epoch/images_per_second",
               "epoch/sync_ms_per_step", "epoch/backward_ms_per_step"}

@@ -28,8 +28,8 @@ from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.pretrained import checkpoint_record, shared_load
 from trainer_runtime.pretrained.best_checkpoint import BestCheckpoint
-from trainer_runtime.pretrained.run_log import RunLog
 from trainer_runtime.pretrained.schedules import schedule_for
+from trainer_runtime.run_log import RunLog
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
 

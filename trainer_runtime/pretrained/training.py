@@ -21,7 +21,7 @@ from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import require_model, resume_from
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
 

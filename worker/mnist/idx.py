@@ -45,16 +45,20 @@ def item_count(shape: tuple[int, ...]) -> int:
     return count
 
 
+def check_size(size: int, shape: tuple[int, ...]) -> None:
+    """IdxError unless a file of ``size`` bytes is exactly the one its header's ``shape`` describes."""
+    if size != header_size(shape) + item_count(shape):
+        raise IdxError(f"{size} bytes, but its header {list(shape)} needs {header_size(shape) + item_count(shape)}: "
+                       "truncated or corrupt")
+
+
 def split(data: bytes) -> tuple[tuple[int, ...], memoryview]:
     """(shape, items) of a whole IDX file in memory; IdxError if it is not complete."""
     import io
 
     shape = read_header(io.BytesIO(data[:16]))
-    items = memoryview(data)[header_size(shape):]
-    if len(items) != item_count(shape):
-        raise IdxError(f"{len(data)} bytes, but its header {list(shape)} needs "
-                       f"{header_size(shape) + item_count(shape)}: truncated or corrupt")
-    return shape, items
+    check_size(len(data), shape)
+    return shape, memoryview(data)[header_size(shape):]
 
 
 def encode(shape: tuple[int, ...], items: bytes | memoryview) -> bytes:

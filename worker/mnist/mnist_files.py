@@ -53,11 +53,9 @@ def check_idx(path: Path) -> int:
     with path.open("rb") as handle:
         try:
             shape = idx.read_header(handle)
+            idx.check_size(size, shape)
         except idx.IdxError as exc:
             raise DataError(f"{path.name}: {exc}" if size >= 4 else f"{path.name}: truncated ({size} bytes)") from None
-    expected = idx.header_size(shape) + idx.item_count(shape)
-    if size != expected:
-        raise DataError(f"{path.name}: {size} bytes, but its header {list(shape)} needs {expected}: truncated or corrupt")
     if len(shape) == 3 and shape[1:] != (28, 28):
         raise DataError(f"{path.name}: images are {shape[1]}x{shape[2]}, not 28x28")
     return shape[0]

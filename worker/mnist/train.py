@@ -52,7 +52,8 @@ class Trainer:
         self.config, self.env, self.store = config, env, store  # the run's checkpoint store (run_shell)
         self.stop = StopRequest()
         self.distributed = env.world_size > 1
-        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval, env.group_rank)
+        self.progress = Progress(env.rank, config.output_dir, config.epochs, config.log_interval, env.group_rank,
+                                 config.tensorboard)
         self.started_at = time.time()  # the run's first start: a resumed run takes its checkpoint's
         self.log, self.log0 = self.progress.log, self.progress.log0
 
@@ -159,10 +160,9 @@ class Trainer:
             self.log0(f"restored {checkpoint.path.name} ({time.perf_counter() - restoring:.2f} s)")
         start = resume.resume_point(checkpoint, self.steps, self.env.is_rank0, self.log0)
         scheduler = self.make_scheduler(start.position.epoch * self.steps + start.position.step)
-        self.progress.open_curves(self.config.tensorboard,
-                                  self.images_seen(start.position) if checkpoint is not None else None)
+        self.progress.open_curves(self.images_seen(start.position) if checkpoint is not None else None)
         self.progress.begin(start.position.epoch, start.position.step, self.steps)
-        self.progress.keep_records_up_to(start.position.epoch)
+        self.progress.keep_epochs_up_to(start.position.epoch)
         self.stop.defer()  # from here a signal is agreed on by the gang and checkpointed, not raised
         self.checkpoints.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         self.model.train()
@@ -187,7 +187,7 @@ class Trainer:
             chosen = indices[step * self.config.batch_size:(step + 1) * self.config.batch_size]
             loss, agreed = self.train_step(step, chosen, tally)
             scheduler.step()
-            if self.progress.batch_due(step + 1, self.steps):  # float(loss) waits for the device: only here
+            if self.progress.due(step + 1, step + 1 == self.steps):  # float(loss) waits for the device: only here
                 self.progress.batch(epoch, step + 1, self.steps, len(chosen), None if loss is None else float(loss),
                                     scheduler.get_last_lr()[0], self.images_seen(Position(epoch, step + 1)))
             if agreed.stop:
@@ -261,7 +261,7 @@ class Trainer:
         if self.checkpoints.due(epoch + 1, stop, time_agreed=time_votes > 0):
             self.checkpoints.save(self.training_state(Position(epoch + 1, 0), result=result), self.parallel,
                                   wait=stop)  # a stop's checkpoint is on disk before the process exits
-        self.progress.record(result, self.images_seen(Position(epoch + 1, 0)))
+        self.progress.record_epoch(result, self.images_seen(Position(epoch + 1, 0)))
         if stop and not last:
             raise Stopped(f"the end of epoch {epoch + 1}")
         return result

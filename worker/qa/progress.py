@@ -1,4 +1,4 @@
-"""The question-answering run's lines, metrics.jsonl and TensorBoard scalars (trainer_runtime.pretrained.run_log), fed
+"""The question-answering run's lines, metrics.jsonl and TensorBoard scalars (trainer_runtime.run_log), fed
 from Lightning's hooks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning as L
 
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 
 
 class ProgressLines(L.Callback):

@@ -33,7 +33,7 @@ from trainer_runtime.pretrained.run import (
     require_model,
     resume_from,
 )
-from trainer_runtime.pretrained.run_log import RunLog
+from trainer_runtime.run_log import RunLog
 from trainer_runtime.run_shell import run_logged
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
