@@ -8,10 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.progress import format_duration
 from trainer_runtime.run_log import RunLog
-
-__all__ = ["EPOCH_SCALARS", "Progress", "format_duration"]
 
 # The epoch's scalars on the curves, as metrics.jsonl names them (epoch/<key>); every LOG_INTERVAL steps train/loss
 # (rank 0's mini-batch) and train/learning_rate

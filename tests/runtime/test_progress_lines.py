@@ -5,8 +5,9 @@ import pytest
 import worker.launch  # noqa: F401  (the entry registers the built-in worker's run with the launcher)
 from trainer_contract import exit_codes
 from trainer_contract.launcher import write_termination_message
+from trainer_contract.progress import format_duration
 from trainer_launcher import launch
-from trainer_runtime.progress import Progress, format_duration
+from trainer_runtime.progress import Progress
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "0 s"), (42.4, "42 s"), (59.6, "1 min 00 s"), (185, "3 min 05 s"),
