@@ -60,10 +60,9 @@ class RankBatches:
             yield mine[batch * self.batch_size:(batch + 1) * self.batch_size]
 
     def examples_before(self, batches: int) -> int:
-        """The examples all ranks together take in an epoch's first ``batches`` batches (padding counted): known to
-        every rank without a collective. Unpadded, share r holds ceil((size - r) / world_size) of them."""
+        """Unpadded: the examples all ranks together take in an epoch's first ``batches`` batches, known to every rank
+        without a collective (share r holds ceil((size - r) / world_size) of them)."""
+        assert not self.pad, "a padded epoch takes world_size x batch_size examples a batch"
         taken = batches * self.batch_size
-        if self.pad:
-            return self.world_size * min(self.per_rank, taken)
         whole, larger = divmod(self.size, self.world_size)  # ``larger`` shares hold one example more
         return larger * min(whole + 1, taken) + (self.world_size - larger) * min(whole, taken)
