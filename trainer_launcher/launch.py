@@ -14,10 +14,10 @@ what it exits with and in two checks before the rendezvous:
 - SIGTERM is forwarded to the workers as torchrun does (they checkpoint); the exit code is then 128 + the
   signal, or 0 when the run is complete on the volume (it finished during the grace period).
 - A rendezvous that does not assemble the gang within the join timeout exits STALLED (76), with the reason.
-- For the built-in worker, a failed round is restarted in place (values restart_in_place, on by default): the
+- For a built-in program, a failed round is restarted in place (values restart_in_place, on by default): the
   launcher stays up, starts new workers that resume from the newest checkpoint, and the gang re-forms without a
   pod being recreated; failed rounds draw from max_restarts (trainer_launcher/recovery.py).
-- For the built-in worker, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
+- For a built-in program, each pod notes in OUTPUT_DIR/.gang/ how it ended, and index 0, itself a victim,
   exits STALLED (76, counted once) when every pod of the attempt ended as a victim (trainer_contract.gang_ledger);
   in place, index 0 counts that round instead.
 - With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
@@ -25,9 +25,9 @@ what it exits with and in two checks before the rendezvous:
 - Over several nodes, node 0 leaves torchrun's exit barrier last: it keeps the rendezvous store up until the others
   have counted themselves out (rendezvous_store.py), so no follower's agent logs a lost store after a completed run.
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
-  the built-in worker (``-m worker``) a run that is already complete in OUTPUT_DIR exits 0 at once, or 78
-  if it was made with other settings. A pod recreated after its gang finished must not wait for peers that
-  will never come.
+  a built-in program (``-m worker``, ``-m worker.finetune``, ...) a run that is already complete in OUTPUT_DIR
+  exits 0 at once, or 78 if it was made with other settings. A pod recreated after its gang finished must not wait
+  for peers that will never come.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def gang_ledger(args, environ=os.environ) -> GangLedger | None:
 
 
 def upload_export(args, environ=os.environ) -> int:
-    """Node 0 of a completed run uploads EXPORT_DIR to export.storage_uri (the built-in worker's export is written
+    """Node 0 of a completed run uploads EXPORT_DIR to export.storage_uri (a built-in program's export is written
     first if the run finished before one was asked for); the exit code the pod ends with."""
     text = environ.get(storage.URI_VARIABLES["export"])
     if not text or str(args.node_rank) != "0":

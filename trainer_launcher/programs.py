@@ -1,8 +1,8 @@
 """What the launcher may know of the program it runs: for a program that keeps its run on the shared volume (the
-built-in MNIST worker), where that run lives, whether it is finished and with which settings, and its export.
+built-in programs), where that run lives, whether it is finished and with which settings, and its export.
 
 The launcher itself knows no program. The program's entry registers its ``KeptRun`` factory here (worker/launch.py
-registers the built-in worker's), so that a pod recreated after its gang finished exits 0 at once instead of
+registers the built-in programs': trainer_runtime.finished_run), so that a pod recreated after its gang finished exits 0 at once instead of
 waiting for peers that will never come, a finished run with other settings is refused before any rendezvous, and
 the gang's ledger lives beside the run. A program without a factory gets none of this and nothing else changes.
 """

@@ -1,7 +1,8 @@
 """Around every built-in program's training (the MNIST worker, worker.finetune, worker.sft, worker.qa), the same way:
-the usage log beside it, the run's checkpoint store (with rank 0's mirror of the checkpoints in a bucket:
-checkpoint.storage_uri), and every failure mapped to the contract's exit code (a refusal's lines and its code; a
-lost or silent peer 75 or 76: trainer_runtime.failures)."""
+a finished run found and left as it is (trainer_runtime.finished_run), the usage log beside the training, the run's
+checkpoint store (with rank 0's mirror of the checkpoints in a bucket: checkpoint.storage_uri), and every failure
+mapped to the contract's exit code (a refusal's lines and its code; a lost or silent peer 75 or 76:
+trainer_runtime.failures)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from trainer_contract.settings import ConfigError
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import NAMED, Refusal, exit_for
+from trainer_runtime.finished_run import FinishedRun
 from trainer_runtime.usage_log import UsageLog
 from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
 
@@ -28,18 +30,28 @@ def usage_log(config: Any, env: DistEnv) -> UsageLog:
                     every=config.usage_log_seconds, cuda_device=env.local_rank)  # gang.join's device
 
 
-def run_logged(config: Any, env: DistEnv, train: Train, usage_at_once: bool = True) -> int:
+def run_logged(config: Any, env: DistEnv, train: Train, finished: FinishedRun | None = None,
+               usage_at_once: bool = True) -> int:
     """``train(config, env, log, store)`` with every process's usage log running beside it (``usage_at_once``
-    False: the program starts its own once it knows it will train: a rerun of a finished run writes nothing);
-    ``store`` holds the run's checkpoints (CHECKPOINT_DIR, named as the program's config names them) and, on rank 0
-    with checkpoint.storage_uri, their mirror, closed at the end, which waits for the newest checkpoint to be in the
-    bucket; a failure the contract names becomes its lines and its exit code."""
+    False: the program starts its own once it knows it will train: a refused resume writes nothing); ``store``
+    holds the run's checkpoints (CHECKPOINT_DIR, named as the program's config names them) and, on rank 0 with
+    checkpoint.storage_uri, their mirror, closed at the end, which waits for the newest checkpoint to be in the
+    bucket; a failure the contract names becomes its lines and its exit code. First, with RESUME, the program's
+    ``finished`` run: complete with these settings, nothing to do and nothing written (exit 0); complete with
+    others, refused (78) naming each, as the launcher does before the rendezvous (a start without it alike)."""
     def log(message: str) -> None:
         say(env.rank, message)
 
-    usage = usage_log(config, env).start() if usage_at_once else None
-    mirror = None
+    usage = mirror = None
     try:
+        if finished is not None and finished.resumes() and finished.finished():  # the volume's: every rank reads it
+            problems = finished.changed_settings()
+            if problems:
+                raise Refusal(exit_codes.BAD_CONFIG, problems)
+            if env.is_rank0:
+                log(finished.describe_finished())
+            return exit_codes.OK
+        usage = usage_log(config, env).start() if usage_at_once else None
         mirror = _mirror(config, env, log)
         store = CheckpointStore(config.checkpoint_dir, config.checkpoint_naming, keep=config.keep_checkpoints,
                                 log=log, mirror=mirror)

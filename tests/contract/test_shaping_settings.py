@@ -33,47 +33,47 @@ def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(conf
 
 
 def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
-    from trainer_runtime.pretrained import checkpoint_record
+    from trainer_runtime.pretrained import run_identity
 
     config = FinetuneConfig(model_dir=tmp_path)
-    recorded = checkpoint_record.record(config, world_size=2)
+    recorded = run_identity.record(config, world_size=2)
     assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) and recorded["world_size"] == 2
     # TRAIN_FILES' globs as a list (as JSON and a checkpoint read back keep them): the same globs compare equal
     globbed = FinetuneConfig(model_dir=tmp_path, train_files=("chat/*.jsonl",))
-    assert checkpoint_record.record(globbed, 2)["config"]["train_files"] == ["chat/*.jsonl"]
-    assert checkpoint_record.changes(checkpoint_record.record(globbed, 2), checkpoint_record.record(globbed, 2),
-                                     "step-1.ckpt", globbed) == []
-    assert checkpoint_record.changes(recorded, checkpoint_record.record(globbed, 2), "step-1.ckpt",
-                                     globbed)[0].startswith("TRAIN_FILES: ")
+    assert run_identity.record(globbed, 2)["config"]["train_files"] == ["chat/*.jsonl"]
+    assert run_identity.changes(run_identity.record(globbed, 2), run_identity.record(globbed, 2),
+                                "checkpoint step-1.ckpt", globbed) == []
+    assert run_identity.changes(recorded, run_identity.record(globbed, 2), "checkpoint step-1.ckpt",
+                                globbed)[0].startswith("TRAIN_FILES: ")
 
 
 def test_a_path_settings_content_is_recorded_and_another_content_at_the_same_path_refuses_the_resume(tmp_path):
     """CHAT_TEMPLATE_PATH names a file: the same path holding another template renders other tokens, so the
     checkpoint keeps the file's digest too; a checkpoint of an earlier version without digests is not refused."""
-    from trainer_runtime.pretrained import checkpoint_record
+    from trainer_runtime.pretrained import run_identity
 
     template = tmp_path / "chat.jinja"
     template.write_text("{{ messages }}")
     config = SftConfig(model_dir=tmp_path / "model", output_dir=tmp_path / "out", chat_template_path=template)
     (tmp_path / "model").mkdir()
-    recorded = checkpoint_record.record(config, world_size=1)
+    recorded = run_identity.record(config, world_size=1)
     assert list(recorded["content_revisions"]) == ["chat_template_path"]
-    assert checkpoint_record.changes(recorded, checkpoint_record.record(config, 1), "step-1.ckpt", config) == []
+    assert run_identity.changes(recorded, run_identity.record(config, 1), "checkpoint step-1.ckpt", config) == []
     template.write_text("{{ messages | reverse }}")
-    problems = checkpoint_record.changes(recorded, checkpoint_record.record(config, 1), "step-1.ckpt", config)
+    problems = run_identity.changes(recorded, run_identity.record(config, 1), "checkpoint step-1.ckpt", config)
     assert problems[0].startswith(f"CHAT_TEMPLATE_PATH: checkpoint step-1.ckpt was trained with another content at "
                                   f"{template} (revision {recorded['content_revisions']['chat_template_path']}, now ")
     assert len(problems) == 2  # the line, then the ways out
     earlier = {key: value for key, value in recorded.items() if key != "content_revisions"}
-    assert checkpoint_record.changes(earlier, checkpoint_record.record(config, 1), "step-1.ckpt", config) == []
+    assert run_identity.changes(earlier, run_identity.record(config, 1), "checkpoint step-1.ckpt", config) == []
     # a tokenizer directory: its tokenizer files are what counts, a model's weights beside them are not read
     tokenizer = tmp_path / "tokenizer"
     tokenizer.mkdir()
     (tokenizer / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     (tokenizer / "model.safetensors").write_bytes(b"weights")
-    revision = checkpoint_record.content_revision(tokenizer)
+    revision = run_identity.content_revision(tokenizer)
     (tokenizer / "model.safetensors").write_bytes(b"other weights")
-    assert checkpoint_record.content_revision(tokenizer) == revision
+    assert run_identity.content_revision(tokenizer) == revision
     (tokenizer / "tokenizer_config.json").write_text('{"chat_template": "{{ messages | reverse }}"}')
-    assert checkpoint_record.content_revision(tokenizer) != revision
-    assert checkpoint_record.content_revision(tmp_path / "missing") is None
+    assert run_identity.content_revision(tokenizer) != revision
+    assert run_identity.content_revision(tmp_path / "missing") is None

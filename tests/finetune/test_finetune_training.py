@@ -9,6 +9,8 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -16,7 +18,17 @@ from testbed.qa_data import make_model
 from testbed.text_data import make_texts
 from tests.checkpoint_cadence import killed_after_checkpoints_by_time_then_resumed
 from tests.exports import same_weights
-from tests.mnist.launch import fault_env, resumed_with_a_changed_model, run_workload
+from tests.mnist.launch import (
+    as_node,
+    fault_env,
+    free_port,
+    resumed_with_a_changed_model,
+    run,
+    run_workload,
+    snapshot,
+    workload_env,
+)
+from trainer_contract import exit_codes
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")
@@ -204,9 +216,40 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, wh
     assert [line["step"] for line in records if "accuracy" not in line] == list(range(1, 49))  # none twice or lost
     assert [line["epoch"] for line in records if "accuracy" in line] == [1, 2, 3]
 
-    again = run_finetune(model, data, tmp_path / "killed")  # the finished run: nothing to train
+    again = run_finetune(model, data, tmp_path / "killed")  # the finished run: nothing to do, no worker started
+    assert again.returncode == 0 and f"launcher: the run in {tmp_path / 'killed'} is already complete (48 steps, f1 " \
+        in again.stderr, again.stderr[-3000:]
+    assert "Rank 0:" not in again.stdout
+    (tmp_path / "killed" / "summary.json").unlink()  # killed after its last checkpoint, before its summary
+    again = run_finetune(model, data, tmp_path / "killed")
     assert again.returncode == 0 and "Rank 0: resuming from step-00000048.ckpt" in again.stdout
     assert "loss 0." not in again.stdout.replace("loss 0.0", "")  # no training line, only the evaluation's
+
+
+def test_a_pod_recreated_after_its_gang_finished_exits_at_once_and_another_setting_is_refused(world, whole, tmp_path):
+    """Pod 1 recreated after its gang finished (evicted as it left): alone, its rendezvous would wait the join timeout
+    for peers that will never come, and then fail a finished run. Its launcher reads the finished run (summary.json
+    and its record) and exits 0 at once, changing no file; asked for another setting, 78 naming it, before any
+    rendezvous, as the MNIST worker's does."""
+    model, data = world
+    out = shutil.copytree(whole, tmp_path / "out")
+    before = snapshot(out)
+    env = workload_env(SETTINGS, model, data, out)
+    started = time.monotonic()
+    again = run(as_node(1, 2, free_port(), "worker.finetune"), env, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert time.monotonic() - started < 30
+    assert f"launcher: the run in {out} is already complete (48 steps, f1 " in again.stderr
+    assert snapshot(out) == before
+    changed = run(as_node(1, 2, free_port(), "worker.finetune"), {**env, "LEARNING_RATE": "0.01"}, timeout=120)
+    assert changed.returncode == exit_codes.BAD_CONFIG, changed.stderr[-3000:]
+    assert f"LEARNING_RATE: the finished run in {out} was trained with LEARNING_RATE=0.005, now 0.01" in changed.stderr
+    assert snapshot(out) == before
+    # the program started without the launcher (plain torchrun, python -m): its shell finds the run the same way
+    alone = run([sys.executable, "-m", "worker.finetune"], env, timeout=120)
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    assert f"Rank 0: the run in {out} is already complete (48 steps, f1 " in alone.stdout
+    assert snapshot(out) == before
 
 
 def test_checkpoints_by_time_come_mid_epoch_and_a_run_killed_after_one_resumes_from_it_bit_identical(
@@ -245,12 +288,12 @@ def test_sigterm_checkpoints_the_step_reached_and_the_next_start_goes_on_from_it
 
 def test_resuming_with_another_model_or_batch_size_is_refused_naming_each(world, tmp_path):
     model, data = world
-    result = resumed_with_a_changed_model(run_finetune, model, data, tmp_path, "config.json", "layer_norm_eps", 1e-6)
-    assert "configuration error: MODEL_DIR: checkpoint step-00000016.ckpt was trained from another model" \
-        in result.stdout
-    assert "configuration error: BATCH_SIZE: checkpoint step-00000016.ckpt was trained with BATCH_SIZE=16, now 8" \
-        in result.stdout
-    assert "another tokenizer" not in result.stdout
+    finished, resumed = resumed_with_a_changed_model(run_finetune, model, data, tmp_path, "config.json",
+                                                     "layer_norm_eps", 1e-6)
+    for said, what in ((finished, f"the finished run in {tmp_path / 'out'}"), (resumed, "checkpoint step-00000016.ckpt")):
+        assert f"configuration error: MODEL_DIR: {what} was trained from another model" in said, said[-3000:]
+        assert f"configuration error: BATCH_SIZE: {what} was trained with BATCH_SIZE=16, now 8" in said
+        assert "another tokenizer" not in said
 
 
 def test_a_planted_checkpoint_is_refused_naming_it_and_runs_nothing(world, tmp_path):
@@ -301,7 +344,7 @@ def test_gradient_accumulation_learns_as_the_larger_batch_does_and_a_resume_with
     again = run_finetune(model, data, tmp_path / "accumulated",
                          {**exact, "BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "EPOCHS": "3"})
     assert again.returncode == 78, again.stdout[-3000:]
-    assert "GRADIENT_ACCUMULATION_STEPS" in again.stdout
+    assert "GRADIENT_ACCUMULATION_STEPS: the finished run in" in again.stderr  # its launcher's, before any rendezvous
 
 
 def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_as_before(tmp_path):
@@ -341,6 +384,7 @@ def test_a_global_batch_resumes_on_another_number_of_processes_with_every_step_a
     # the accumulation alone does not keep the steps' examples on another number of processes
     plain = {**kept, "GLOBAL_BATCH_SIZE": "0", "GRADIENT_ACCUMULATION_STEPS": "2", "MAX_STEPS": "4"}  # a checkpoint
     assert run_finetune(model, data, tmp_path / "plain", plain).returncode == 0
+    (tmp_path / "plain" / "summary.json").unlink()  # killed after its checkpoint: a finished run is so on any number
     refused = run_workload("worker.finetune", SETTINGS, model, data, tmp_path / "plain", plain, processes=1)
     assert refused.returncode == 78, refused.stdout[-3000:]
     assert re.search(r"WORLD_SIZE: checkpoint step-\d+\.ckpt was taken with 2 processes, now 1: each process's share "

@@ -9,7 +9,7 @@ import time
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from tests.mnist.launch import free_port, read_until, run, start, worker_env
+from tests.mnist.launch import as_node, free_port, read_until, run, snapshot, start, worker_env
 from trainer_contract import exit_codes
 from trainer_launcher import launch
 from trainer_launcher.launch import container_code, root_cause
@@ -19,23 +19,10 @@ def launch_command(*torchrun_args: str) -> list[str]:
     return [sys.executable, "-m", "worker.launch", *torchrun_args, "-m", "worker"]
 
 
-def as_node(rank: int, nodes: int, port: int, join_timeout: int = 600) -> list[str]:
-    """The Job's main container command for pod ``rank`` (master on 127.0.0.1)."""
-    return launch_command(f"--nnodes={nodes}", "--nproc-per-node=1", f"--node-rank={rank}",
-                          "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0",
-                          f"--rdzv-conf=timeout={join_timeout}")
-
-
 def failure(local_rank: int, exitcode: int, timestamp: int) -> ProcessFailure:
     result = ProcessFailure(local_rank=local_rank, pid=1000 + local_rank, exitcode=exitcode, error_file="")
     result.timestamp = timestamp
     return result
-
-
-def snapshot(directory) -> dict:
-    """Every file under ``directory`` with its bytes and modification time: a rewrite shows."""
-    return {str(path.relative_to(directory)): (path.read_bytes(), path.stat().st_mtime_ns)
-            for path in sorted(directory.rglob("*")) if path.is_file()}
 
 
 # -- pure logic ------------------------------------------------------------------------------------------

@@ -49,15 +49,27 @@ def run_workload(module: str, settings: dict, model: Path, data: Path, output: P
                workload_env(settings, model, data, output, extra), timeout)
 
 
+def as_node(node: int, nodes: int, port: int, module: str = "worker", per_node: int = 1,
+            join_timeout: int = 600) -> list[str]:
+    """The Job's main container command for pod ``node`` of ``nodes``, running ``module`` (master on 127.0.0.1)."""
+    return [sys.executable, "-m", "worker.launch", f"--nnodes={nodes}", f"--nproc-per-node={per_node}",
+            f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0",
+            f"--rdzv-conf=timeout={join_timeout}", "-m", module]
+
+
+def snapshot(directory: Path) -> dict:
+    """Every file under ``directory`` with its bytes and modification time: a rewrite shows."""
+    return {str(path.relative_to(directory)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
 def run_workload_on_nodes(module: str, settings: dict, model: Path, data: Path, output: Path,
                           extra: dict | None = None, nodes: int = 2, per_node: int = 2,
                           timeout: float = 300) -> list[subprocess.CompletedProcess]:
     """The same on ``nodes`` launchers of ``per_node`` processes each, as the Job's pods start them (one rendezvous
     on 127.0.0.1): each launcher's result, node 0 first."""
     env, port = workload_env(settings, model, data, output, extra), free_port()
-    launchers = [subprocess.Popen([sys.executable, "-m", "worker.launch", f"--nnodes={nodes}",
-                                   f"--nproc-per-node={per_node}", f"--node-rank={node}", "--master-addr=127.0.0.1",
-                                   f"--master-port={port}", "--max-restarts=0", "-m", module],
+    launchers = [subprocess.Popen(as_node(node, nodes, port, module, per_node),
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=OUTSIDE)
                  for node in range(nodes)]
     results = []
@@ -125,10 +137,11 @@ def recorded_epochs(output_dir: Path) -> list[int]:
 
 
 def resumed_with_a_changed_model(run, model: Path, data: Path, tmp_path: Path, file: str, key: str, value
-                                 ) -> subprocess.CompletedProcess:
+                                 ) -> tuple[str, str]:
     """``run(model, data, output, settings)`` for one epoch, then again into the same output with a copy of
-    ``model`` whose ``file`` (JSON) has ``key`` set to ``value`` and BATCH_SIZE 8: what a resume that must be
-    refused (78) said."""
+    ``model`` whose ``file`` (JSON) has ``key`` set to ``value`` and BATCH_SIZE 8, twice: on the finished run (its
+    launcher refuses, before any rendezvous), then as if killed after its last checkpoint (no summary.json: the
+    program refuses the checkpoint). What each refusal (78) said: the launcher's stderr, the program's stdout."""
     import shutil
 
     assert run(model, data, tmp_path / "out", {"EPOCHS": "1"}).returncode == 0
@@ -137,6 +150,9 @@ def resumed_with_a_changed_model(run, model: Path, data: Path, tmp_path: Path, f
     config = json.loads((changed / file).read_text())
     config[key] = value
     (changed / file).write_text(json.dumps(config))
-    result = run(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
-    assert result.returncode == 78, result.stdout[-3000:]
-    return result
+    finished = run(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
+    assert finished.returncode == 78, finished.stderr[-3000:]
+    (tmp_path / "out" / "summary.json").unlink()
+    resumed = run(changed, data, tmp_path / "out", {"EPOCHS": "1", "BATCH_SIZE": "8"})
+    assert resumed.returncode == 78, resumed.stdout[-3000:]
+    return finished.stderr, resumed.stdout

@@ -13,7 +13,7 @@ import pytest
 from testbed.qa_data import make_model, make_squad
 from tests.checkpoint_cadence import killed_after_checkpoints_by_time_then_resumed
 from tests.exports import same_weights
-from tests.mnist.launch import fault_env, resumed_with_a_changed_model, run_workload
+from tests.mnist.launch import fault_env, resumed_with_a_changed_model, run_workload, snapshot
 from trainer_contract import gang_ledger
 
 pytestmark = pytest.mark.slow
@@ -155,7 +155,14 @@ def test_a_killed_run_resumes_at_its_checkpoint_and_ends_bit_identical(world, wh
 
     if not rerun:
         return
-    # a rerun of the finished run trains nothing: it evaluates and exports the same model again
+    # a rerun of the finished run does nothing: its launcher finds it complete, no worker starts, no file changes
+    before = snapshot(tmp_path / "killed")
+    again = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"launcher: the run in {tmp_path / 'killed'} is already complete (24 steps, exact_match " in again.stderr
+    assert "Rank 0:" not in again.stdout and snapshot(tmp_path / "killed") == before
+    # killed after its last checkpoint, before its summary: the rerun trains nothing, evaluates and exports again
+    (tmp_path / "killed" / "summary.json").unlink()
     again = run_qa(model, data, tmp_path / "killed", {"STRATEGY": strategy})
     assert again.returncode == 0 and "Rank 0: resuming from step-00000024.ckpt" in again.stdout, again.stdout[-3000:]
     assert "loss" not in again.stdout
@@ -222,9 +229,9 @@ def test_checkpoints_by_time_come_mid_epoch_and_a_run_killed_after_one_resumes_f
 
 def test_resuming_with_another_tokenizer_or_batch_size_is_refused_naming_each(world, tmp_path):
     model, data = world
-    result = resumed_with_a_changed_model(run_qa, model, data, tmp_path, "tokenizer_config.json", "model_max_length", 77)
-    assert "configuration error: MODEL_DIR: checkpoint step-00000008.ckpt was trained from another tokenizer" \
-        in result.stdout
-    assert "configuration error: BATCH_SIZE: checkpoint step-00000008.ckpt was trained with BATCH_SIZE=16, now 8" \
-        in result.stdout
-    assert "model revision" not in result.stdout and "another model " not in result.stdout
+    finished, resumed = resumed_with_a_changed_model(run_qa, model, data, tmp_path, "tokenizer_config.json",
+                                                     "model_max_length", 77)
+    for said, what in ((finished, f"the finished run in {tmp_path / 'out'}"), (resumed, "checkpoint step-00000008.ckpt")):
+        assert f"configuration error: MODEL_DIR: {what} was trained from another tokenizer" in said, said[-3000:]
+        assert f"configuration error: BATCH_SIZE: {what} was trained with BATCH_SIZE=16, now 8" in said
+        assert "model revision" not in said and "another model " not in said

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from trainer_contract import digests, storage
 from trainer_contract.digests import staged_sha256s
-from trainer_runtime.pretrained.checkpoint_record import data_revision, revision
+from trainer_runtime.pretrained.run_identity import data_revision, revision
 
 FILES = {"model.safetensors": os.urandom(300_000), "config.json": b'{"hidden_size": 32}\n',
          "tokenizer.json": b'{"version": "1.0"}\n', "data/train.jsonl": b'{"text": "a"}\n'}

@@ -93,7 +93,10 @@ def test_chat_template_path_trains_on_its_rendering_and_the_export_keeps_it(worl
     assert exported.chat_template == template
     (tmp_path / "other.jinja").write_text(template.replace("### ", "## "))
     again = run_sft(model, data, tmp_path / "out", {**short, "CHAT_TEMPLATE_PATH": str(tmp_path / "other.jinja")})
-    assert again.returncode == 78 and "CHAT_TEMPLATE_PATH: checkpoint step-" in again.stdout, again.stdout[-3000:]
+    # the finished run: its launcher refuses before any rendezvous, naming the variable
+    assert again.returncode == 78 and f"CHAT_TEMPLATE_PATH: the finished run in {tmp_path / 'out'} was trained with " \
+        f"CHAT_TEMPLATE_PATH={tmp_path / 'plain.jinja'}, now {tmp_path / 'other.jinja'}" in again.stderr, \
+        again.stderr[-3000:]
 
 
 def test_train_files_name_the_data_and_a_fraction_is_held_out_where_no_file_holds_an_evaluation_split(world,
@@ -115,8 +118,8 @@ def test_train_files_name_the_data_and_a_fraction_is_held_out_where_no_file_hold
             "SEED chose the rows)); LoRA rank 8" in result.stdout), result.stdout[-3000:]
     assert len(evaluations(tmp_path / "out")) == 1
     again = run_sft(model, mine, tmp_path / "out", {**short, "EVAL_FRACTION": "0.5"})
-    assert again.returncode == 78 and "was trained with EVAL_FRACTION=0.25, now 0.5" in again.stdout, \
-        again.stdout[-3000:]
+    assert again.returncode == 78 and "was trained with EVAL_FRACTION=0.25, now 0.5" in again.stderr, \
+        again.stderr[-3000:]
     refused = run_sft(model, mine, tmp_path / "refused", {**short, "EVAL_FRACTION": "0"})
     assert refused.returncode == 69 and f"DATASET_DIR: {mine} has no validation or test split to evaluate on: add " \
         "one (validation.jsonl), name its files with EVAL_FILES" in refused.stdout, refused.stdout[-3000:]
@@ -206,6 +209,11 @@ def test_a_resume_with_other_data_or_another_lora_shape_is_refused_naming_each(w
     first = run_sft(model, data, tmp_path / "out", {"EPOCHS": "1"})
     assert first.returncode == 0, first.stderr[-3000:]
     other = make_chat_data(tmp_path / "other", seed=1)
+    finished = run_sft(model, other, tmp_path / "out", {"EPOCHS": "1", "LORA_RANK": "4"})
+    assert finished.returncode == 78, finished.stderr[-3000:]  # its launcher's refusal, before any rendezvous
+    assert f"DATASET_DIR: the finished run in {tmp_path / 'out'} was trained on other data" in finished.stderr
+    assert "LORA_RANK: " in finished.stderr
+    (tmp_path / "out" / "summary.json").unlink()  # killed after its last checkpoint: the program's own refusal
     again = run_sft(model, other, tmp_path / "out", {"EPOCHS": "1", "LORA_RANK": "4"})
     assert again.returncode == 78, again.stdout[-3000:]
     assert "DATASET_DIR: checkpoint step-00000006.ckpt was trained on other data" in again.stdout

@@ -13,7 +13,7 @@ from trainer_runtime import previous_runs
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.entry import attention_problem
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained import checkpoint_record, run_identity
 from trainer_runtime.pretrained.export import RUN_FILES
 
 
@@ -71,7 +71,7 @@ def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: C
     if found is None:
         return None
     path, recorded = found
-    problems = checkpoint_record.changes(recorded, now, path.name, config)
+    problems = run_identity.changes(recorded, now, f"checkpoint {path.name}", config)
     if problems:
         raise Refusal(exit_codes.BAD_CONFIG, problems)
     log(f"resuming from {path.name}")

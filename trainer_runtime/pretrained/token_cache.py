@@ -31,7 +31,7 @@ import numpy as np
 from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.prepared_once import Preparation, prepared_once
-from trainer_runtime.pretrained.checkpoint_record import data_revision
+from trainer_runtime.pretrained.run_identity import data_revision
 from trainer_runtime.pretrained.tables import DatasetError
 
 DIRECTORY = "token-cache"  # below OUTPUT_DIR; kept by RESUME=false (not a run's entry: keyed, it stays valid)
@@ -89,7 +89,7 @@ class CachedExamples(Sequence):
 
 
 def key_of(record: dict[str, Any], config: Any) -> str:
-    """The cache's key from a checkpoint's record of the run (trainer_runtime.pretrained.checkpoint_record.record:
+    """The cache's key from a checkpoint's record of the run (trainer_runtime.pretrained.run_identity.record:
     the tokenizer's and the data's revisions, path settings' contents, shaping settings) and the data settings a
     record leaves out."""
     parts = {"format": FORMAT, "program": type(config).__name__,

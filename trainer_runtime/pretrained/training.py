@@ -5,6 +5,7 @@ another model, tokenizer, data or shaping setting), train under the stop agreeme
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +17,14 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import from_rank0, join, record_attempt
-from trainer_runtime.pretrained import checkpoint_record, token_cache
+from trainer_runtime.pretrained import run_identity, token_cache
 from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
+from trainer_runtime.pretrained.finished_run import PretrainedRun
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import require_model, resume_from
 from trainer_runtime.run_log import RunLog
+from trainer_runtime.run_shell import run_logged
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Stopped, StopRequest
 
@@ -82,8 +85,13 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
 
 
 def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict[str, Any], str]:
-    now = checkpoint_record.record(config, env.world_size, data=workload.records_data)
+    now = run_identity.record(config, env.world_size, data=workload.records_data)
     return now, token_cache.key_of(now, config)
+
+
+def run(workload: Workload, config: Any, env: DistEnv) -> int:
+    """The workload's run in every program's shell (trainer_runtime.run_shell), its finished run summary.json."""
+    return run_logged(config, env, functools.partial(train, workload), PretrainedRun(config))
 
 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:

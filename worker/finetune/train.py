@@ -6,7 +6,6 @@ evaluation, export) and the training skeleton runs them (trainer_runtime.pretrai
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -15,20 +14,19 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import tables, token_cache
+from trainer_runtime.pretrained import tables, token_cache, training
 from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
 from trainer_runtime.pretrained.loop import Loop
 from trainer_runtime.pretrained.run import loading_options, quiet_transformers, require_model
 from trainer_runtime.pretrained.token_cache import Codec, TokenizedSplits, Tokenizing
-from trainer_runtime.pretrained.training import Loaded, Workload, train
-from trainer_runtime.run_shell import run_logged
+from trainer_runtime.pretrained.training import Loaded, Workload
 from worker.finetune import texts as text_data
 from worker.finetune.evaluation import evaluate
 
 
 def run(config: FinetuneConfig, env: DistEnv) -> int:
-    return run_logged(config, env, functools.partial(train, CLASSIFIER))
+    return training.run(CLASSIFIER, config, env)
 
 
 def _model(config: FinetuneConfig, names: list[str]):

@@ -1,5 +1,5 @@
 """The MNIST worker's finished run on the volume, the settings a run keeps, and its export. Torch-free: the launcher
-reads it before any rendezvous (``MnistRun``: trainer_launcher.programs.KeptRun).
+reads it before any rendezvous (``MnistRun``: trainer_runtime.finished_run).
 
 A run ends with model.pt, then model.json (each written atomically, model.json last: its presence marks a finished
 run) recording the whole configuration, as every checkpoint does (JSON values: ``recorded_config``). Resuming or
@@ -11,24 +11,20 @@ silently continue into another schedule, other batches or other shards, so it is
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from trainer_contract.atomic import atomic_write
-from trainer_contract.config_reading import build_parser, load_config
-from trainer_contract.program_settings import DATA_VARIABLE, OUTPUT_VARIABLE, TrainConfig
-from trainer_contract.settings import ConfigError
+from trainer_contract.program_settings import DATA_VARIABLE, TrainConfig
 from trainer_runtime import run_record
+from trainer_runtime.finished_run import NEW_RUN_KEEPS, FinishedRun, read_summary
 from trainer_runtime.metrics_file import METRICS_FILE
 
 MODEL_SUMMARY, MODEL_WEIGHTS = "model.json", "model.pt"
 # Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:
 # "already complete" must not read as "done the way you asked".
 NOTED = ("strategy", "precision")
-NEW_RUN_KEEPS = "the run there is kept in OUTPUT_DIR/previous-runs/"
 CARD = "README.md"
 EXPORTED = (MODEL_WEIGHTS, MODEL_SUMMARY, METRICS_FILE)
 
@@ -46,71 +42,36 @@ def changed_settings(recorded: dict[str, Any], config: TrainConfig, what: str) -
     return problems
 
 
-def summary_of(output_dir: Path) -> dict | None:
-    """The summary of the finished run in ``output_dir`` (model.json beside model.pt), or None."""
-    try:
-        summary = json.loads((output_dir / MODEL_SUMMARY).read_text()) if (output_dir / MODEL_WEIGHTS).is_file() else None
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or not isinstance(summary.get("config"), dict) or summary.get("accuracy") is None:
-        return None  # none, or written by an older version after an empty rerun: train (resume) again to restore it
-    return summary
+class MnistRun(FinishedRun):
+    """The built-in worker's finished run: model.pt, then model.json recording the whole configuration."""
 
+    config: TrainConfig
 
-def describe(summary: dict, config: TrainConfig) -> str:
-    """The line of a rerun that finds its run complete, naming what it asked for differently."""
-    recorded, now = summary["config"], recorded_config(config)
-    differences = [f"{run_record.variable_of(TrainConfig, key)}={run_record.shown(recorded[key])}" for key in NOTED
-                   if key in recorded and run_record.differs(recorded[key], now[key])]
-    asked = (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone "
-             "for these)") if differences else ""
-    return (f"the run in {config.output_dir} is already complete ({summary.get('epochs')} epochs, test accuracy "
-            f"{summary['accuracy']:.4f}{asked}): nothing to do, no file changed; for a new run use another "
-            f"OUTPUT_DIR or RESUME=false ({NEW_RUN_KEEPS})")
+    def summary(self) -> dict[str, Any] | None:
+        summary = read_summary(self.output_dir() / MODEL_SUMMARY) if (self.output_dir() / MODEL_WEIGHTS).is_file() \
+            else None
+        if summary is None or not isinstance(summary.get("config"), dict) or summary.get("accuracy") is None:
+            return None  # none, or written by an older version after an empty rerun: train (resume) again to restore it
+        return summary
 
+    def problems(self, summary: dict[str, Any]) -> list[str]:
+        return changed_settings(summary["config"], self.config, f"the finished run in {self.config.output_dir}")
 
-class MnistRun:
-    """The built-in worker's run as its launcher sees it: its settings read as the worker reads them."""
+    def achieved(self, summary: dict[str, Any]) -> str:
+        return f"{summary.get('epochs')} epochs, test accuracy {summary['accuracy']:.4f}"
 
-    def __init__(self, config: TrainConfig):
-        self.config = config
+    def result_of(self, summary: dict[str, Any]) -> str:
+        return f"test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs"
 
-    @classmethod
-    def from_args(cls, program_args: Sequence[str]) -> MnistRun:
-        """The settings of ``python -m worker PROGRAM_ARGS`` (its flags, then the environment)."""
-        try:
-            parser = build_parser(TrainConfig, "python -m worker", "Train the MNIST CNN")
-            flags = vars(parser.parse_known_args(list(program_args))[0])
-        except SystemExit:  # a malformed flag: the worker reports it (78), naming it
-            raise ConfigError(["malformed worker flags"]) from None
-        return cls(load_config(os.environ, flags, config_class=TrainConfig))
+    def noted(self, summary: dict[str, Any]) -> str:
+        recorded, now = summary["config"], recorded_config(self.config)
+        differences = [f"{run_record.variable_of(TrainConfig, key)}={run_record.shown(recorded[key])}" for key in NOTED
+                       if key in recorded and run_record.differs(recorded[key], now[key])]
+        return (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone "
+                "for these)") if differences else ""
 
     def directories(self) -> dict[str, Path]:
-        return {DATA_VARIABLE: Path(self.config.data_dir), OUTPUT_VARIABLE: Path(self.config.output_dir)}
-
-    def output_dir(self) -> Path:
-        return Path(self.config.output_dir)
-
-    def resumes(self) -> bool:
-        return self.config.resume
-
-    def finished(self) -> bool:
-        return summary_of(self.output_dir()) is not None
-
-    def changed_settings(self) -> list[str]:
-        summary = summary_of(self.output_dir())
-        return [] if summary is None else changed_settings(summary["config"], self.config,
-                                                           f"the finished run in {self.config.output_dir}")
-
-    def describe_finished(self) -> str:
-        summary = summary_of(self.output_dir())
-        assert summary is not None, "asked only of a finished run"
-        return describe(summary, self.config)
-
-    def result(self) -> str | None:
-        summary = summary_of(self.output_dir())
-        return None if summary is None else (f"test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} "
-                                             "epochs")
+        return {DATA_VARIABLE: Path(self.config.data_dir), **super().directories()}
 
     def write_export(self, directory: Path) -> None:
         if self.config.export_dir is not None:

@@ -1,6 +1,6 @@
 """What a start finds in OUTPUT_DIR, decided once by rank 0 and sent to every rank before anything is written:
-start (from the newest valid checkpoint, or from the beginning), the run is already complete, or refused
-because the run there was made with other settings."""
+start (from the newest valid checkpoint, or from the beginning), or refused because the checkpoint there was made
+with other settings. (A finished run is found before, by every program's shell: worker.mnist.finished_run.)"""
 
 from __future__ import annotations
 
@@ -23,27 +23,17 @@ class Start:
 
 
 @dataclass(frozen=True)
-class Complete:
-    summary: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class Refused:
     problems: list[str]
 
 
-Verdict = Start | Complete | Refused
+Verdict = Start | Refused
 
 
 def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
            log: Callable[[str], None]) -> Verdict:
     if not config.resume:
         return Start(set_aside_previous=True)
-    summary = finished_run.summary_of(config.output_dir)
-    if summary is not None:
-        problems = finished_run.changed_settings(summary["config"], config,
-                                                 f"the finished run in {config.output_dir}")
-        return Refused(problems) if problems else Complete(summary)
     found = checkpoints.load_newest()
     if found is None:
         return Start(clean_temporaries=True)

@@ -39,10 +39,6 @@ from worker.mnist.model import MnistCNN, parameter_count
 EVAL_CHUNK = 250
 
 
-class AlreadyComplete(Exception):
-    """OUTPUT_DIR holds the finished run with these settings: nothing to do, nothing to write."""
-
-
 class Trainer:
     """Sets a run up and delegates: the step (``train_step``), evaluation (``evaluate``), checkpoints
     (trainer_runtime.checkpoints: format, cadence, verification), what a start finds (worker.mnist.resume), and the lines,
@@ -121,14 +117,11 @@ class Trainer:
 
     def decide_start(self) -> resume.Start:
         """Rank 0 looks at OUTPUT_DIR (worker.mnist.resume) and every rank learns the verdict; nothing is written
-        before it. AlreadyComplete if the finished run is there; ConfigError if it was made with other settings."""
+        before it. ConfigError if its checkpoint was made with other settings."""
         verdict = from_rank0(self.env, lambda: resume.decide(self.config, self.env.world_size, self.checkpoints,
                                                              self.log))
         if isinstance(verdict, resume.Refused):
             raise ConfigError(verdict.problems)
-        if isinstance(verdict, resume.Complete):
-            self.log0(finished_run.describe(verdict.summary, self.config))
-            raise AlreadyComplete()
         assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
         if verdict.clean_temporaries and self.env.is_rank0:
             self.checkpoints.remove_stale_temporaries()
@@ -305,7 +298,8 @@ class Trainer:
 
 def run(config: TrainConfig, env: DistEnv) -> int:
     """Train in every program's shell (trainer_runtime.run_shell); the process exit code (trainer_contract.exit_codes)."""
-    return run_logged(config, env, train, usage_at_once=False)  # Trainer.setup starts it, for a run that trains
+    # its usage log starts once its checkpoint is taken up (Trainer.setup): a refused resume writes nothing
+    return run_logged(config, env, train, finished_run.MnistRun(config), usage_at_once=False)
 
 
 def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:
@@ -320,8 +314,6 @@ def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int
         trainer.log("training completed.")
         hooks.point("completed")
         failed = False
-        return exit_codes.OK
-    except AlreadyComplete:
         return exit_codes.OK
     except Stopped as stopped:
         failed = False  # its checkpoint is written (synchronously)

@@ -25,8 +25,9 @@ from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import record_attempt
-from trainer_runtime.pretrained import checkpoint_record
+from trainer_runtime.pretrained import run_identity
 from trainer_runtime.pretrained.export import RUN_FILES, export_dir, write_summary
+from trainer_runtime.pretrained.finished_run import PretrainedRun
 from trainer_runtime.pretrained.run import (
     loading_options,
     quiet_transformers,
@@ -86,7 +87,7 @@ def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
 
 
 def run(config: QaConfig, env: DistEnv) -> int:
-    return run_logged(config, env, _train)
+    return run_logged(config, env, _train, PretrainedRun(config))
 
 
 def _load(config: QaConfig):
@@ -148,7 +149,7 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
         evaluation_questions, train_features, eval_features = _data(config, tokenizer, log)
     except (squad.DatasetError, ValueError) as error:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
-    now = checkpoint_record.record(config, env.world_size)
+    now = run_identity.record(config, env.world_size)
     found = resume_from(config, now, store, log, env.is_rank0, (*RUN_FILES, PREDICTIONS_FILE))
     train_batches = RankBatches(len(train_features), config.batch_size, env.rank, env.world_size, config.seed, True)
     eval_batches = RankBatches(len(eval_features), config.batch_size, env.rank, env.world_size, config.seed, False)

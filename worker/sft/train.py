@@ -8,7 +8,6 @@ collate, evaluation and completions, the export) and the training skeleton runs 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,21 +17,20 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import SftConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import shared_load, tables
+from trainer_runtime.pretrained import shared_load, tables, training
 from trainer_runtime.pretrained.export import export_dir
 from trainer_runtime.pretrained.loop import Loop
 from trainer_runtime.pretrained.run import quiet_transformers
 from trainer_runtime.pretrained.tables import DatasetError
 from trainer_runtime.pretrained.token_cache import Codec, TokenizedSplits, Tokenizing
-from trainer_runtime.pretrained.training import Loaded, Workload, train
-from trainer_runtime.run_shell import run_logged
+from trainer_runtime.pretrained.training import Loaded, Workload
 from worker.sft import examples as sft_examples
 from worker.sft import model as sft_model
 from worker.sft.loop import collate, complete, evaluate, supervised_tokens
 
 
 def run(config: SftConfig, env: DistEnv) -> int:
-    return run_logged(config, env, functools.partial(train, SFT))
+    return training.run(SFT, config, env)
 
 
 def lora_of(config: SftConfig) -> sft_model.Lora | None:

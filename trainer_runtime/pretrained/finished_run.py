@@ -1,0 +1,60 @@
+"""The finished run of a program that fine-tunes a pretrained model (worker.qa, worker.finetune, worker.sft):
+OUTPUT_DIR/summary.json, which rank 0 writes last, after the export, with the run's record (run_identity: the
+model's, tokenizer's and data's revisions and the shaping settings). Another model, data or shaping setting is
+another run: refused as a resume of its checkpoint would be. Torch-free: the launcher reads it before any
+rendezvous."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime.finished_run import FinishedRun, read_summary
+from trainer_runtime.pretrained import run_identity
+from trainer_runtime.pretrained.export import SUMMARY_FILE
+
+# The scores the programs' evaluations report (worker.qa, worker.finetune, worker.sft), in the order said
+SCORES = ("exact_match", "f1", "accuracy", "loss", "perplexity")
+
+
+class PretrainedRun(FinishedRun):
+    def summary(self) -> dict[str, Any] | None:
+        summary = read_summary(self.output_dir() / SUMMARY_FILE)
+        if summary is None or not isinstance(summary.get("config"), dict) or "model_revision" not in summary \
+                or not isinstance(summary.get("step"), int):
+            return None  # none, or not a finished run's record
+        return summary
+
+    def problems(self, summary: dict[str, Any]) -> list[str]:
+        """As a resume of the run's last checkpoint is refused (run_identity.changes), but for the number of
+        processes: a finished run is as finished on any."""
+        what = f"the finished run in {self.config.output_dir}"
+        try:
+            now = run_identity.record(self.config, summary.get("world_size", 0), data="data_revision" in summary)
+        except OSError as error:  # MODEL_DIR or DATASET_DIR unreadable: nothing to compare the run with
+            return [f"MODEL_DIR: {what} cannot be compared with {self.config.model_dir} ({error.strerror}); stage the "
+                    "model (and data) it was trained on, or start a new run with another OUTPUT_DIR or RESUME=false"]
+        return run_identity.changes(summary, now, what, self.config)
+
+    def achieved(self, summary: dict[str, Any]) -> str:
+        return ", ".join([f"{summary['step']} steps", *self._scores(summary)])
+
+    def result_of(self, summary: dict[str, Any]) -> str:
+        return f"{', '.join(self._scores(summary)) or 'trained'} after {summary['step']} steps"
+
+    def write_export(self, directory: Path) -> None:
+        """The export the run wrote (summary.json's "export": a directory, or several, each then by its name), where
+        EXPORT_DIR asks for one."""
+        exported = (self.summary() or {}) if self.config.export_dir is not None else {}
+        written = exported.get("export")
+        sources = [Path(path) for path in ([written] if isinstance(written, str) else written or [])
+                   if isinstance(path, str) and Path(path).is_dir()]
+        for source in sources:
+            shutil.copytree(source, directory / source.name if len(sources) > 1 else directory, symlinks=True,
+                            dirs_exist_ok=True)
+
+    @staticmethod
+    def _scores(summary: dict[str, Any]) -> list[str]:
+        return [f"{name} {summary[name]:.4f}" for name in SCORES
+                if isinstance(summary.get(name), (int, float)) and not isinstance(summary.get(name), bool)]
