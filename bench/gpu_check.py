@@ -237,7 +237,11 @@ def sft_hsdp(args) -> tuple[dict, int]:
     env = clean_env(**{**settings, "MODEL_DIR": make_model(scratch / "llama", hidden=hidden, layers=2),
                        "DATASET_DIR": data, "OUTPUT_DIR": scratch / "run"})
     step = f"SFT example, full fine-tune, hsdp/{settings['PRECISION']}, ws {args.world}, resumed from its shards"
-    runs = [streamed(launcher_command(args.world, "worker.sft"), env) for _ in range(2)]
+    runs = [streamed(launcher_command(args.world, "worker.sft"), env)]
+    # as if killed after its last checkpoint, before its summary: the second start resumes from its shards (on the
+    # finished run, the launcher would find it complete and start nothing)
+    (scratch / "run" / "summary.json").unlink(missing_ok=True)
+    runs.append(streamed(launcher_command(args.world, "worker.sft"), env))
     failed = next(((code, lines) for code, lines in runs if code != 0), None)
     if failed is not None:
         return row(step, False, f"worker.sft exited {failed[0]}: {last_words(failed[1])}", "-"), 1

@@ -97,6 +97,10 @@ def test_a_program_that_records_its_data_refuses_other_data(tmp_path):
 @pytest.mark.parametrize("planted", [
     '["not", "an", "object"]',
     '{"loss": 0.1, "step": 48}',  # no record: not a finished run's summary
+    '{"step": "48", "config": {}, "model_revision": "x", "tokenizer_revision": "y", "world_size": 2}',
+    '{"step": 48, "config": [], "model_revision": "x", "tokenizer_revision": "y", "world_size": 2}',
+    '{"step": 48, "config": {}, "model_revision": "x", "tokenizer_revision": "y", "world_size": 2, '
+    '"content_revisions": ["x"]}',
     "fifo",
     "huge",
     "link",
@@ -140,3 +144,27 @@ def test_an_export_asked_for_after_the_run_finished_is_what_it_exported(config, 
     PretrainedRun(config).write_export(both)
     assert sorted(path.name for path in both.iterdir()) == ["bert_classifier_trained", "merged"]
     assert (both / "merged" / "model.safetensors").read_bytes() == b"merged"
+    # what a summary planted on the volume names outside OUTPUT_DIR never goes to the export's bucket
+    elsewhere = tmp_path / "secrets"
+    elsewhere.mkdir()
+    (elsewhere / "token").write_text("s3cr3t")
+    (config.output_dir / "link").symlink_to(elsewhere)
+    for named in (str(elsewhere), [str(elsewhere)], str(config.output_dir / "link"), 7, {"a": str(elsewhere)}):
+        (config.output_dir / "summary.json").write_text(json.dumps({**summary, "export": named}))
+        planted = tmp_path / f"planted-{len(list(tmp_path.iterdir()))}"
+        planted.mkdir()
+        PretrainedRun(config).write_export(planted)
+        assert not any(planted.iterdir()), named
+
+
+@pytest.mark.parametrize("accuracy", [None, "0.98", [0.98]])
+def test_an_mnist_summary_without_a_number_for_its_accuracy_is_no_finished_run(tmp_path, accuracy):
+    from trainer_contract.program_settings import TrainConfig
+    from worker.mnist.finished_run import MnistRun
+
+    (tmp_path / "model.pt").write_bytes(b"weights")
+    (tmp_path / "model.json").write_text(json.dumps({"accuracy": accuracy, "epochs": 2, "config": {}}))
+    run = MnistRun(TrainConfig(output_dir=tmp_path))
+    assert not run.finished() and run.result() is None
+    (tmp_path / "model.json").write_text(json.dumps({"accuracy": 0.98, "epochs": 2, "config": {}}))
+    assert run.result() == "test accuracy 0.9800 after 2 epochs"

@@ -16,14 +16,16 @@ from trainer_runtime.pretrained.export import SUMMARY_FILE
 
 # The scores the programs' evaluations report (worker.qa, worker.finetune, worker.sft), in the order said
 SCORES = ("exact_match", "f1", "accuracy", "loss", "perplexity")
+# What a finished run's summary.json holds of its record (run_identity.record) and its end, by type
+RECORD_FIELDS = {"config": dict, "model_revision": str, "tokenizer_revision": str, "world_size": int, "step": int}
 
 
 class PretrainedRun(FinishedRun):
     def summary(self) -> dict[str, Any] | None:
         summary = read_summary(self.output_dir() / SUMMARY_FILE)
-        if summary is None or not isinstance(summary.get("config"), dict) or "model_revision" not in summary \
-                or not isinstance(summary.get("step"), int):
-            return None  # none, or not a finished run's record
+        if summary is None or not all(isinstance(summary.get(key), kind) for key, kind in RECORD_FIELDS.items()) \
+                or not isinstance(summary.get("content_revisions", {}), dict):
+            return None  # none, or not a finished run's record (a file on the volume is data: its shape is checked)
         return summary
 
     def problems(self, summary: dict[str, Any]) -> list[str]:
@@ -31,7 +33,7 @@ class PretrainedRun(FinishedRun):
         processes: a finished run is as finished on any."""
         what = f"the finished run in {self.config.output_dir}"
         try:
-            now = run_identity.record(self.config, summary.get("world_size", 0), data="data_revision" in summary)
+            now = run_identity.record(self.config, summary["world_size"], data="data_revision" in summary)
         except OSError as error:  # MODEL_DIR or DATASET_DIR unreadable: nothing to compare the run with
             return [f"MODEL_DIR: {what} cannot be compared with {self.config.model_dir} ({error.strerror}); stage the "
                     "model (and data) it was trained on, or start a new run with another OUTPUT_DIR or RESUME=false"]
@@ -45,11 +47,15 @@ class PretrainedRun(FinishedRun):
 
     def write_export(self, directory: Path) -> None:
         """The export the run wrote (summary.json's "export": a directory, or several, each then by its name), where
-        EXPORT_DIR asks for one."""
+        EXPORT_DIR asks for one. Only a directory inside OUTPUT_DIR (where a run exports when EXPORT_DIR was unset):
+        summary.json is a file on the volume, and what it names goes to the export's bucket."""
         exported = (self.summary() or {}) if self.config.export_dir is not None else {}
         written = exported.get("export")
-        sources = [Path(path) for path in ([written] if isinstance(written, str) else written or [])
-                   if isinstance(path, str) and Path(path).is_dir()]
+        inside = self.output_dir().resolve()
+        sources = [Path(path) for path in ([written] if isinstance(written, str) else
+                                           written if isinstance(written, list) else [])
+                   if isinstance(path, str) and Path(path).is_dir() and not Path(path).is_symlink()
+                   and Path(path).resolve().is_relative_to(inside)]
         for source in sources:
             shutil.copytree(source, directory / source.name if len(sources) > 1 else directory, symlinks=True,
                             dirs_exist_ok=True)

@@ -50,7 +50,8 @@ class MnistRun(FinishedRun):
     def summary(self) -> dict[str, Any] | None:
         summary = read_summary(self.output_dir() / MODEL_SUMMARY) if (self.output_dir() / MODEL_WEIGHTS).is_file() \
             else None
-        if summary is None or not isinstance(summary.get("config"), dict) or summary.get("accuracy") is None:
+        if summary is None or not isinstance(summary.get("config"), dict) or \
+                not isinstance(summary.get("accuracy"), (int, float)):
             return None  # none, or written by an older version after an empty rerun: train (resume) again to restore it
         return summary
 
