@@ -1,8 +1,8 @@
 """A built-in program's finished run on the volume, as the launcher sees it before any rendezvous
-(trainer_launcher.programs.KeptRun) and as the MNIST worker's own start does: where the run lives, whether it is
-complete and made with this start's settings, its result in a few words, its export. A pod recreated after its gang
-finished then exits 0 at once instead of waiting for peers that will never come, and a SIGTERM after the run
-completed ends the pod as a success.
+(trainer_launcher.programs.KeptRun) and as every program's own start does (trainer_runtime.run_shell): where the run
+lives, whether it is complete and made with this start's settings, its result in a few words, its export. A pod
+recreated after its gang finished then exits 0 at once instead of waiting for peers that will never come, and a
+SIGTERM after the run completed ends the pod as a success.
 
 Each program says what its finished run is (``summary``: the file it writes last, read back or None), how it differs
 from this start (``problems``) and what it achieved; the rest is here, once. Torch-free."""
@@ -89,6 +89,8 @@ class FinishedRun:
     def resumes(self) -> bool:
         return bool(self.config.resume)
 
+    # The summary is read anew at each question, never kept: the launcher asks again when a SIGTERM comes, and by then
+    # the program may have finished the run.
     def finished(self) -> bool:
         return self.summary() is not None
 

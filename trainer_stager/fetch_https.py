@@ -7,14 +7,14 @@ import errno
 import hashlib
 import tarfile
 import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
+from trainer_contract.downloads import CutShort, TooLarge, http_get
 from trainer_contract.storage import StorageUri
 from trainer_stager.errors import StagingError
-from trainer_stager.place import Progress, check_room, copy_stream
+from trainer_stager.place import Progress, check_room, fed, room
 
 TIMEOUT = 60.0  # seconds without a byte before a read gives up (retried)
 MAX_MEMBERS = 1_000_000  # an archive's members: more is a flood of inodes, not a model or a dataset
@@ -34,24 +34,27 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, unpack_limit: int | N
 
 
 def _download(uri: StorageUri, target: Path, progress: Progress) -> tuple[str, int]:
-    request = urllib.request.Request(uri.url, headers={"Accept-Encoding": "identity"})
+    sha256 = hashlib.sha256()
+
+    def limit(announced: int | None) -> int:
+        """As much as it announces, if the volume holds it; without a size, what the volume has to spare."""
+        progress.total = announced
+        check_room(target.parent, announced)
+        return announced if announced is not None else room(target.parent)
+
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 (the scheme is checked)
-            length = response.headers.get("Content-Length")
-            expected = int(length) if length and length.isdigit() else None
-            progress.total = expected
-            check_room(target.parent, expected)
-            sha256 = hashlib.sha256()
-            size = copy_stream(response, target, progress, sha256)
-            digest = sha256.hexdigest()
+        size = http_get(uri.url, target, TIMEOUT, limit, on_chunk=fed(progress, sha256))
     except urllib.error.HTTPError as error:
         raise _http_error(uri, error.code, error.reason) from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+    except (urllib.error.URLError, TimeoutError, ConnectionError, CutShort) as error:
         reason = getattr(error, "reason", error)
         raise StagingError(f"{uri.describe}: {reason}", retryable=True) from None
-    if expected is not None and size != expected:
-        raise StagingError(f"{uri.describe}: got {size} bytes, the server announced {expected}", retryable=True)
-    return digest, size
+    except TooLarge as error:
+        raise StagingError(f"{uri.describe}: the server sent over {error.limit / MB:.0f} MB without announcing a size, "
+                           "more than the shared volume has to spare (a twentieth of it is kept free): raise "
+                           "shared_volume.size if the file is that large, or serve it with its Content-Length",
+                           retryable=False) from None
+    return sha256.hexdigest(), size
 
 
 def _http_error(uri: StorageUri, status: int, reason: object) -> StagingError:

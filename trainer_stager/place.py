@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
+from trainer_contract.downloads import copy_bounded
 from trainer_contract.storage import MARKER
 from trainer_contract.volume_notes import read_json_note
 from trainer_stager.errors import StagingError
@@ -111,16 +112,18 @@ class Progress:
         atomic_write(progress_file(self.place), json.dumps(record).encode())
 
 
-def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
-    """Copy the readable ``stream`` into the file ``target``, feeding ``digest`` and ``progress``; the size."""
-    size = 0
-    with open(target, "wb") as out:
-        while chunk := stream.read(CHUNK):
-            out.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
-            progress.add(len(chunk))
-    return size
+def copy_stream(stream, target: Path, progress: Progress, digest, limit: int | None = None) -> int:
+    """Copy the readable ``stream`` into the file ``target``, feeding ``digest`` and ``progress``; the size
+    (trainer_contract.downloads.TooLarge past ``limit`` bytes)."""
+    return copy_bounded(stream, target, limit, on_chunk=fed(progress, digest))
+
+
+def fed(progress: Progress, digest) -> Callable[[bytes], None]:
+    """What a fetch does with each chunk it writes: ``digest`` and ``progress`` told."""
+    def feed(chunk: bytes) -> None:
+        digest.update(chunk)
+        progress.add(len(chunk))
+    return feed
 
 
 def file_digest(path: Path, digest) -> str:
@@ -129,6 +132,13 @@ def file_digest(path: Path, digest) -> str:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def room(place: Path) -> int:
+    """The most a download that announces no size may write beside ``place``: the volume's free space but a reserve
+    (a twentieth of the volume), so that a server's endless answer stops before the volume is full, not at it."""
+    usage = shutil.disk_usage(place.parent)
+    return max(usage.free - usage.total // 20, 0)
 
 
 def check_room(place: Path, needed: int | None) -> None:

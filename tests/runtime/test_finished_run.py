@@ -92,6 +92,13 @@ def test_a_program_that_records_its_data_refuses_other_data(tmp_path):
     (data / "train.jsonl").write_text('{"prompt": "a", "completion": "c"}\n')
     assert PretrainedRun(config).changed_settings()[0].startswith(
         f"DATASET_DIR: the finished run in {config.output_dir} was trained on other data (revision ")
+    # a file of the data that cannot be read (here /proc/self/mem, whose first page is never mapped: EIO even for
+    # root) leaves nothing to compare with, and the line names the setting that holds it
+    (data / "train.jsonl").unlink()
+    (data / "train.jsonl").symlink_to("/proc/self/mem")
+    assert PretrainedRun(config).changed_settings() == [
+        f"DATASET_DIR: the finished run in {config.output_dir} cannot be compared with {data} (Input/output error); "
+        "stage the model (and data) it was trained on, or start a new run with another OUTPUT_DIR or RESUME=false"]
 
 
 @pytest.mark.parametrize("planted", [

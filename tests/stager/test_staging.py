@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.http_mirror import Mirror
 from testbed.storage_servers import FileServer, HubServer, S3Server
 from tests.conftest import BIN, OUTSIDE
 from trainer_contract import storage
@@ -337,6 +338,30 @@ def test_an_archive_larger_than_the_volumes_free_space_is_refused_before_unpacki
         assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
         assert "the shared volume has 4 MB free" in result.stdout and "the source needs 20 MB" in result.stdout
         assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+
+
+def test_an_answer_without_size_or_end_stops_before_the_volume_is_full(tmp_path):
+    """A server that sends zeros without a Content-Length, onto a 4 MB volume: the stager stops with a twentieth of
+    the volume still free, names the server's answer (not the volume) in one line, and leaves nothing behind."""
+    volume = tmp_path / "small-volume"
+    volume.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(volume)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a 4 MB volume needs mount (root): {mounted.stderr.decode().strip()}")
+    try:
+        (tmp_path / "served").mkdir()
+        with Mirror(tmp_path / "served", endless={"train.jsonl"}) as mirror:
+            environ = sources("dataset", f"{mirror.url}train.jsonl", volume)
+            result = stager(environ)
+            assert mirror.requests["train.jsonl"] == 1, "refused, not retried"
+        assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+        assert "train.jsonl: the server sent over 4 MB without announcing a size, more than the shared volume has to " \
+               "spare" in result.stdout
+        assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
+        # what it fetched is gone: only the small notes for the waiting indexes (progress, failure) are left
+        assert sum(path.stat().st_size for path in volume.rglob("*") if path.is_file()) < 10_000
     finally:
         subprocess.run(["umount", str(volume)], check=True)
 

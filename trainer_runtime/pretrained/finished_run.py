@@ -32,11 +32,16 @@ class PretrainedRun(FinishedRun):
         """As a resume of the run's last checkpoint is refused (run_identity.changes), but for the number of
         processes: a finished run is as finished on any."""
         what = f"the finished run in {self.config.output_dir}"
+        reading = ("MODEL_DIR", self.config.model_dir)
         try:
-            now = run_identity.record(self.config, summary["world_size"], data="data_revision" in summary)
-        except OSError as error:  # MODEL_DIR or DATASET_DIR unreadable: nothing to compare the run with
-            return [f"MODEL_DIR: {what} cannot be compared with {self.config.model_dir} ({error.strerror}); stage the "
-                    "model (and data) it was trained on, or start a new run with another OUTPUT_DIR or RESUME=false"]
+            now = run_identity.record(self.config, summary["world_size"])
+            if "data_revision" in summary:  # the workload records its data
+                reading = ("DATASET_DIR", self.config.dataset_dir)
+                now["data_revision"] = run_identity.data_revision(self.config.dataset_dir)
+        except OSError as error:  # unreadable (a read's error names no file): nothing to compare the run with
+            variable, directory = reading
+            return [f"{variable}: {what} cannot be compared with {directory} ({error.strerror}); stage the model (and "
+                    "data) it was trained on, or start a new run with another OUTPUT_DIR or RESUME=false"]
         return run_identity.changes(summary, now, what, self.config)
 
     def achieved(self, summary: dict[str, Any]) -> str:

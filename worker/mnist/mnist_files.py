@@ -10,18 +10,17 @@ would accept a half-extracted set, this one does not.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import shutil
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 from trainer_contract.atomic import atomic_write
 from trainer_contract.digests import file_digest
+from trainer_contract.downloads import DownloadError, TooLarge, copy_bounded, http_get
 from worker.mnist import idx
 
 # File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST
@@ -107,29 +106,6 @@ def read_checksums(path: Path) -> dict[str, tuple[str, str]]:
     return table
 
 
-def _copy_bounded(source: io.BufferedIOBase, destination: Path, limit: int, what: str) -> None:
-    """``source`` into ``destination``, refused past ``limit`` bytes (a mirror's endless answer, a gzip bomb)."""
-    copied = 0
-    with destination.open("wb") as out:
-        while chunk := source.read(1 << 20):
-            copied += len(chunk)
-            if copied > limit:
-                raise DataError(f"{what} is over {limit} bytes, which no MNIST-format file needs")
-            out.write(chunk)
-
-
-def _fetch(url: str, destination: Path, timeout: float, limit: int) -> None:
-    request = urllib.request.Request(url, headers={"User-Agent": "indexed-trainer"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        announced = response.headers.get("Content-Length", "")
-        expected = int(announced) if announced.isdigit() else None
-        if expected is not None and expected > limit:
-            raise DataError(f"the answer is {expected} bytes, over {limit}, which no MNIST-format file needs")
-        _copy_bounded(response, destination, limit, "the answer")
-    if expected is not None and destination.stat().st_size != expected:
-        raise DataError(f"connection cut after {destination.stat().st_size} of {expected} bytes")
-
-
 def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str, str]] | None = None,
              timeout: float = 60.0, log=print, limit: int = MAX_FILE_BYTES) -> None:
     """Download, verify and install the four files into raw_dir(data_dir), all or nothing; each archive and each
@@ -147,17 +123,18 @@ def download(data_dir: Path, mirrors: list[str], checksums: dict[str, tuple[str,
                 compressed = staging / archive
                 started = time.monotonic()
                 try:
-                    _fetch(url, compressed, timeout, limit)
+                    http_get(url, compressed, timeout, lambda announced: limit)
                     kind, want = expected[archive]
                     got = file_digest(compressed, kind)
                     if got != want:
                         raise DataError(f"{url}: {kind} {got} does not match the expected {want}")
                     raw = staging / archive.removesuffix(".gz")
                     with gzip.open(compressed) as source:
-                        _copy_bounded(source, raw, limit, "its content unpacked")
+                        copy_bounded(source, raw, limit, "its content unpacked")
                     check_idx(raw)
-                except (OSError, EOFError, urllib.error.URLError, DataError) as exc:
-                    errors.append(f"{url}: {exc}")
+                except (OSError, EOFError, urllib.error.URLError, DataError, DownloadError) as exc:
+                    needs = ", which no MNIST-format file needs" if isinstance(exc, TooLarge) else ""
+                    errors.append(f"{url}: {exc}{needs}")
                     continue
                 finally:
                     compressed.unlink(missing_ok=True)
