@@ -16,6 +16,7 @@ import torch.distributed as dist
 from trainer_contract import gang_ledger, hooks
 from trainer_runtime import precision, process_group
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import Refusal
 from trainer_runtime.threads import threads_per_process
 
 
@@ -70,8 +71,24 @@ def record_attempt(env: DistEnv, output_dir) -> None:
 def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:
     """``compute()`` on rank 0 alone, its result given to every rank: what a start finds on the volume, and the
     transformer workloads' record (digests of a model on the volume: 15 GB for a 7B model), read once rather than
-    once per process. A rank 0 that fails ends the collective: the others exit as its victims."""
-    box = [compute() if env.is_rank0 else None]
+    once per process. A Refusal there is every rank's (each exits with its code, none as a victim); a rank 0 that
+    fails otherwise ends the collective: the others exit as its victims."""
+    try:
+        box: list[Any] = [compute() if env.is_rank0 else None]
+    except Refusal as refusal:
+        if env.world_size == 1:
+            raise
+        box = [_Refused(refusal.code, refusal.problems)]
     if env.world_size > 1:
         dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Refused):
+        raise Refusal(box[0].code, box[0].problems)
     return box[0]
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A Refusal as the broadcast carries it (plain data: an exception's own pickling is not its constructor's)."""
+
+    code: int
+    problems: list[str]

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract import exit_codes
-from trainer_runtime import previous_runs
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.entry import attention_problem
 from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained import checkpoint_record, run_identity
 from trainer_runtime.pretrained.export import RUN_FILES
+from trainer_runtime.resume import take_up
 
 
 def require_model(model_dir: Path) -> None:
@@ -58,22 +58,15 @@ def quiet_transformers() -> None:
 
 def resume_from(config: Any, now: dict[str, Any], store: CheckpointStore, log: Callable[[str], None],
                 is_rank0: bool, run_files: tuple[str, ...] = RUN_FILES) -> tuple[Path, dict] | None:
-    """The newest checkpoint in the store that verifies when RESUME is on, with its record; refused when it was
-    made otherwise than ``now``. RESUME=false: rank 0 sets the run in OUTPUT_DIR aside first (``run_files``
-    beside every run's entries: trainer_runtime.previous_runs), before any rank can write (the others meet it in the
-    first step's collective)."""
-    store.remove_stale_temporaries()
-    if not config.resume:
-        if is_rank0:
-            previous_runs.start_anew(config.output_dir, run_files, log)
-        return None
-    found = store.newest(lambda path: checkpoint_record.read_record(path, gang=True))  # every rank, in step
+    """The newest checkpoint in the store that verifies when RESUME is on, with its record (every rank, in step: the
+    gang verifies it); refused when it was made otherwise than ``now`` (trainer_runtime.resume; ``run_files``: what a
+    RESUME=false start sets aside beside every run's entries)."""
+    found = take_up(config, store, lambda: store.newest(lambda path: checkpoint_record.read_record(path, gang=True)),
+                    lambda found: run_identity.changes(found[1], now, f"checkpoint {found[0].name}", config),
+                    run_files, log, is_rank0)
     if found is None:
         return None
     path, recorded = found
-    problems = run_identity.changes(recorded, now, f"checkpoint {path.name}", config)
-    if problems:
-        raise Refusal(exit_codes.BAD_CONFIG, problems)
     log(f"resuming from {path.name}")
     if recorded.get("world_size") != now["world_size"]:  # allowed: GLOBAL_BATCH_SIZE keeps each step's examples
         log(f"{path.name} was taken with {recorded.get('world_size')} processes, now {now['world_size']}: "

@@ -1,6 +1,5 @@
-"""What a start finds in OUTPUT_DIR, decided once by rank 0 and sent to every rank before anything is written:
-start (from the newest valid checkpoint, or from the beginning), or refused because the checkpoint there was made
-with other settings. (A finished run is found before, by every program's shell: worker.mnist.finished_run.)"""
+"""What the MNIST worker's start makes of the checkpoint it finds (trainer_runtime.resume takes it up, rank 0 for
+every rank): whether it may resume it, and where in its epoch the loop goes on."""
 
 from __future__ import annotations
 
@@ -11,33 +10,13 @@ from typing import Any
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
 from trainer_runtime.checkpoints.found import Checkpoint
-from trainer_runtime.checkpoints.manager import CheckpointManager
 from worker.mnist import finished_run
 
 
-@dataclass(frozen=True)
-class Start:
-    checkpoint: Checkpoint | None = None  # None: from the beginning
-    clean_temporaries: bool = False  # RESUME=true: what an interrupted write left is removed
-    set_aside_previous: bool = False  # RESUME=false: a run already there is moved to previous-runs/
-
-
-@dataclass(frozen=True)
-class Refused:
-    problems: list[str]
-
-
-Verdict = Start | Refused
-
-
-def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
-           log: Callable[[str], None]) -> Verdict:
-    if not config.resume:
-        return Start(set_aside_previous=True)
-    found = checkpoints.load_newest()
-    if found is None:
-        return Start(clean_temporaries=True)
-    state, name = found.state, found.path.name
+def refusals(config: TrainConfig, world_size: int, checkpoint: Checkpoint) -> list[str]:
+    """Why ``checkpoint`` cannot be resumed by this start (trainer_runtime.resume): another shaping setting, or the
+    middle of an epoch on another number of processes; [] if it can."""
+    state, name = checkpoint.state, checkpoint.path.name
     problems = finished_run.changed_settings(state.config, config, f"checkpoint {name}")
     position = state.position
     if position.step and state.world_size != world_size:
@@ -47,10 +26,7 @@ def decide(config: TrainConfig, world_size: int, checkpoints: CheckpointManager,
             f"that epoch's shards cannot be dealt to another number of processes. Run this epoch with "
             f"{state.world_size} processes (replicas x processes per pod), or remove {name} to "
             f"resume from the start of epoch {position.epoch + 1}"]
-    if problems:
-        return Refused(problems)
-    log(f"resuming from {name}")
-    return Start(found, clean_temporaries=True)
+    return problems
 
 
 @dataclass(frozen=True)

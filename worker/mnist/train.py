@@ -15,8 +15,8 @@ from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
-from trainer_contract.settings import ConfigError
-from trainer_runtime import previous_runs, process_group, strategies
+from trainer_runtime import process_group, strategies
+from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.checkpoints.store import CheckpointStore
@@ -25,6 +25,7 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
+from trainer_runtime.resume import take_up
 from trainer_runtime.run_shell import run_logged, usage_log
 from trainer_runtime.run_summary import write_summary
 from trainer_runtime.sampler import RankBatches
@@ -62,7 +63,7 @@ class Trainer:
             self.store, every=cfg.checkpoint_every, epochs=cfg.epochs, rank=self.env.rank,
             sharded_format=strategies.shards_parameters(cfg.strategy), asynchronous=cfg.checkpoint_async,
             collective_timeout=cfg.collective_timeout, every_seconds=cfg.checkpoint_every_seconds)
-        self.start = self.decide_start()
+        self.checkpoint = self.decide_start()
         self.usage = usage_log(cfg, self.env).start()
         record_attempt(self.env, cfg.output_dir)
         self._load_data(rendezvous)
@@ -115,22 +116,16 @@ class Trainer:
                 scheduler.step()
         return scheduler
 
-    def decide_start(self) -> resume.Start:
-        """Rank 0 looks at OUTPUT_DIR (worker.mnist.resume) and every rank learns the verdict; nothing is written
-        before it. ConfigError if its checkpoint was made with other settings."""
-        verdict = from_rank0(self.env, lambda: resume.decide(self.config, self.env.world_size, self.checkpoints,
-                                                             self.log))
-        if isinstance(verdict, resume.Refused):
-            raise ConfigError(verdict.problems)
-        assert isinstance(verdict, resume.Start)  # rank 0's, broadcast to every rank
-        if verdict.clean_temporaries and self.env.is_rank0:
-            self.checkpoints.remove_stale_temporaries()
-        if verdict.set_aside_previous and self.env.is_rank0:
-            # before any rank can write: the others wait for rank 0 in the first collective of the data or
-            # the training
-            previous_runs.start_anew(self.config.output_dir, (finished_run.MODEL_SUMMARY, finished_run.MODEL_WEIGHTS),
-                                     self.log)
-        return verdict
+    def decide_start(self) -> Checkpoint | None:
+        """Rank 0 takes up what OUTPUT_DIR holds (trainer_runtime.resume) and every rank learns the checkpoint to
+        resume, or the refusal; nothing is written before."""
+        cfg, world_size = self.config, self.env.world_size
+        found = from_rank0(self.env, lambda: take_up(
+            cfg, self.store, self.checkpoints.load_newest, lambda found: resume.refusals(cfg, world_size, found),
+            (finished_run.MODEL_SUMMARY, finished_run.MODEL_WEIGHTS), self.log, True))
+        if found is not None:
+            self.log0(f"resuming from {found.path.name}")
+        return found
 
     def training_state(self, position: Position, loss_sum: float = 0.0, samples: float = 0.0,
                        result: dict | None = None) -> TrainingState:
@@ -145,7 +140,7 @@ class Trainer:
         return gang_sum(torch.tensor(values, dtype=torch.float64, device=self.device), self.env.world_size).tolist()
 
     def train(self) -> dict:
-        checkpoint = self.start.checkpoint
+        checkpoint = self.checkpoint
         if checkpoint is not None:
             restoring = time.perf_counter()
             self.checkpoints.restore(checkpoint, self.parallel)
