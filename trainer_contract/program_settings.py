@@ -444,7 +444,9 @@ class SftConfig(ShardedSettings, EvaluationSettings, TableDataSettings, AdamWSet
 class BuiltInProgram:
     """A program this project ships, ``python -m <module>``: its settings, ``--help``'s description, the module
     whose ``run(config, env)`` trains (imported only then: --check-config and --help stay torch-free), what that
-    imports (module -> the extra that brings it) and the settings --check-config's line shows."""
+    imports (module -> the extra that brings it), the settings --check-config's line shows, and the class that
+    reads its finished run on the volume ("module:Class", a trainer_runtime.finished_run.FinishedRun: the launcher's
+    and the program's shell's)."""
 
     module: str
     config: type
@@ -452,11 +454,13 @@ class BuiltInProgram:
     training: str
     needs: dict[str, str]
     shown: tuple[str, ...] = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
+    finished_run: str = "trainer_runtime.pretrained.finished_run:PretrainedRun"  # every program but MNIST's
 
 
 PROGRAMS: tuple[BuiltInProgram, ...] = (
     BuiltInProgram("worker", TrainConfig, "Train the MNIST CNN", "worker.mnist.train", {"torch": "worker"},
-                   ("epochs", "batch_size", "learning_rate", "data_dir", "output_dir")),
+                   ("epochs", "batch_size", "learning_rate", "data_dir", "output_dir"),
+                   "worker.mnist.finished_run:MnistRun"),
     BuiltInProgram("worker.qa", QaConfig, "Fine-tune a model for SQuAD question answering", "worker.qa.train",
                    {"torch": "worker", "transformers": "hf", "lightning": "lightning"}),
     BuiltInProgram("worker.finetune", FinetuneConfig, "Fine-tune a model for text classification (DDP + AMP)",

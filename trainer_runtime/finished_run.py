@@ -9,13 +9,14 @@ from this start (``problems``) and what it achieved; the rest is here, once. Tor
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainer_contract.config_reading import build_parser, load_config
-from trainer_contract.program_settings import OUTPUT_VARIABLE, PROGRAMS
+from trainer_contract.program_settings import OUTPUT_VARIABLE, PROGRAMS, BuiltInProgram
 from trainer_contract.settings import ConfigError
 from trainer_contract.volume_notes import read_json_note
 
@@ -29,6 +30,18 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     """The JSON object a program wrote last at ``path``, read as data from the shared volume (a regular file, bounded:
     trainer_contract.volume_notes), or None."""
     return read_json_note(path, SUMMARY_LIMIT)
+
+
+def reader_of(program: BuiltInProgram) -> type[FinishedRun]:
+    """The class that reads ``program``'s finished run (its ``finished_run``, "module:Class")."""
+    module, name = program.finished_run.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def finished_run_of(config: Any) -> FinishedRun | None:
+    """The finished run of the built-in program whose settings ``config`` holds; None for anything else."""
+    program = next((program for program in PROGRAMS if program.config is type(config)), None)
+    return None if program is None else reader_of(program)(config)
 
 
 class FinishedRun:

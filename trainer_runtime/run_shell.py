@@ -16,7 +16,7 @@ from trainer_contract.settings import ConfigError
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import NAMED, Refusal, exit_for
-from trainer_runtime.finished_run import FinishedRun
+from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.usage_log import UsageLog
 from trainer_stager.checkpoint_mirror import CheckpointMirror, mirror_from
 
@@ -30,19 +30,19 @@ def usage_log(config: Any, env: DistEnv) -> UsageLog:
                     every=config.usage_log_seconds, cuda_device=env.local_rank)  # gang.join's device
 
 
-def run_logged(config: Any, env: DistEnv, train: Train, finished: FinishedRun | None = None,
-               usage_at_once: bool = True) -> int:
+def run_logged(config: Any, env: DistEnv, train: Train, usage_at_once: bool = True) -> int:
     """``train(config, env, log, store)`` with every process's usage log running beside it (``usage_at_once``
     False: the program starts its own once it knows it will train: a refused resume writes nothing); ``store``
     holds the run's checkpoints (CHECKPOINT_DIR, named as the program's config names them) and, on rank 0 with
     checkpoint.storage_uri, their mirror, closed at the end, which waits for the newest checkpoint to be in the
     bucket; a failure the contract names becomes its lines and its exit code. First, with RESUME, the program's
-    ``finished`` run: complete with these settings, nothing to do and nothing written (exit 0); complete with
+    finished run (its BuiltInProgram's reader: trainer_runtime.finished_run): complete with these settings, nothing to do and nothing written (exit 0); complete with
     others, refused (78) naming each, as the launcher does before the rendezvous (a start without it alike)."""
     def log(message: str) -> None:
         say(env.rank, message)
 
     usage = mirror = None
+    finished = finished_run_of(config)
     try:
         if finished is not None and finished.resumes() and finished.finished():  # the volume's: every rank reads it
             problems = finished.changed_settings()

@@ -112,10 +112,10 @@ class Progress:
         atomic_write(progress_file(self.place), json.dumps(record).encode())
 
 
-def copy_stream(stream, target: Path, progress: Progress, digest, limit: int | None = None) -> int:
-    """Copy the readable ``stream`` into the file ``target``, feeding ``digest`` and ``progress``; the size
-    (trainer_contract.downloads.TooLarge past ``limit`` bytes)."""
-    return copy_bounded(stream, target, limit, on_chunk=fed(progress, digest))
+def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
+    """Copy the readable ``stream`` (a bucket's body: its client holds it to the object's size) into the file
+    ``target``, feeding ``digest`` and ``progress``; the size."""
+    return copy_bounded(stream, target, None, on_chunk=fed(progress, digest))
 
 
 def fed(progress: Progress, digest) -> Callable[[bytes], None]:

@@ -124,6 +124,20 @@ def test_files_changed_after_download_fail_the_marker(tmp_path):
         check_raw_files(raw_dir(tmp_path / "data"))
 
 
+@pytest.mark.parametrize("planted", [
+    "not json", '["a list"]', '{"sha256": "not a mapping"}',
+    '{"sha256": {"../../../../../../dev/zero": "00"}}',  # a name it may not vouch for: never read (it never ends)
+])
+def test_a_marker_planted_on_the_volume_is_read_as_data(tmp_path, planted):
+    raw = write_raw(tmp_path, SMALL)
+    (raw / MARKER).write_text(planted)
+    if "dev/zero" in planted:
+        assert check_raw_files(raw)["train-images-idx3-ubyte"] == 64
+    else:
+        with pytest.raises(DataError, match=f"{MARKER}: not a marker of this worker's; remove it"):
+            check_raw_files(raw)
+
+
 def test_mismatched_image_and_label_counts_are_rejected(tmp_path):
     files = dict(SMALL)
     files["train-labels-idx1-ubyte"] = raw_files(synthetic_digits(10), synthetic_digits(1))["train-labels-idx1-ubyte"]

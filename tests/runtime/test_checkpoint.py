@@ -110,7 +110,7 @@ def test_a_crash_mid_write_leaves_only_a_temporary_that_is_never_read(tmp_path, 
     assert [p.name for _, p in layout.list_checkpoints(tmp_path)] == ["ckpt-e0001-s000000.pt"]
     (tmp_path / ".tmp-ckpt-e0002-s000000.pt.abc").write_bytes(b"half")  # as a SIGKILL mid-write leaves it
     lines = []
-    manager(tmp_path, lines=lines).remove_stale_temporaries()
+    manager(tmp_path, lines=lines).store.remove_stale_temporaries()
     assert lines == ["removed .tmp-ckpt-e0002-s000000.pt.abc, left by an interrupted checkpoint write"]
     assert load_newest(tmp_path).path.name == "ckpt-e0001-s000000.pt"
 

@@ -12,6 +12,7 @@ import pytest
 
 from trainer_contract.program_settings import PROGRAMS, FinetuneConfig, SftConfig
 from trainer_launcher import programs
+from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.pretrained import run_identity
 from trainer_runtime.pretrained.finished_run import PretrainedRun
 
@@ -48,6 +49,9 @@ def test_every_built_in_program_tells_its_launcher_about_its_finished_run():
         run = programs.kept_run(program.module, [])
         assert isinstance(run.config, program.config), program.module
         assert type(run).__name__ == ("MnistRun" if program.module == "worker" else "PretrainedRun")
+        # and the program's own shell reads the same class (trainer_runtime.run_shell)
+        assert type(finished_run_of(program.config())) is type(run), program.module
+    assert finished_run_of(object()) is None  # a program of the user's keeps no run the shell knows
 
 
 def test_no_summary_is_no_finished_run(config):

@@ -5,6 +5,7 @@ a volume too small, index 0 killed mid-download, offline."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -325,32 +326,33 @@ def test_an_archive_that_unpacks_past_its_limit_is_refused_before_anything_is_un
     assert unbounded.returncode == 0 and (Path(environ["DATASET_DIR"]) / "zeros.bin").stat().st_size == 60_000_000
 
 
-def test_an_archive_larger_than_the_volumes_free_space_is_refused_before_unpacking(files, tmp_path):
-    volume = tmp_path / "small-volume"
-    volume.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(volume)], capture_output=True)
+@contextlib.contextmanager
+def small_volume(path: Path, options: str = "size=4m"):
+    """A tmpfs of ``options`` at ``path`` (a shared volume that fills up), unmounted after; skipped without mount."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
     if mounted.returncode != 0:
-        pytest.skip(f"a 4 MB volume needs mount (root): {mounted.stderr.decode().strip()}")
+        pytest.skip(f"a small volume needs mount (root): {mounted.stderr.decode().strip()}")
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_an_archive_larger_than_the_volumes_free_space_is_refused_before_unpacking(files, tmp_path):
+    with small_volume(tmp_path / "small-volume") as volume:
         (files.root / "bomb.zip").write_bytes(_zip_of_zeros(20_000_000))
         environ = sources("dataset", f"{files.url}/bomb.zip", volume)
         result = stager(environ)
         assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
         assert "the shared volume has 4 MB free" in result.stdout and "the source needs 20 MB" in result.stdout
         assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
-    finally:
-        subprocess.run(["umount", str(volume)], check=True)
 
 
 def test_an_answer_without_size_or_end_stops_before_the_volume_is_full(tmp_path):
     """A server that sends zeros without a Content-Length, onto a 4 MB volume: the stager stops with a twentieth of
     the volume still free, names the server's answer (not the volume) in one line, and leaves nothing behind."""
-    volume = tmp_path / "small-volume"
-    volume.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(volume)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"a 4 MB volume needs mount (root): {mounted.stderr.decode().strip()}")
-    try:
+    with small_volume(tmp_path / "small-volume") as volume:
         (tmp_path / "served").mkdir()
         with Mirror(tmp_path / "served", endless={"train.jsonl"}) as mirror:
             environ = sources("dataset", f"{mirror.url}train.jsonl", volume)
@@ -362,21 +364,13 @@ def test_an_answer_without_size_or_end_stops_before_the_volume_is_full(tmp_path)
         assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
         # what it fetched is gone: only the small notes for the waiting indexes (progress, failure) are left
         assert sum(path.stat().st_size for path in volume.rglob("*") if path.is_file()) < 10_000
-    finally:
-        subprocess.run(["umount", str(volume)], check=True)
 
 
 def test_a_volume_that_fills_up_while_unpacking_ends_in_one_line_and_nothing_partial(files, tmp_path):
     """The declared sizes fit (2 KB), the volume does not: a tmpfs of 64 inodes, 300 one-byte members. What a
     volume filled by another writer while unpacking does: ENOSPC mid-unpack, one line and 78, no traceback,
     nothing visible in the place and no temporary left behind."""
-    volume = tmp_path / "few-inodes"
-    volume.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=64", "tmpfs", str(volume)],
-                             capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"a small volume needs mount (root): {mounted.stderr.decode().strip()}")
-    try:
+    with small_volume(tmp_path / "few-inodes", "size=4m,nr_inodes=64") as volume:
         (files.root / "many.tar.gz").write_bytes(_tarball({f"d/{index:04d}.txt": b"x" for index in range(300)}))
         environ = sources("dataset", f"{files.url}/many.tar.gz", volume)
         result = stager(environ)
@@ -386,8 +380,6 @@ def test_a_volume_that_fills_up_while_unpacking_ends_in_one_line_and_nothing_par
         assert "Traceback" not in result.stdout + result.stderr and not Path(environ["DATASET_DIR"]).exists()
         leftovers = [path for path in volume.rglob("*") if path.is_file() and not path.name.startswith(".")]
         assert leftovers == [], leftovers[:5]
-    finally:
-        subprocess.run(["umount", str(volume)], check=True)
 
 
 def test_an_archive_member_that_would_escape_is_refused(files, tmp_path):

@@ -156,5 +156,3 @@ class CheckpointManager:
         format_of(checkpoint.path).restore(checkpoint, strategy)
         strategy.precision.load_state_dict(checkpoint.state.scaler)
 
-    def remove_stale_temporaries(self) -> None:
-        self.store.remove_stale_temporaries()

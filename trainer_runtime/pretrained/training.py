@@ -20,7 +20,6 @@ from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.pretrained import run_identity, token_cache
 from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
-from trainer_runtime.pretrained.finished_run import PretrainedRun
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
 from trainer_runtime.pretrained.run import require_model, resume_from
 from trainer_runtime.run_log import RunLog
@@ -91,7 +90,7 @@ def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict
 
 def run(workload: Workload, config: Any, env: DistEnv) -> int:
     """The workload's run in every program's shell (trainer_runtime.run_shell), its finished run summary.json."""
-    return run_logged(config, env, functools.partial(train, workload), PretrainedRun(config))
+    return run_logged(config, env, functools.partial(train, workload))
 
 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from trainer_contract.atomic import atomic_write
 from trainer_contract.digests import file_digest
 from trainer_contract.downloads import DownloadError, TooLarge, copy_bounded, http_get
+from trainer_contract.volume_notes import read_json_note
 from worker.mnist import idx
 
 # File names and MD5s of the official .gz archives, as torchvision publishes them (torchvision.datasets.MNIST
@@ -74,13 +75,12 @@ def check_raw_files(directory: Path) -> dict[str, int]:
         if images != labels:
             raise DataError(f"{split}: {images} images but {labels} labels")
     marker = directory / MARKER
-    if marker.exists():
-        try:
-            recorded = json.loads(marker.read_text())["sha256"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise DataError(f"{marker}: unreadable ({exc})") from None
-        for name, digest in recorded.items():
-            if file_digest(directory / name, "sha256") != digest:
+    if marker.exists():  # a file on the volume: read bounded, and only the four names it may vouch for are looked up
+        recorded = (read_json_note(marker) or {}).get("sha256")
+        if not isinstance(recorded, dict):
+            raise DataError(f"{marker}: not a marker of this worker's; remove it (the files are checked again)")
+        for name in counts:
+            if name in recorded and file_digest(directory / name, "sha256") != recorded[name]:
                 raise DataError(f"{name}: its SHA-256 no longer matches the one recorded when it was downloaded")
     return counts
 

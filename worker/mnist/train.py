@@ -294,7 +294,7 @@ class Trainer:
 def run(config: TrainConfig, env: DistEnv) -> int:
     """Train in every program's shell (trainer_runtime.run_shell); the process exit code (trainer_contract.exit_codes)."""
     # its usage log starts once its checkpoint is taken up (Trainer.setup): a refused resume writes nothing
-    return run_logged(config, env, train, finished_run.MnistRun(config), usage_at_once=False)
+    return run_logged(config, env, train, usage_at_once=False)
 
 
 def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:

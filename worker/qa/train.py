@@ -27,7 +27,6 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import record_attempt
 from trainer_runtime.pretrained import run_identity
 from trainer_runtime.pretrained.export import RUN_FILES, export_dir, write_summary
-from trainer_runtime.pretrained.finished_run import PretrainedRun
 from trainer_runtime.pretrained.run import (
     loading_options,
     quiet_transformers,
@@ -87,7 +86,7 @@ def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
 
 
 def run(config: QaConfig, env: DistEnv) -> int:
-    return run_logged(config, env, _train, PretrainedRun(config))
+    return run_logged(config, env, _train)
 
 
 def _load(config: QaConfig):
