@@ -4,7 +4,8 @@ built-in programs), where that run lives, whether it is finished and with which 
 The launcher itself knows no program. The program's entry registers its ``KeptRun`` factory here (worker/launch.py
 registers the built-in programs': trainer_runtime.finished_run), so that a pod recreated after its gang finished
 exits 0 at once instead of waiting for peers that will never come, a finished run with other settings is refused
-before any rendezvous, and the gang's ledger lives beside the run. A program without a factory gets none of this and nothing else changes.
+before any rendezvous, and the gang's ledger lives beside the run. A program without a factory gets none of this
+and nothing else changes.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ def run_logged(config: Any, env: DistEnv, train: Train, usage_at_once: bool = Tr
     holds the run's checkpoints (CHECKPOINT_DIR, named as the program's config names them) and, on rank 0 with
     checkpoint.storage_uri, their mirror, closed at the end, which waits for the newest checkpoint to be in the
     bucket; a failure the contract names becomes its lines and its exit code. First, with RESUME, the program's
-    finished run (its BuiltInProgram's reader: trainer_runtime.finished_run): complete with these settings, nothing to do and nothing written (exit 0); complete with
-    others, refused (78) naming each, as the launcher does before the rendezvous (a start without it alike)."""
+    finished run (its BuiltInProgram's reader: trainer_runtime.finished_run): complete with these settings,
+    nothing to do and nothing written (exit 0); complete with others, refused (78) naming each, as the launcher
+    does before the rendezvous (a start without it alike)."""
     def log(message: str) -> None:
         say(env.rank, message)
 
