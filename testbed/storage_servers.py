@@ -179,6 +179,8 @@ class HubServer(_Server):
                 self.owner.route(self, head=True)  # type: ignore[attr-defined]
 
         self.handler = Handler
+        self.endless: set[str] = set()  # files whose GET sends zeros without end (chunked), as a hostile hub could
+        self.unsized: set[str] = set()  # files the repository's listing gives no size for
         super().__init__(host)
 
     def add(self, repo_id: str, files: dict[str, bytes], *, revision: str = "main",
@@ -195,6 +197,8 @@ class HubServer(_Server):
         sibling = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
         if name.endswith(self.LFS_SUFFIXES):
             sibling["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
+        if name in self.unsized:
+            del sibling["size"]
         return sibling
 
     def route(self, request: _Common, head: bool) -> None:
@@ -265,8 +269,25 @@ class HubServer(_Server):
         data = files[name]
         sibling = self._sibling(name, data)
         etag = sibling["lfs"]["sha256"] if "lfs" in sibling else sibling["blobId"]
+        if name in self.endless and not head:
+            return self._endless(request, {"X-Repo-Commit": commit, "ETag": f'"{etag}"'})
         request._send(200, data, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
                                   "ETag": f'"{etag}"'}, head)
+
+    @staticmethod
+    def _endless(request: _Common, headers: dict[str, str]) -> None:
+        """200 without a Content-Length, then zeros in chunks until the client hangs up."""
+        request.send_response(200)
+        for name, value in {"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked",
+                            **headers}.items():
+            request.send_header(name, value)
+        request.end_headers()
+        chunk = b"%x\r\n" % (1 << 16) + bytes(1 << 16) + b"\r\n"
+        try:
+            while True:
+                request.wfile.write(chunk)
+        except OSError:  # the client gave up
+            request.close_connection = True
 
 
 class S3Server:

@@ -1,17 +1,20 @@
-"""Digests of files read in 1 MiB blocks (MNIST archives and files, sharded checkpoints, a model's revision), and
-the ones the stager already verified: no torch import."""
+"""Digests of files read in 1 MiB blocks (MNIST archives and files, sharded checkpoints, a model's revision, what
+the stager fetches and uploads), and the ones the stager already verified: no torch import."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def file_digest(path: Path, algorithm: str = "sha256") -> str:
-    digest = hashlib.new(algorithm, usedforsecurity=False)  # integrity checks, not secrets
+def file_digest(path: Path, algorithm: str | Any = "sha256") -> str:
+    """``path``'s digest in hex: of ``algorithm`` by name, or fed into a hashlib object (maybe already fed a prefix,
+    as a git blob id is)."""
+    digest = hashlib.new(algorithm, usedforsecurity=False) if isinstance(algorithm, str) else algorithm
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)

@@ -1,7 +1,7 @@
 """hf:// sources: a model or dataset repository of the Hugging Face Hub at a revision, through huggingface_hub
 (HF_ENDPOINT for another hub, HF_TOKEN from a Secret for a private or gated one). The revision is resolved to
-its commit once; every file is checked against the size the Hub lists and its digest (an LFS file's sha256, a
-git blob id otherwise)."""
+its commit once; every file is stopped past the size the Hub lists and checked against it and its digest (an LFS
+file's sha256, a git blob id otherwise)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
+from trainer_contract.digests import file_digest
 from trainer_contract.storage import StorageUri
 from trainer_stager.errors import StagingError
-from trainer_stager.place import Progress, check_room, file_digest
+from trainer_stager.place import Progress, amount, check_room, room
 
 PARALLEL_FILES = 8  # huggingface_hub's snapshot_download default (max_workers)
 
@@ -74,8 +75,14 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
         check_room(into, progress.total)
 
         def fetch_one(sibling) -> dict:
+            if sibling.size is not None:
+                limit, past = sibling.size, f"more of {sibling.rfilename} than the {sibling.size} bytes it lists"
+            else:
+                limit = room(into)
+                past = (f"over {amount(limit, None)} of {sibling.rfilename}, which it lists without a size, more "
+                        "than the shared volume has to spare")
             hf_hub_download(uri.repo, sibling.rfilename, repo_type=uri.repo_type, revision=info.sha,
-                            local_dir=into)
+                            local_dir=into, tqdm_class=_bounded_bar(f"{uri.text}: the Hub sent {past}", limit))
             verified = _verify(uri, into / sibling.rfilename, sibling)
             progress.add(verified["bytes"])
             return verified
@@ -98,6 +105,29 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
     return {"repo": uri.repo, "repo_type": uri.repo_type, "revision": uri.revision, "commit": info.sha,
             "files": files, "patterns": patterns,
             "left_out": {"files": len(left_out), "bytes": sum(sibling.size or 0 for sibling in left_out)}}
+
+
+def _bounded_bar(past: str, limit: int):
+    """huggingface_hub's progress bar for one file, which stops its plain HTTP transfer past ``limit`` bytes (the
+    size the Hub lists, else what the volume has to spare), refused as ``past`` says: the client writes whatever a
+    server sends until the answer ends and compares sizes only then, so an endless answer would fill the shared
+    volume. The bar hears of each chunk before it is written."""
+    from huggingface_hub.utils import tqdm
+
+    class Bounded(tqdm):
+        received = 0
+
+        def __init__(self, *args, **kwargs):
+            self.bounded = kwargs.get("name") == "huggingface_hub.http_get"  # xet checks its chunks by hash itself
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            self.received += n  # n < 0: a retry that starts over takes back what it had counted
+            if self.bounded and self.received > limit:
+                raise StagingError(f"{past}: stopped, nothing staged; check HF_ENDPOINT", retryable=False)
+            return super().update(n)
+
+    return Bounded
 
 
 def inside_name(name: object) -> bool:

@@ -22,7 +22,6 @@ from trainer_contract.volume_notes import read_json_note
 from trainer_stager.errors import StagingError
 
 MB = 1_000_000
-CHUNK = 1 << 20
 
 
 def progress_file(place: Path) -> Path:
@@ -124,14 +123,6 @@ def fed(progress: Progress, digest) -> Callable[[bytes], None]:
         digest.update(chunk)
         progress.add(len(chunk))
     return feed
-
-
-def file_digest(path: Path, digest) -> str:
-    """``digest`` (a hashlib object, maybe already fed a prefix) of the file at ``path``, in hex."""
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def room(place: Path) -> int:

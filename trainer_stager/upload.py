@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from trainer_contract.digests import file_digest
 from trainer_contract.storage import COMPLETE_OBJECT, SIGNING_KEY_VARIABLE, StorageUri
 from trainer_stager.errors import StagingError
 from trainer_stager.fetch_s3 import classify, client
-from trainer_stager.place import file_digest
 
 MB = 1_000_000
 LISTING_LIMIT = 16 * 1024 * 1024  # a listing of a million files is under 100 MB; one this size is not ours

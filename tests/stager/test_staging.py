@@ -366,6 +366,27 @@ def test_an_answer_without_size_or_end_stops_before_the_volume_is_full(tmp_path)
         assert sum(path.stat().st_size for path in volume.rglob("*") if path.is_file()) < 10_000
 
 
+@pytest.mark.parametrize("listed, words", [
+    (True, "more of model.safetensors than the 300000 bytes it lists"),
+    (False, "of model.safetensors, which it lists without a size, more than the shared volume has to spare")])
+def test_a_hub_file_sent_without_end_stops_at_its_listed_size_not_at_a_full_volume(hub, tmp_path, listed, words):
+    """A Hub (HF_ENDPOINT) that sends a file without end, onto a 4 MB volume: huggingface_hub's client checks a
+    file's size only once the answer ends, so the stager stops the transfer at the size the Hub lists (or, listed
+    without one, with a twentieth of the volume free), names the file in one line, does not retry, and leaves the
+    volume as it was."""
+    with small_volume(tmp_path / "small-volume") as volume:
+        commit = hub.add("org/tiny", TINY_MODEL)
+        hub.endless = {"model.safetensors"}
+        hub.unsized = set() if listed else {"model.safetensors"}
+        environ = {**sources("model", "hf://org/tiny", volume), "HF_ENDPOINT": hub.url}
+        result = stager(environ)
+        assert result.returncode == BAD_CONFIG, result.stdout + result.stderr
+        assert "hf://org/tiny: the Hub sent " in result.stdout and words in result.stdout, result.stdout
+        assert hub.fetched("model.safetensors") == [f"/org/tiny/resolve/{commit}/model.safetensors"], "not retried"
+        assert "Traceback" not in result.stdout + result.stderr and not Path(environ["MODEL_DIR"]).exists()
+        assert sum(path.stat().st_size for path in volume.rglob("*") if path.is_file()) < 10_000
+
+
 def test_a_volume_that_fills_up_while_unpacking_ends_in_one_line_and_nothing_partial(files, tmp_path):
     """The declared sizes fit (2 KB), the volume does not: a tmpfs of 64 inodes, 300 one-byte members. What a
     volume filled by another writer while unpacking does: ENOSPC mid-unpack, one line and 78, no traceback,
