@@ -56,14 +56,17 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None] | No
     return config_class(**values)
 
 
+NOTED = " A finished run is not redone for another value; its rerun says it was trained otherwise."
+
+
 def config_reference(config_class: type) -> str:
     """A program's variables as a Markdown table (embedded in docs/; a test keeps them equal). A shaping setting
-    says that a resume with another value is refused."""
+    says that a resume with another value is refused, a noted one what a finished run makes of another value."""
     lines = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
     for item in config_fields(config_class):
         default = item.default
         shown = "(empty)" if default in (None, ()) else f"`{str(default).lower() if isinstance(default, bool) else default}`"
         meaning = item.metadata["help"] + (" A resume with another value is refused." if item.metadata.get("shaping")
-                                           else "")
+                                           else NOTED if item.metadata.get("noted") else "")
         lines.append(f"| `{item.metadata['env']}` | `{flag_name(item)}` | {shown} | {meaning} |")
     return "\n".join(lines) + "\n"

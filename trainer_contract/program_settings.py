@@ -61,7 +61,7 @@ class RunSettings:
                         shaping=True)
     precision: str = setting(
         "PRECISION", choice(*PRECISIONS), "fp32",
-        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).")
+        "fp32, bf16 (autocast; under fsdp its mixed-precision policy) or fp16 (CUDA only).", noted=True)
     train_samples: int = setting("TRAIN_SAMPLES", parse_non_negative_int, 0,
                                  "Train on the first N examples; 0: all.", shaping=True)
     output_dir: Path = setting(OUTPUT_VARIABLE, parse_path, Path("runs/local"),
@@ -105,7 +105,7 @@ class ShardedSettings:
     strategy: str = setting(
         "STRATEGY", choice(*STRATEGIES), "ddp",
         "How gradients are combined: ddp (DistributedDataParallel), fsdp (FSDP2: parameters, gradients and "
-        "optimizer state sharded) or hsdp (fsdp within a node, replicated across nodes).")
+        "optimizer state sharded) or hsdp (fsdp within a node, replicated across nodes).", noted=True)
 
 
 @dataclass(frozen=True)

@@ -130,12 +130,16 @@ class choice:  # noqa: N801 -- used like the parse functions beside it
 
 
 def setting(env: str, parse: Callable[[str], object], default: object, help: str, flag: str | None = None,
-            shaping: bool = False):
+            shaping: bool = False, noted: bool = False):
     """A dataclass field read from environment variable ``env`` or from ``--flag``. ``shaping``: a change makes a
     resumed run another run (its schedule, batches, examples or seed), so a resume with another value is refused
-    (shaping_settings; the workloads' resume checks read it, no list of names elsewhere)."""
+    (shaping_settings; the workloads' resume checks read it, no list of names elsewhere). ``noted``: a finished run
+    is not redone for another value (its model is as good), but a rerun that asks for one is told, so that "already
+    complete" does not read as "done the way you asked" (noted_settings)."""
+    if shaping and noted:
+        raise TypeError(f"{env}: a shaping setting refuses another value; it is not noted")
     return field(default=default, metadata={"env": env, "parse": parse, "help": help, "flag": flag,
-                                            "shaping": shaping})
+                                            "shaping": shaping, "noted": noted})
 
 
 _UNCHANGED: Any = object()
@@ -143,7 +147,7 @@ _UNCHANGED: Any = object()
 
 def changed(base: type, name: str, default: object = _UNCHANGED, help: str | None = None,
             parse: Callable[[str], object] | None = None):
-    """Setting ``name`` of settings class ``base`` as a program redeclares it: the same variable, flag and shaping,
+    """Setting ``name`` of settings class ``base`` as a program redeclares it: the same variable, flag, shaping and noting,
     with the default, help or (narrower) choices the program changes (TRL's overridden defaults)."""
     declared = {item.name: item for item in dataclasses.fields(base)}.get(name)
     if declared is None:
@@ -180,6 +184,11 @@ def parse_value(item: dataclasses.Field, raw: str) -> Any:
 def shaping_settings(config_class: type) -> tuple[str, ...]:
     """The settings of ``config_class`` whose change refuses a resume (declared with ``shaping=True``), in order."""
     return tuple(item.name for item in config_fields(config_class) if item.metadata.get("shaping"))
+
+
+def noted_settings(config_class: type) -> tuple[str, ...]:
+    """The settings of ``config_class`` a finished run is not redone for but a rerun names (``noted=True``)."""
+    return tuple(item.name for item in config_fields(config_class) if item.metadata.get("noted"))
 
 
 def variable_problem(name: str, text: str, config_class: type) -> str | None:

@@ -19,6 +19,7 @@ from trainer_contract.config_reading import build_parser, load_config
 from trainer_contract.program_settings import OUTPUT_VARIABLE, PROGRAMS, BuiltInProgram
 from trainer_contract.settings import ConfigError
 from trainer_contract.volume_notes import read_json_note
+from trainer_runtime import run_record
 
 # What a RESUME=false start does with the finished run it finds (trainer_runtime.previous_runs)
 NEW_RUN_KEEPS = "the run there is kept in OUTPUT_DIR/previous-runs/"
@@ -84,8 +85,10 @@ class FinishedRun:
         raise NotImplementedError
 
     def noted(self, summary: dict[str, Any]) -> str:
-        """What this start asks differently that a finished run is not redone for (said after ``achieved``)."""
-        return ""
+        """What this start asks differently that a finished run is not redone for (the settings declared ``noted``,
+        as the summary's "config" records them; said after ``achieved``)."""
+        recorded = summary.get("config")
+        return run_record.noted_differences(recorded, self.config) if isinstance(recorded, dict) else ""
 
     def write_export(self, directory: Path) -> None:
         """The finished run's export written into ``directory`` (EXPORT_DIR asked for after the run finished)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer_contract.settings import config_fields, shaping_settings
+from trainer_contract.settings import config_fields, noted_settings, shaping_settings
 
 
 def changed_setting(variable: str, what: str, recorded: Any, now: Any) -> str:
@@ -50,3 +50,13 @@ def changed_settings(recorded: dict[str, Any], now: dict[str, Any], config_class
     return [changed_setting(variable_of(config_class, key), what, shown(recorded[key]), shown(now[key]))
             for key in shaping_settings(config_class) if key in recorded and key in now
             and differs(recorded[key], now[key])]
+
+
+def noted_differences(recorded: dict[str, Any], config: Any) -> str:
+    """What a finished run's record (``recorded``) holds otherwise than ``config`` asks, of the settings a finished run
+    is not redone for (declared ``noted``): said after "already complete", or "" where nothing differs."""
+    config_class = type(config)
+    differences = [f"{variable_of(config_class, key)}={shown(recorded[key])}" for key in noted_settings(config_class)
+                   if key in recorded and differs(recorded[key], recorded_value(getattr(config, key)))]
+    return (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone for "
+            f"{'these' if len(differences) > 1 else 'this'})") if differences else ""

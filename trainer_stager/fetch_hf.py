@@ -75,14 +75,8 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
         check_room(into, progress.total)
 
         def fetch_one(sibling) -> dict:
-            if sibling.size is not None:
-                limit, past = sibling.size, f"more of {sibling.rfilename} than the {sibling.size} bytes it lists"
-            else:
-                limit = room(into)
-                past = (f"over {amount(limit, None)} of {sibling.rfilename}, which it lists without a size, more "
-                        "than the shared volume has to spare")
             hf_hub_download(uri.repo, sibling.rfilename, repo_type=uri.repo_type, revision=info.sha,
-                            local_dir=into, tqdm_class=_bounded_bar(f"{uri.text}: the Hub sent {past}", limit))
+                            local_dir=into, tqdm_class=_bounded_bar(uri, sibling, into))
             verified = _verify(uri, into / sibling.rfilename, sibling)
             progress.add(verified["bytes"])
             return verified
@@ -107,12 +101,19 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
             "left_out": {"files": len(left_out), "bytes": sum(sibling.size or 0 for sibling in left_out)}}
 
 
-def _bounded_bar(past: str, limit: int):
-    """huggingface_hub's progress bar for one file, which stops its plain HTTP transfer past ``limit`` bytes (the
-    size the Hub lists, else what the volume has to spare), refused as ``past`` says: the client writes whatever a
-    server sends until the answer ends and compares sizes only then, so an endless answer would fill the shared
-    volume. The bar hears of each chunk before it is written."""
+def _bounded_bar(uri: StorageUri, sibling, into: Path):
+    """huggingface_hub's progress bar for one file, which stops its plain HTTP transfer past the size the Hub lists
+    (else what the volume has to spare): the client writes whatever a server sends until the answer ends and
+    compares sizes only then, so an endless answer would fill the shared volume. The bar hears of each chunk before
+    it is written."""
     from huggingface_hub.utils import tqdm
+
+    if sibling.size is not None:
+        limit, past = sibling.size, f"more of {sibling.rfilename} than the {sibling.size} bytes it lists"
+    else:
+        limit = room(into)
+        past = (f"over {amount(limit, None)} of {sibling.rfilename}, which it lists without a size, more than the "
+                "shared volume has to spare")
 
     class Bounded(tqdm):
         received = 0
@@ -124,7 +125,8 @@ def _bounded_bar(past: str, limit: int):
         def update(self, n=1):
             self.received += n  # n < 0: a retry that starts over takes back what it had counted
             if self.bounded and self.received > limit:
-                raise StagingError(f"{past}: stopped, nothing staged; check HF_ENDPOINT", retryable=False)
+                raise StagingError(f"{uri.text}: the Hub sent {past}: stopped, nothing staged; check HF_ENDPOINT",
+                                   retryable=False)
             return super().update(n)
 
     return Bounded

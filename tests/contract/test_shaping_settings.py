@@ -1,12 +1,13 @@
 """Whether a setting refuses a resume is a property of the setting (``shaping=True`` in
-trainer_contract/program_settings.py), read by every workload's resume check and said in the generated tables: the sets
-below are the intent, so that a change to one is deliberate."""
+trainer_contract/program_settings.py), read by every workload's resume check and said in the generated tables, as is
+whether a finished run's rerun names it (``noted=True``): the sets below are the intent, so that a change to one is
+deliberate."""
 
 import pytest
 
-from trainer_contract.config_reading import config_reference
+from trainer_contract.config_reading import NOTED, config_reference
 from trainer_contract.program_settings import FinetuneConfig, QaConfig, SftConfig, TrainConfig
-from trainer_contract.settings import config_fields, shaping_settings
+from trainer_contract.settings import config_fields, noted_settings, setting, shaping_settings
 
 SCHEDULE = {"epochs", "batch_size", "learning_rate", "seed", "train_samples"}
 # the settings of the programs whose loop is this project's own (AdamWSettings) that shape a run
@@ -30,14 +31,28 @@ def test_each_workload_refuses_a_resume_on_its_shaping_settings_and_says_so(conf
     for item in config_fields(config):
         row = next(line for line in table.splitlines() if line.startswith(f"| `{item.metadata['env']}` |"))
         assert row.endswith("A resume with another value is refused. |") is (item.name in shaping), row
+        assert row.endswith(f"{NOTED} |") is (item.name in noted_settings(config)), row
 
 
-def test_a_checkpoint_records_exactly_the_shaping_settings(tmp_path):
+@pytest.mark.parametrize("config, noted", [
+    (TrainConfig, {"strategy", "precision"}), (QaConfig, {"strategy", "precision"}), (FinetuneConfig, {"precision"}),
+    (SftConfig, {"strategy", "precision"})])
+def test_a_finished_runs_rerun_names_the_parallelism_and_precision_it_was_trained_with(config, noted):
+    assert set(noted_settings(config)) == noted and not set(noted) & set(shaping_settings(config))
+    with pytest.raises(TypeError, match="STEPS: a shaping setting refuses another value"):
+        setting("STEPS", int, 1, "Steps.", shaping=True, noted=True)
+
+
+def test_a_checkpoint_records_exactly_the_shaping_and_noted_settings(tmp_path):
     from trainer_runtime.pretrained import run_identity
 
     config = FinetuneConfig(model_dir=tmp_path)
     recorded = run_identity.record(config, world_size=2)
-    assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) and recorded["world_size"] == 2
+    assert set(recorded["config"]) == set(shaping_settings(FinetuneConfig)) | set(noted_settings(FinetuneConfig))
+    assert recorded["world_size"] == 2 and recorded["config"]["precision"] == "fp32"
+    # a noted setting is not compared: a checkpoint taken under fp32 resumes under bf16
+    assert run_identity.changes(recorded, run_identity.record(FinetuneConfig(model_dir=tmp_path, precision="bf16"), 2),
+                                "checkpoint step-1.ckpt", config) == []
     # TRAIN_FILES' globs as a list (as JSON and a checkpoint read back keep them): the same globs compare equal
     globbed = FinetuneConfig(model_dir=tmp_path, train_files=("chat/*.jsonl",))
     assert run_identity.record(globbed, 2)["config"]["train_files"] == ["chat/*.jsonl"]

@@ -4,6 +4,7 @@ its summary.json with the run's record, compared with this start's model, data a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -52,6 +53,20 @@ def test_every_built_in_program_tells_its_launcher_about_its_finished_run():
         # and the program's own shell reads the same class (trainer_runtime.run_shell)
         assert type(finished_run_of(program.config())) is type(run), program.module
     assert finished_run_of(object()) is None  # a program of the user's keeps no run the shell knows
+
+
+def test_a_rerun_asking_for_another_precision_is_told_the_run_was_trained_otherwise_and_not_redone(config):
+    finished(config, f1=97.4)
+    asked = PretrainedRun(dataclasses.replace(config, precision="bf16"))
+    assert asked.finished() and asked.changed_settings() == []
+    assert "already complete (48 steps, f1 97.4000; it was trained with PRECISION=fp32, not as asked now (a " \
+           "finished run is not redone for this)): nothing to do" in asked.describe_finished()
+    assert "trained with" not in PretrainedRun(config).describe_finished()
+    # a summary of an earlier version recorded the shaping settings alone: nothing to name
+    summary = json.loads((config.output_dir / "summary.json").read_text())
+    del summary["config"]["precision"]
+    (config.output_dir / "summary.json").write_text(json.dumps(summary))
+    assert "trained with" not in asked.describe_finished()
 
 
 def test_no_summary_is_no_finished_run(config):

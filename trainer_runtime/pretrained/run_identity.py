@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_contract.digests import file_digest, known_or_hashed, staged_sha256s
-from trainer_contract.settings import shaping_settings
+from trainer_contract.settings import noted_settings, shaping_settings
 from trainer_runtime import run_record
 
 # Files of a model directory that belong to its tokenizer (their digest is the tokenizer's revision); every
@@ -47,12 +47,15 @@ def data_revision(directory: Path) -> str:
 def record(config: Any, world_size: int, data: bool = False) -> dict[str, Any]:
     """What a checkpoint records of its run: the model's and tokenizer's revisions, the world size and the settings
     whose change makes a resumed run another run (declared ``shaping`` in trainer_contract/program_settings.py), a
-    path's content too (its file's digest: the same CHAT_TEMPLATE_PATH holding another template is another run);
-    ``data``: the data set's files too (DATASET_DIR's digest)."""
+    path's content too (its file's digest: the same CHAT_TEMPLATE_PATH holding another template is another run),
+    and those a finished run's rerun names (``noted``: STRATEGY, PRECISION); ``data``: the data set's files too
+    (DATASET_DIR's digest)."""
     shaping = {key: getattr(config, key) for key in shaping_settings(type(config))}
+    recorded = {**shaping, **{key: getattr(config, key) for key in noted_settings(type(config))}}
     return {"model_revision": revision(config.model_dir, False), "tokenizer_revision": revision(config.model_dir, True),
             **({"data_revision": data_revision(config.dataset_dir)} if data else {}),
-            "world_size": world_size, "config": {key: run_record.recorded_value(value) for key, value in shaping.items()},
+            "world_size": world_size,
+            "config": {key: run_record.recorded_value(value) for key, value in recorded.items()},
             "content_revisions": {key: content_revision(value) for key, value in shaping.items()
                                   if isinstance(value, Path)}}
 

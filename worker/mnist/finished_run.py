@@ -22,9 +22,6 @@ from trainer_runtime.finished_run import NEW_RUN_KEEPS, FinishedRun, read_summar
 from trainer_runtime.metrics_file import METRICS_FILE
 
 MODEL_SUMMARY, MODEL_WEIGHTS = "model.json", "model.pt"
-# Settings a finished run is not redone for (its model is as good), but that a rerun names when they differ:
-# "already complete" must not read as "done the way you asked".
-NOTED = ("strategy", "precision")
 CARD = "README.md"
 EXPORTED = (MODEL_WEIGHTS, MODEL_SUMMARY, METRICS_FILE)
 
@@ -63,13 +60,6 @@ class MnistRun(FinishedRun):
 
     def result_of(self, summary: dict[str, Any]) -> str:
         return f"test accuracy {summary['accuracy']:.4f} after {summary.get('epochs')} epochs"
-
-    def noted(self, summary: dict[str, Any]) -> str:
-        recorded, now = summary["config"], recorded_config(self.config)
-        differences = [f"{run_record.variable_of(TrainConfig, key)}={run_record.shown(recorded[key])}" for key in NOTED
-                       if key in recorded and run_record.differs(recorded[key], now[key])]
-        return (f"; it was trained with {', '.join(differences)}, not as asked now (a finished run is not redone "
-                "for these)") if differences else ""
 
     def directories(self) -> dict[str, Path]:
         return {DATA_VARIABLE: Path(self.config.data_dir), **super().directories()}
