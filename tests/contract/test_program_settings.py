@@ -33,13 +33,13 @@ def test_each_variable_is_declared_once():
 
 @pytest.mark.parametrize("config_class", list(BUILT_IN_PROGRAMS.values()))
 def test_every_program_reads_the_run_settings_the_same_way(config_class):
-    """A base setting keeps its variable, parser kind, flag and shaping in every program that composes it."""
+    """A base setting keeps its variable, parser kind, flag, shaping and noting in every program that composes it."""
     assert issubclass(config_class, RunSettings)
     own = {item.name: item for item in dataclasses.fields(config_class)}
     for base in dataclasses.fields(RunSettings):
         item = own[base.name]
-        assert (item.metadata["env"], item.metadata["flag"], item.metadata["shaping"]) == \
-            (base.metadata["env"], base.metadata["flag"], base.metadata["shaping"])
+        assert [item.metadata[key] for key in ("env", "flag", "shaping", "noted")] == \
+            [base.metadata[key] for key in ("env", "flag", "shaping", "noted")]
 
 
 @pytest.mark.parametrize("config_class, defaults", [
