@@ -6,6 +6,9 @@ import os
 import shutil
 import subprocess
 
+# apt-get's one run's bound: a cold machine downloads podman's or Slurm's packages and their dependencies
+APT_TIMEOUT = 900
+
 
 def install(packages: tuple[str, ...], tools: tuple[str, ...]) -> str | None:
     """apt-get install ``packages`` unless every one of ``tools`` is on PATH; None, or why it could not be done."""
@@ -15,9 +18,9 @@ def install(packages: tuple[str, ...], tools: tuple[str, ...]) -> str | None:
         return f"{', '.join(tools)} missing, and this user cannot apt-get install {' '.join(packages)}"
     command = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(command, capture_output=True, env=env).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env)
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if subprocess.run(command, capture_output=True, env=env, timeout=APT_TIMEOUT).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env, timeout=APT_TIMEOUT)
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT)
         if result.returncode != 0:
             return f"apt-get install {' '.join(packages)} failed: {result.stderr[-500:]}"
     return None

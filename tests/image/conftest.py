@@ -9,26 +9,27 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.apt import APT_TIMEOUT
 from tests.conftest import ROOT
-from tests.image.podman import Podman, install
+from tests.image.podman import BASE_IMAGE_TIMEOUT, PACKAGES, Podman, install
+from tests.long_setup import long_setup
 
 IMAGE = "localhost/indexed-trainer/worker:test"
+# Each long step's own bound: what it takes on a cold machine (docs/contributing.md), with room for a busy one.
+WHEELHOUSE_TIMEOUT = 1800  # ~3.5 GB of wheels (the registry's CUDA build of torch and its libraries)
+BUILD_TIMEOUT = 2400  # a venv of ~6 GB installed from them, then the package's layers
 # Kept between runs on one machine (base image, wheels), like a builder's cache; a fresh machine makes them.
 STATE = Path(os.environ.get("IMAGE_TEST_STATE", "/var/tmp/indexed-trainer-image-tests"))
 
 
-def say(message: str) -> None:
-    print(f"image tests: {message}", file=sys.stderr, flush=True)
-
-
 @pytest.fixture(scope="session")
-def podman():
-    reason = install()
+def podman(request):
+    with long_setup(request, f"image tests: apt-get install {' '.join(PACKAGES)} where missing", 3 * APT_TIMEOUT):
+        reason = install()
     podman = None if reason else Podman(STATE)
     reason = reason or podman.works()
     if reason:
@@ -46,12 +47,14 @@ def default_python_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def python_image(podman) -> str:
+def python_image(podman, request) -> str:
     """The Dockerfile's default base image, stood in for by the debootstrapped one under the same name: podman
     and buildah take a local image without pulling it (pull policy "missing"), so the Dockerfile builds with
     no --build-arg, as a user types it. (On this machine the name is the test base, whatever it was.)"""
     name = default_python_image()
-    podman("tag", podman.base_image(), name)
+    with long_setup(request, "image tests: the debootstrapped base image (once per machine)", BASE_IMAGE_TIMEOUT):
+        base = podman.base_image()
+    podman("tag", base, name)
     return name
 
 
@@ -61,7 +64,7 @@ UNTRACKED_BULK = {".venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"
                   "runs/local/checkpoints/ckpt-e0005-s000000.pt": 100 << 20}
 
 
-def build_context(directory: Path) -> Path:
+def build_context(directory: Path, request: pytest.FixtureRequest) -> Path:
     """A directory laid out like a user's checkout: its files as git sees them (tracked, and untracked but not
     ignored), wheels/ filled with the tested releases from this machine's package sources (the build then needs
     no network; wheels/README.md), and a .venv/ and runs/ of some hundred MB (UNTRACKED_BULK)."""
@@ -74,10 +77,11 @@ def build_context(directory: Path) -> Path:
             (directory / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, directory / name)
     wheelhouse = STATE / "wheelhouse"
-    say(f"pip download the tested releases (constraints.txt) into {wheelhouse}")
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheelhouse),
-                    "--requirement", str(ROOT / "constraints.txt"), "setuptools>=77", "wheel"],
-                   check=True, capture_output=True, timeout=1200)
+    with long_setup(request, f"image tests: pip download the tested releases (constraints.txt) into {wheelhouse}",
+                    WHEELHOUSE_TIMEOUT):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheelhouse),
+                        "--requirement", str(ROOT / "constraints.txt"), "setuptools>=77", "wheel"],
+                       check=True, capture_output=True, timeout=WHEELHOUSE_TIMEOUT)
     for wheel in wheelhouse.glob("*.whl"):
         os.link(wheel, directory / "wheels" / wheel.name)
     for name, size in UNTRACKED_BULK.items():
@@ -88,18 +92,16 @@ def build_context(directory: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkout() -> Path:
+def checkout(request) -> Path:
     """The session's user-like checkout (build_context); the image is built in it."""
-    return build_context(STATE / "checkout")
+    return build_context(STATE / "checkout", request)
 
 
 @pytest.fixture(scope="session")
-def image(podman, python_image, checkout):
+def image(podman, python_image, checkout, request):
     """`podman build --tag IMAGE .` in the checkout: the README's command with the tests' tag."""
-    say(f"podman build in {checkout} on {python_image} (the dependency layer is cached between runs; first "
-        "build: minutes)")
-    started = time.monotonic()
-    result = podman("build", "--tag", IMAGE, ".", cwd=checkout, timeout=2400, check=False)
+    with long_setup(request, f"image tests: podman build {IMAGE} in {checkout} on {python_image} (the dependency "
+                    "layer is cached between runs)", BUILD_TIMEOUT):
+        result = podman("build", "--tag", IMAGE, ".", cwd=checkout, timeout=BUILD_TIMEOUT, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    say(f"built {IMAGE} in {time.monotonic() - started:.0f} s")
     return IMAGE

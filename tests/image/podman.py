@@ -17,6 +17,7 @@ from tests import apt
 PACKAGES = ("podman", "buildah", "runc", "debootstrap", "uidmap")
 TOOLS = ("podman", "buildah", "runc", "debootstrap")
 BASE_IMAGE = "localhost/indexed-trainer-test-base:bookworm"
+BASE_IMAGE_TIMEOUT = 1200  # debootstrap of bookworm with python3 from Debian's mirror: a few minutes cold
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -61,7 +62,7 @@ class Podman:
         if self("image", "exists", BASE_IMAGE, check=False).returncode != 0:
             script = Path(__file__).with_name("make_base_image.sh")
             result = subprocess.run([str(script), BASE_IMAGE, str(self.state / "base")], capture_output=True,
-                                    text=True, timeout=1200, env=self.env)
+                                    text=True, timeout=BASE_IMAGE_TIMEOUT, env=self.env)
             assert result.returncode == 0, result.stderr[-3000:]
         return BASE_IMAGE
 

@@ -14,7 +14,8 @@ import pytest
 
 from tests.image.conftest import checkout, image, podman, python_image  # noqa: F401 - the image tier's
 from tests.kube_binaries import CONTROL_PLANE, NODE, binaries
-from tests.realnode.node import STATE, RealNode, missing_packages
+from tests.long_setup import long_setup
+from tests.realnode.node import IMPORT_TIMEOUT, STATE, RealNode, missing_packages
 
 
 def say(message: str) -> None:
@@ -50,12 +51,12 @@ def node():
 
 
 @pytest.fixture(scope="session")
-def worker_image(node, podman, image) -> str:  # noqa: F811 - the image tier's fixtures
+def worker_image(node, podman, image, request) -> str:  # noqa: F811 - the image tier's fixtures
     """The image tier's worker image in the node's containerd (imported once: 6.5 GB; kept between runs)."""
     image_id = podman("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
-    started = time.monotonic()
-    if node.import_image(image, image_id, ["podman", "save", "--format", "docker-archive", image], env=podman.env):
-        say(f"imported {image} into containerd in {time.monotonic() - started:.0f} s")
+    with long_setup(request, f"realnode: {image} into containerd (podman save | ctr import, unless it holds it)",
+                    IMPORT_TIMEOUT):
+        node.import_image(image, image_id, ["podman", "save", "--format", "docker-archive", image], env=podman.env)
     return image
 
 

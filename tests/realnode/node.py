@@ -43,6 +43,7 @@ CONTROLLERS = (*cluster.CONTROLLERS, "node-lifecycle-controller", "persistentvol
 DEBIAN = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "dnsmasq": "dnsmasq-base",
           "iptables": "iptables", "conntrack": "conntrack", "gcc": "gcc", "openssl": "openssl", "ip": "iproute2"}
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
+IMPORT_TIMEOUT = 1800  # the worker image's 6.5 GB streamed into containerd's content store: minutes cold
 
 
 def missing_packages() -> list[str]:
@@ -156,7 +157,7 @@ class RealNode:
             return False
         with subprocess.Popen(save, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as saver:
             imported = run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", "images", "import", "-",
-                           stdin=saver.stdout, timeout=1800, check=False)
+                           stdin=saver.stdout, timeout=IMPORT_TIMEOUT, check=False)
             saver.stdout.close()
             saver.wait(timeout=60)
         assert saver.returncode == 0 and imported.returncode == 0, f"{save[0]} save | ctr import: {imported.stderr}"
