@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from trainer_contract.storage import scrubbed
+
 # The module every process of the built-in worker runs: python -m worker (torchrun ... -m worker).
 BUILT_IN_WORKER = "worker"
 # The container command of the indexed-trainer launcher: torchrun's own, exiting with the worker's code.
@@ -49,10 +51,12 @@ TERMINATION_MESSAGE = Path("/dev/termination-log")
 
 
 def write_termination_message(message: str, path: Path = TERMINATION_MESSAGE) -> None:
-    """Only where the kubelet provides the file: never create one in /dev of a machine or a plain container."""
+    """Only where the kubelet provides the file: never create one in /dev of a machine or a plain container. The
+    message is scrubbed (it may quote another library's error, which quotes a URL): kubectl shows it to anyone who
+    may read the pod."""
     if path.is_file() and os.access(path, os.W_OK):
         try:
-            path.write_text(message[:4096] + "\n")  # the kubelet keeps at most 4096 bytes
+            path.write_text(scrubbed(message)[:4096] + "\n")  # the kubelet keeps at most 4096 bytes
         except OSError:
             pass
 

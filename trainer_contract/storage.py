@@ -117,22 +117,77 @@ def credential_parameters(url: str) -> list[str]:
     except ValueError:  # not a URL (a bracket left open): it has no parameters to name
         return []
     names = [part.partition("=")[0] for part in query.split("&") if part]
-    return [name for name in names if _SIGNED_URL_PARAMETER.match(unquote(name))
-            or _CREDENTIAL_WORDS & {word.lower() for word in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+",
-                                                                        unquote(name))}]
+    return [name for name in names if _credential_name(name)]
 
 
 def shown(text: str) -> str:
     """``text`` as a line may show it even when it is not a URL at all: redacted, and past that every query part
-    without a value and any fragment hidden (either can carry a token), and in a non-Hub URI whatever precedes an
-    '@' in a part of its path (a malformed URL, https:/user:pw@host, escapes redacted()'s user pattern)."""
+    without a value and any fragment hidden (either can carry a token), in a non-Hub URI whatever precedes an
+    '@' in a part of its path (a malformed URL, https:/user:pw@host, escapes redacted()'s user pattern), and a
+    query percent-encoded into the path (s3://bucket/key%3FX-Amz-Signature%3D...)."""
     base, has_fragment, _ = redacted(text).partition("#")
     base, has_query, query = base.partition("?")
     if has_query:  # the values are *** already
         query = "&".join(part if "=" in part else "***" for part in query.split("&"))
     if not base.lower().startswith("hf://"):  # a Hub revision follows an '@'
         base = re.sub(r"[^/@]*@", "***@", base)
-    return base + has_query + query + ("#***" if has_fragment else "")
+    return _pairs_hidden(base) + has_query + query + ("#***" if has_fragment else "")
+
+
+# Another library's words (botocore's, huggingface_hub's, urllib's) quote URLs as they sent them: a query percent-
+# encoded once or more (an S3 key's '?' in a path, a URL inside another's query), a user in an endpoint, a token.
+_ENCODED = r"%(?:25)*"  # '%', itself encoded any number of times
+_SEPARATOR = rf"(?:[?&]|{_ENCODED}3[Ff]|{_ENCODED}26)"  # '?' or '&', plain or encoded
+_EQUALS = rf"(?:=|{_ENCODED}3[Dd])"
+_STOP = rf"(?:[&#\s\"'<>`\\]|{_ENCODED}2[36])"  # what ends a value: '&', '#', a space or quote, encoded '&' or '#'
+_VALUE = rf"(?:(?!{_STOP}).)*"
+# a name holds no separator (each try then ends at the next one: linear in the text, whatever it is)
+_AFTER_SEPARATOR = re.compile(rf"({_SEPARATOR}(?:(?!{_STOP}|{_EQUALS}|{_SEPARATOR}).)*{_EQUALS}){_VALUE}")
+_NAMED_PAIR = re.compile(rf"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{{1,128}})({_EQUALS}){_VALUE}")  # name=value
+_QUOTED_PAIR = re.compile(rf"([\"']([A-Za-z0-9_.-]{{1,128}})[\"']\s*:\s*[\"']?){_VALUE}")  # 'name': 'value' (a dict, JSON)
+_SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}"
+_ANY_USERINFO = re.compile(rf"({_SCHEME}:/+)[^/?#\s@\"'<>]*@")
+_URL_TAIL = re.compile(rf"({_SCHEME}://[^\s\"'<>?#]*)(\?[^\s\"'<>#]*)?(#[^\s\"'<>]*)?")
+_KNOWN_TOKENS = ((re.compile(r"\b(hf_)[A-Za-z0-9]{16,}"), r"\1***"),  # a Hub token
+                 (re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"), r"\1***"),  # an AWS access key id
+                 (re.compile(r"\b([Bb]earer|[Bb]asic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"))
+
+
+def scrubbed(text: str) -> str:
+    """Free text (another library's exception, a line that quotes one) as a line, a termination message or a file
+    on the volume may hold it: every query value after a '?' or '&' and every value of a parameter named like a
+    credential, plain or percent-encoded, a URL's user and password, and the tokens whose shape says so, each
+    replaced by ``***``; the rest as it was, so that the line still says what failed and where."""
+    text = _pairs_hidden(_URL_TAIL.sub(_tail_hidden, _ANY_USERINFO.sub(r"\1***@", text)))
+    text = _QUOTED_PAIR.sub(lambda pair: f"{pair[1]}***" if _credential_name(pair[2]) else pair[0], text)
+    for pattern, replacement in _KNOWN_TOKENS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _pairs_hidden(text: str) -> str:
+    """Every value after a '?' or '&', and every value of a parameter named like a credential, plain or
+    percent-encoded (a key's '?' in a path: m.tar.gz%3FX-Amz-Signature%3D...)."""
+    text = _AFTER_SEPARATOR.sub(r"\1***", text)
+    return _NAMED_PAIR.sub(lambda pair: f"{pair[1]}{pair[2]}***" if _credential_name(pair[1]) else pair[0], text)
+
+
+def _tail_hidden(url: re.Match) -> str:
+    """A URL in free text with every query value and every query part without one (a bare token) hidden, and its
+    fragment (an OAuth implicit grant's token)."""
+    base, query, fragment = url[1], url[2], url[3]
+    if query:
+        query = "?" + "&".join(part.partition("=")[0] + "=***" if "=" in part else part and "***"
+                               for part in query[1:].split("&"))
+    return base + (query or "") + ("#***" if fragment else "")
+
+
+def _credential_name(name: str) -> bool:
+    """Whether a parameter's name says it holds a credential: a presigned URL's (X-Amz-*, X-Goog-*), or a word of
+    it (access_token, apiKey, Signature) that says token, key, signature or password."""
+    name = unquote(name)
+    return bool(_SIGNED_URL_PARAMETER.match(name) or _CREDENTIAL_WORDS & {
+        word.lower() for word in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)})
 
 
 def redacted(text: str) -> str:
@@ -300,6 +355,16 @@ def _web(text: str, naming: Naming) -> StorageUri:
     return StorageUri(text, "https", url=text)
 
 
+def _decoded(text: str, times: int = 4) -> str:
+    """``text`` percent-decoded until it stays the same (at most ``times``): what a doubly encoded '?' means."""
+    for _ in range(times):
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
 def _hugging_face(text: str, rest: str, naming: Naming) -> StorageUri:
     name = naming.whole
     repo, at, revision = rest.partition("@")
@@ -317,6 +382,10 @@ def _hugging_face(text: str, rest: str, naming: Naming) -> StorageUri:
 
 def _s3(text: str, rest: str, naming: Naming) -> StorageUri:
     name = naming.whole
+    if "?" in _decoded(rest):
+        raise StorageUriError(f"{name}: an s3:// URI takes no query ('?'): a presigned URL's signature is no key "
+                              "to read; write s3://bucket/prefix (credentials from a Secret: env_from_secrets), or "
+                              "give the presigned https:// URL as storage_uri_secret")
     bucket, _, prefix = rest.partition("/")
     if not _S3_BUCKET.match(bucket) or ".." in bucket:
         raise StorageUriError(f"{name}: {naming.part(bucket)!r} is not a bucket name (3-63 lower-case letters, digits, '.' "

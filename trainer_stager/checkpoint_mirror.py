@@ -20,7 +20,7 @@ from typing import Any
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.settings import ConfigError
-from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
+from trainer_contract.storage import URI_VARIABLES, StorageUri, parse, scrubbed
 from trainer_stager.errors import StagingError, missing_library
 
 
@@ -93,7 +93,8 @@ class CheckpointMirror:
         try:
             self._mirror(checkpoint)
         except Exception as error:  # a mirror's bug must not end the training: said, and the next one tries
-            self.log(f"checkpoint mirror: {checkpoint.name} not mirrored: {type(error).__name__}: {error}")
+            self.log(f"checkpoint mirror: {checkpoint.name} not mirrored: {type(error).__name__}: "
+                     f"{scrubbed(str(error))}")
 
     def _mirror(self, checkpoint: Path) -> None:
         def say(line: str) -> None:

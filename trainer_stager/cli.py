@@ -35,6 +35,7 @@ from trainer_contract.storage import (
     StorageUri,
     StorageUriError,
     parse,
+    scrubbed,
     shown,
 )
 from trainer_stager import place, restore
@@ -47,7 +48,8 @@ ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED
 
 
 def say(message: str) -> None:
-    print(f"stage: {message}", flush=True)
+    """A line of the stage step's log, scrubbed: it may quote a library's error, whose URL holds a query."""
+    print(f"stage: {scrubbed(message)}", flush=True)
 
 
 def index_of(environ: Mapping[str, str]) -> int:
@@ -204,8 +206,8 @@ def _code(error: Exception) -> int:
 
 
 def unexpected(error: Exception) -> str:
-    """One line for a fault of no kind the stager names (what a traceback would have said last), redacted."""
-    return shown(f"unexpected {type(error).__name__}: {error}".replace("\n", " "))[:2000]
+    """One line for a fault of no kind the stager names (what a traceback would have said last), scrubbed."""
+    return scrubbed(f"unexpected {type(error).__name__}: {error}".replace("\n", " "))[:2000]
 
 
 class _Parser(argparse.ArgumentParser):

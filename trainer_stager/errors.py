@@ -7,12 +7,18 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from trainer_contract.storage import scrubbed
+
 T = TypeVar("T")
 
 
 class StagingError(Exception):
+    """A fault as one line. Its text is scrubbed here, once for every place it reaches (the stage step's and the
+    launcher's logs, the termination message, the failure note on the volume): it often quotes another library's
+    error, whose URL may hold a query, a user or a token."""
+
     def __init__(self, message: str, *, retryable: bool):
-        super().__init__(message)
+        super().__init__(scrubbed(message))
         self.retryable = retryable
 
 

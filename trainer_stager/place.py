@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
 from trainer_contract.downloads import copy_bounded
-from trainer_contract.storage import MARKER
+from trainer_contract.storage import MARKER, scrubbed
 from trainer_contract.volume_notes import read_json_note
 from trainer_stager.errors import StagingError
 
@@ -64,7 +64,9 @@ class LeaderFailed(Exception):
 
 
 def record_failure(place: Path, message: str, code: int) -> None:
-    atomic_write(failure_file(place), json.dumps({"message": message, "code": code, "at": time.time()}).encode())
+    """Index 0's failure beside ``place``, which every waiting index reads and repeats: scrubbed."""
+    atomic_write(failure_file(place), json.dumps({"message": scrubbed(message), "code": code,
+                                                  "at": time.time()}).encode())
 
 
 # A marker lists a source and its files' digests: a megabyte is far more than any holds.

@@ -6,7 +6,7 @@ source is staged inside the staged tree; nothing a line shows holds a URL's pass
 from __future__ import annotations
 
 import string
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -144,3 +144,66 @@ def test_a_credential_never_reaches_a_line_whatever_the_uri(secret, place, role,
         assert secret not in line and secret not in unquote(line), line
         if known_as is not None and line is not lines[-1]:
             assert known_as in line and "h0st" not in line, line  # nothing of the text at all
+
+
+# Another library's words about a URL it sent, as botocore, requests, huggingface_hub and urllib write them.
+LIBRARY_MESSAGES = [
+    'EndpointConnectionError: Could not connect to the endpoint URL: "{url}"',
+    "ClientError: An error occurred (403) when calling the GetObject operation (reached max retries: 4): {url}",
+    "ConnectionError: HTTPConnectionPool(host='s3.example', port=9000): Max retries exceeded with url: {url} "
+    "(Caused by NewConnectionError('<urllib3.connection.HTTPConnection object>: Failed to establish a new "
+    "connection: [Errno 111] Connection refused'))",
+    "HfHubHTTPError: 401 Client Error: Unauthorized for url: {url} (Request ID: Root=1-abc)",
+    "ParamValidationError: Parameter validation failed: Invalid bucket name {url!r}: Bucket name must match",
+]
+CREDENTIAL_NAMES = ["X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "X-Goog-Signature", "sig",
+                    "token", "access_token", "apiKey", "password"]
+
+
+def _encoded(text: str, times: int) -> str:
+    for _ in range(times):
+        text = quote(text, safe="/")
+    return text
+
+
+def _url(where: str, name: str, secret: str, times: int) -> str:
+    """A URL holding ``secret`` as ``name``'s value ``where`` a library quotes it: in the path (an S3 key's '?',
+    percent-encoded ``times`` times), in a query value (a prefix), in the query itself, or as the user's password."""
+    query = f"?{name}={secret}&X-Amz-Expires=60"
+    if where == "path":
+        return f"http://s3.example:9000/team-data/{_encoded('m.tar.gz' + query, times)}"
+    if where == "prefix":
+        return f"http://s3.example:9000/team-data?list-type=2&prefix={_encoded('m' + query, max(times, 1))}"
+    if where == "query":
+        return f"http://s3.example:9000/team-data/m.tar.gz{query}"
+    return f"http://minio:{secret}@s3.example:9000/team-data"
+
+
+@CHECKS
+@given(secret=SECRET, name=st.sampled_from(CREDENTIAL_NAMES), times=st.integers(0, 3),
+       where=st.sampled_from(["path", "prefix", "query", "user"]), message=st.sampled_from(LIBRARY_MESSAGES),
+       bare=st.booleans())
+def test_a_credential_quoted_by_another_library_never_survives_scrubbing(secret, name, times, where, message, bare):
+    """scrubbed(): whatever a library's error says of a URL that held a signature, a token or a password (plain,
+    or percent-encoded once or more: %3F, %3D, %26, %253D), what a line shows holds none of it, decoded or not, and
+    still says where (the host)."""
+    url = _url(where, name, secret, times)
+    text = message.format(url=url.split("://", 1)[1].partition("/")[2] if bare and where != "user" else url)
+    line = storage.scrubbed(text)
+    for shown_as in (line, unquote(line), unquote(unquote(unquote(line)))):
+        assert secret not in shown_as, (text, line)
+    assert "s3.example" in line or "team-data" in line, line
+    assert storage.scrubbed(line) == line  # scrubbed once is scrubbed
+
+
+PLAIN = st.text(alphabet=string.ascii_letters + string.digits + " ./-_,()[]\n", max_size=80)
+
+
+@CHECKS
+@given(text=st.one_of(st.text(max_size=200), URLISH, PLAIN))
+def test_scrubbing_any_text_never_raises_is_stable_and_leaves_plain_words_alone(text):
+    line = storage.scrubbed(text)
+    assert storage.scrubbed(line) == line
+    if not any(shape in text for shape in ("hf_", "AKIA", "ASIA", "earer", "asic", "=", "?", "&", "%", "@", "#", ":",
+                                           "'", '"')):
+        assert line == text

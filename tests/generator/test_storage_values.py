@@ -69,6 +69,9 @@ def test_two_urls_of_the_same_file_name_are_staged_apart_and_archives_are_known(
     ("s3://bucket/a\tb", "dataset", "holds a control character"),
     ("https://bob:hunter2@host/f.tar.gz", "dataset", "a user or password in the URL"),
     ("https://../f.tar.gz", "dataset", "'..' is not a host name"),
+    ("s3://bucket/m.tar.gz?X-Amz-Signature=abc", "model", "an s3:// URI takes no query ('?')"),
+    ("s3://bucket/m.tar.gz%3FX-Amz-Signature%3Dabc", "model", "an s3:// URI takes no query ('?')"),
+    ("s3://bucket/m.tar.gz%253Fsig%253Dabc", "dataset", "an s3:// URI takes no query ('?')"),
 ])
 def test_a_bad_uri_says_what_is_wrong_and_what_to_write(text, role, words):
     with pytest.raises(StorageUriError, match=words.replace("(", r"\(").replace(")", r"\)")
@@ -107,6 +110,9 @@ def test_a_credential_written_into_the_values_is_refused_and_never_printed(sets)
     (["initializer.dataset.storage_uri=https://[::1/f?token=tok-77"], "tok-77"),
     (["entrypoint.script=train.py", "config_map.AWS_ENDPOINT_URL=http://key:s3cret@127.0.0.1:9000"], "s3cret"),
     (["env=[{name: HF_ENDPOINT, value: 'https://hub.example/?token=hf-tok-9'}]"], "hf-tok-9"),
+    # a presigned URL pasted into an s3:// URI, as written or percent-encoded
+    (["initializer.model.storage_uri=s3://team-data/m.tar.gz?X-Amz-Signature=sig-4471&X-Amz-Expires=60"], "sig-4471"),
+    (["initializer.dataset.storage_uri=s3://team-data/d.tar%3FX-Amz-Signature%3Dsig-4472"], "sig-4472"),
 ])
 def test_a_uri_or_endpoint_that_holds_a_secret_is_refused_without_showing_it(sets, secret):
     result = run_main(*[arg for item in sets for arg in ("--set", item)])

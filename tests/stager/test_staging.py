@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -536,6 +537,70 @@ def test_a_uri_from_a_secret_that_does_not_parse_is_named_by_its_secret_never_by
     output = result.stdout + result.stderr
     assert "from Secret presigned key url" in output
     assert "sig-0123456789" not in output and "files.example" not in output and "Traceback" not in output
+
+
+SIGNATURE = "Sig0123456789abcdefSECRET"
+# The stager run as the kubelet runs it, its termination message written to a file the test reads (the kubelet's
+# /dev/termination-log is the default of write_termination_message's path).
+WITH_TERMINATION_LOG = ("import sys; from pathlib import Path; from trainer_contract import launcher; "
+                        "launcher.write_termination_message.__defaults__ = (Path(sys.argv[1]),); "
+                        "from trainer_stager.cli import main; sys.exit(main(argv=[]))")
+
+
+def refused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: a connection there is refused at once."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(("case", "source", "endpoints", "code"), [
+    # the issue's: a presigned URL pasted into s3:// (S3 keys may hold '?', but a signature is no key anyone meant)
+    ("query", "s3://team-data/m.tar.gz?X-Amz-Signature={secret}&X-Amz-Expires=60", {}, BAD_CONFIG),
+    ("encoded query", "s3://team-data/m.tar.gz%3FX-Amz-Signature%3D{secret}%26X-Amz-Expires%3D60", {}, BAD_CONFIG),
+    # what botocore's own error quotes: the endpoint as the pod's Secret gave it
+    ("endpoint's token", "s3://team-data/models/m", {"AWS_ENDPOINT_URL": "http://127.0.0.1:{port}/?X-Amz-Security-Token={secret}"},
+     DATA_UNAVAILABLE),
+    ("endpoint's user", "s3://team-data/models/m", {"AWS_ENDPOINT_URL": "http://minio:{secret}@127.0.0.1:{port}"},
+     DATA_UNAVAILABLE),
+    # huggingface_hub's and requests' words: the Hub's URL with the endpoint's query in its path
+    ("hub's token", "hf://org/tiny", {"HF_ENDPOINT": "http://127.0.0.1:{port}/?token={secret}"}, DATA_UNAVAILABLE),
+])
+def test_no_signature_reaches_a_line_the_termination_message_or_the_volume_from_a_refusing_endpoint(
+        tmp_path, case, source, endpoints, code):
+    """Against an endpoint that refuses the connection, every text the stager writes (its log, its termination
+    message, index 0's failure note on the volume that every other index repeats) holds none of a credential,
+    whether it is in the URI (refused before any request), or in another library's error text quoting a URL."""
+    port = refused_port()
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    text = source.format(secret=SIGNATURE)
+    environ = {storage.URI_VARIABLES["model"]: text, "INDEXED_TRAINER_STAGING_ATTEMPTS": "1",
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DOWNLOAD_TIMEOUT": "2",
+               **{name: value.format(port=port, secret=SIGNATURE) for name, value in endpoints.items()}}
+    if code != BAD_CONFIG:
+        environ["MODEL_DIR"] = storage.parse(text, "model").staged_path(str(volume), "model")
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    env = {"PATH": os.environ["PATH"], "HOME": str(OUTSIDE), "JOB_COMPLETION_INDEX": "0",
+           "HF_HUB_DISABLE_TELEMETRY": "1", **environ}
+    result = subprocess.run([str(BIN / "python"), "-c", WITH_TERMINATION_LOG, str(termination)], env=env,
+                            cwd=volume, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    errors = [line for line in result.stdout.splitlines() if line.startswith("stage: error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output
+    if code == BAD_CONFIG:
+        assert "an s3:// URI takes no query" in errors[0] and "***" in errors[0], errors[0]
+    written = {"output": output, "termination message": termination.read_text()}
+    assert written["termination message"].startswith(f"exit {code}: staging failed: "), written
+    written |= {str(path): path.read_bytes().decode(errors="replace") for path in volume.rglob("*") if path.is_file()}
+    assert code == BAD_CONFIG or any(".failed-" in name for name in written), written  # index 0's note was written
+    for where, what in written.items():
+        assert SIGNATURE not in what and SIGNATURE not in unquote(unquote(what)), (case, where, what)
 
 
 @pytest.mark.parametrize("planted", ["fifo", "link to /dev/zero", "a list", "huge"])
