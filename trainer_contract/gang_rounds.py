@@ -19,9 +19,10 @@ gang shares (OUTPUT_DIR/.gang/):
 - ``failed/<job>/<generation>``: the Job's failed rounds, one file each, created exclusively, so a round is judged
   once however many pods saw it fail: "node <n> exit <code>", counted, or with " after-progress <checkpoint>" when
   the round had published a newer checkpoint than the one it resumed from (a fault, not a crash loop: not
-  counted). In-place restarts draw from max_restarts: when more rounds than that failed without progress, the
-  launcher ends its pod with RESTARTS_EXHAUSTED, which fails the Job (a deterministic crash, which fails before its
-  next checkpoint, still fails it after max_restarts + 1 such rounds). ``<job>`` is the Job's uid (Kubernetes: the
+  counted). In-place restarts draw from max_restarts: when more rounds than that failed without progress one after
+  another (a round that published a checkpoint starts the count anew), the launcher ends its pod with
+  RESTARTS_EXHAUSTED, which fails the Job (a deterministic crash, which fails before its next checkpoint, still
+  fails it after max_restarts + 1 such rounds; faults separated by training never add up, however long the job). ``<job>`` is the Job's uid (Kubernetes: the
   controller-uid label; Slurm: the job id, which a requeue keeps), so another Job on the same volume starts with its
   own budget.
 
@@ -286,20 +287,37 @@ class GangRounds:
 
     def verdicts(self) -> list[bool]:
         """Whether each failed round of the Job was counted (False: a fault after progress), by round."""
+        return [counted for _, counted in self._judged_rounds()]
+
+    def _judged_rounds(self) -> list[tuple[int, bool]]:
+        """The Job's failed rounds, in order: (generation, counted)."""
         if self.job is None:
-            lines = [line for _, line in sorted(self._local_verdicts.items())]
+            lines = sorted(self._local_verdicts.items())
         else:
             # only what judge() writes counts: a round's number, a verdict's line (a FIFO, a link, or a file of
             # another shape left on the volume spends nothing)
             directory = self.directory / FAILED / self.job
             names = sorted((item for item in directory.iterdir() if item.name.isdigit() and len(item.name) <= 12),
                            key=lambda item: int(item.name)) if directory.is_dir() else []
-            lines = [line for line in (read_note(item) or "" for item in names) if _VERDICT.fullmatch(line.strip())]
-        return [AFTER_PROGRESS not in line.split() for line in lines]
+            lines = [(int(item.name), read_note(item) or "") for item in names]
+        return [(generation, AFTER_PROGRESS not in line.split()) for generation, line in lines
+                if _VERDICT.fullmatch(line.strip())]
 
     def failures(self) -> int:
-        """The Job's failed rounds that count against max_restarts."""
-        return sum(self.verdicts())
+        """The rounds that count against max_restarts: those that failed without progress one after another, since
+        the newest round that published a checkpoint (whether that round failed after it, or ended unjudged: the
+        whole gang preempted). A crash loop spends the budget; faults separated by training never add up."""
+        judged = self._judged_rounds()
+        progress, announced = self.progress(), self.announced()
+        # a progress note from a round not yet announced is not the gang's (a note planted on the volume): no reset
+        newest = progress.generation if progress and (announced is None or progress.generation <= announced[0]) \
+            else 0
+        streak = 0
+        for generation, counted in reversed(judged):
+            if not counted or generation < newest:  # a later round published a checkpoint
+                break
+            streak += 1
+        return streak
 
     # -- the gang's end ---------------------------------------------------------------------------------------
     def end(self, generation: int, code: int) -> None:

@@ -43,7 +43,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "failed_rounds": ("The Job's rounds that failed and were restarted in place, by whether they counted against "
                       "max_restarts (false: a fault after progress, a round that had published a newer checkpoint)",
                       ("counted",)),
-    "max_restarts": ("The failed rounds without progress the Job may restart (values max_restarts)", ()),
+    "failed_rounds_in_a_row": ("The Job's rounds that failed without progress one after another, since the newest "
+                               "round that published a checkpoint: what max_restarts bounds", ()),
+    "max_restarts": ("The rounds failed without progress in a row the Job may restart (values max_restarts)", ()),
     "goodput_ratio": ("The share of the wall time since the Job's first step not lost to faults", ()),
     "faults": ("The Job's faults recovered from in place, by kind", ("kind",)),
     "fault_seconds": ("Seconds the Job's faults cost, by phase (detect, restart, restore, recompute)", ("phase",)),
@@ -103,9 +105,10 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
     counted = samples.get('failed_rounds{counted="true"}')
     after_progress = samples.get('failed_rounds{counted="false"}')
     if counted is not None or after_progress is not None:
-        limit = samples.get("max_restarts")
-        parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" of {limit:.0f} allowed" if limit is not None
-                                                                      else "")
+        limit, in_a_row = samples.get("max_restarts"), samples.get("failed_rounds_in_a_row")
+        budget = (f"{in_a_row:.0f} in a row" if in_a_row is not None else "") + (
+            f" of {limit:.0f} allowed" if limit is not None else "")
+        parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" ({budget.strip()})" if budget else "")
                      + f", {after_progress or 0:.0f} after progress not counted")
     faults = sum(value for name, value in samples.items() if name.startswith("faults{"))
     lost = sum(value for name, value in samples.items() if name.startswith("fault_seconds{"))

@@ -11,8 +11,9 @@ the Job:
   that pod counted it), or every pod was a victim, or one vanished whole (then index 0 counts it);
 - anything else (a crash, a killed process, a stall): judged once for the gang, then the next round. A round that
   made progress (published a newer checkpoint than the one it resumed from) is a fault, not a crash loop: not
-  counted. One that made none is counted, and once more rounds failed without progress than max_restarts, the pod
-  exits RESTARTS_EXHAUSTED and the Job fails: a deterministic crash still fails it after max_restarts + 1 rounds.
+  counted, and it starts the count anew. One that made none is counted, and once more rounds failed without
+  progress one after another than max_restarts, the pod exits RESTARTS_EXHAUSTED and the Job fails: a deterministic
+  crash still fails it after max_restarts + 1 rounds, while faults separated by training never end a job.
   The other pods end with the same code (shared_end), not as victims: the Job controller may see any pod's end
   first, and a 75 seen first would be ignored and its index given a replacement pod.
 
@@ -141,7 +142,8 @@ class InPlaceRecovery:
         failures = self.rounds.failures()
         if self.rounds.judged(self.generation) and failures > self.limit:
             self.say(f"round {self.generation} failed: the pod that failed first spent the last restart ({failures} "
-                     f"rounds failed, max_restarts {self.limit}) and ends the Job; exiting "
+                     f"rounds failed in a row without a newer checkpoint, max_restarts {self.limit}) and ends the "
+                     "Job; exiting "
                      f"{exit_codes.RESTARTS_EXHAUSTED} with it")
             return exit_codes.RESTARTS_EXHAUSTED
         return None
@@ -165,9 +167,9 @@ class InPlaceRecovery:
                       f"{self.limit} restarts spent)")
             return None
         if verdict.failures > self.limit:
-            self.say(f"round {self.generation} failed: {why}; {verdict.failures} rounds of this Job have failed, more "
-                     f"than max_restarts ({self.limit}) allows (rounds that published a newer checkpoint are not "
-                     f"counted): exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
+            self.say(f"round {self.generation} failed: {why}; {verdict.failures} rounds of this Job have failed in a "
+                     f"row without a newer checkpoint, more than max_restarts ({self.limit}) allows (a round that "
+                     f"published one starts the count anew): exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
             return self.end(exit_codes.RESTARTS_EXHAUSTED)
         self.tell(f"round {self.generation} failed: {why}; restarting in place ({verdict.failures} of at most "
                   f"{self.limit} restarts; no newer checkpoint in this round)")

@@ -133,14 +133,17 @@ class Live:
 
     def _failed_rounds(self, output_dir: Path, environ: Mapping[str, str] = os.environ) -> None:
         """Where the launcher restarts rounds in place: the Job's failed rounds so far, counted and not (faults
-        after progress), as the launchers judged them (trainer_contract/gang_rounds.py)."""
+        after progress), as the launchers judged them, and those in a row that max_restarts bounds
+        (trainer_contract/gang_rounds.py)."""
         in_place, limit = in_place_settings(environ)
         job = job_identity(environ)
         if not in_place or job is None or not (output_dir / GANG_DIRECTORY).is_dir():
             return
-        verdicts = GangRounds(output_dir, 0, "", job).verdicts()
+        rounds = GangRounds(output_dir, 0, "", job)
+        verdicts = rounds.verdicts()
         self._set("failed_rounds", sum(verdicts), counted="true")
         self._set("failed_rounds", len(verdicts) - sum(verdicts), counted="false")
+        self._set("failed_rounds_in_a_row", rounds.failures())
         self._set("max_restarts", limit)
 
     def progress(self, step: int, *, steps: int, epoch: int | None = None, epochs: int | None = None) -> None:

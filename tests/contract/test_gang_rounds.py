@@ -277,6 +277,39 @@ def test_a_crash_loop_fails_after_max_restarts_plus_one_rounds_and_faults_after_
     assert decider.rounds.ended() == exit_codes.RESTARTS_EXHAUSTED
 
 
+# Each round: "crash" (failed before a newer checkpoint: counted), "fault" (failed after publishing one: not
+# counted), "lost" (published one and ended unjudged: the whole gang preempted, its pods recreated).
+@pytest.mark.parametrize(("rounds", "failures"), [
+    (["crash"], 1),
+    (["crash", "crash", "crash"], 3),  # a crash loop: every round counts
+    (["crash", "crash", "fault", "crash"], 1),  # training between faults starts the count anew
+    (["crash", "fault", "crash", "fault", "crash", "fault", "crash"], 1),
+    (["fault"] * 6, 0),
+    (["crash", "crash", "lost", "crash"], 1),  # a checkpoint published in a round nobody judged resets it too
+    (["fault", "crash", "crash"], 2),
+])
+def test_the_budget_counts_rounds_failed_without_progress_one_after_another(tmp_path, rounds, failures):
+    gang = GangRounds(tmp_path, 0, "t", "job")
+    for generation, ending in enumerate(rounds, start=1):
+        gang.announce()
+        if ending in ("fault", "lost"):
+            publish(tmp_path, generation, f"ckpt-e{generation:04d}-s000000.pt")
+        if ending != "lost":
+            gang.judge(generation, 137 if ending == "fault" else 1, gang.progressed(generation, None))
+    assert gang.failures() == failures
+
+
+def test_a_progress_note_from_a_round_not_yet_announced_resets_nothing(tmp_path):
+    """The volume's notes are data: a note planted for a round far ahead of the gang's would otherwise reset the
+    count for ever, and a crash loop would never end."""
+    gang = GangRounds(tmp_path, 0, "t", "job")
+    for generation in (1, 2):
+        gang.announce()
+        gang.judge(generation, 1, None)
+    publish(tmp_path, 999, "ckpt-planted.pt")
+    assert gang.failures() == 2
+
+
 def test_the_live_metrics_say_how_the_jobs_failed_rounds_were_judged(tmp_path):
     from prometheus_client import generate_latest
 
@@ -293,7 +326,7 @@ def test_the_live_metrics_say_how_the_jobs_failed_rounds_were_judged(tmp_path):
                "INDEXED_TRAINER_JOB_UID": "job"}
     live._failed_rounds(tmp_path, environ)
     line = metrics.summary(metrics.parse(generate_latest(live.registry).decode()))
-    assert line == "failed rounds: 2 counted of 5 allowed, 1 after progress not counted"
+    assert line == "failed rounds: 2 counted (2 in a row of 5 allowed), 1 after progress not counted"
 
 
 # -- a node lost whole where nothing starts a successor (Slurm: the batch script requeues the job) ---------------

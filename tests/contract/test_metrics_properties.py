@@ -36,6 +36,7 @@ def test_what_is_served_reads_back(step, planned, loss):
 
 
 def test_the_restart_budget_reads_as_one_part_of_the_line():
-    scrape = ('indexed_trainer_failed_rounds{counted="true"} 1.0\n'
+    scrape = ('indexed_trainer_failed_rounds{counted="true"} 2.0\nindexed_trainer_failed_rounds_in_a_row 1.0\n'
               'indexed_trainer_failed_rounds{counted="false"} 4.0\nindexed_trainer_max_restarts 3.0\n')
-    assert metrics.summary(metrics.parse(scrape)) == "failed rounds: 1 counted of 3 allowed, 4 after progress not counted"
+    assert metrics.summary(metrics.parse(scrape)) == ("failed rounds: 2 counted (1 in a row of 3 allowed), 4 after "
+                                                      "progress not counted")

@@ -17,7 +17,7 @@ from tests.controlplane.scenarios import (
     fault_outcome,
 )
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, run_local_job, volume
-from tests.mnist.launch import fault_env, read_until, recorded_epochs
+from tests.mnist.launch import CRASH_FAULT_CRASH, fault_env, read_until, recorded_epochs
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +120,28 @@ def test_a_fault_on_every_start_ends_after_max_restarts_plus_one_rounds_in_place
                         r"FailJob rule at index 0", status["condition"]["message"])
     assert status["restarts"] == {"0": 0, "1": 0} and len(status["pods"]) == 2
     assert log.count(f"{counted_by}; restarting in place") == 2  # rounds 1 and 2
-    assert f"round 3 failed: {counted_by}; 3 rounds of this Job have failed, more than max_restarts (2)" in log
+    assert f"round 3 failed: {counted_by}; 3 rounds of this Job have failed in a row without a newer checkpoint, more than max_restarts (2)" in log
     assert log.count("Rank 0: process group: gloo") == 3
+
+
+def test_rounds_failed_without_progress_are_counted_in_a_row_and_training_between_them_starts_anew(tmp_path):
+    """max_restarts 1 bounds a crash loop, not a job's life: crash (1 in a row), a fault after epoch 1's
+    checkpoint (not counted, the count starts anew), crash again (1 in a row, not 2 of 1): the Job completes. Under
+    a count over the job's life the third round exited 80 and the Job failed."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=3", "config_map.BATCH_SIZE=32")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=500, env=fault_env(CRASH_FAULT_CRASH))
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert status["restarts"] == {"0": 0, "1": 0}
+    worker_failed = "this pod's worker failed with exit code"
+    assert (f"round 1 failed: {worker_failed} 3; restarting in place (1 of at most 1 restarts; no newer checkpoint "
+            "in this round)") in log, log[-5000:]
+    assert (f"round 2 failed: {worker_failed} 137; restarting in place, not counted: fault after progress "
+            "(checkpoint ckpt-e0001-s000000.pt published in this round; 0 of at most 1 restarts spent)") in log
+    assert (f"round 3 failed: {worker_failed} 3; restarting in place (1 of at most 1 restarts; no newer checkpoint "
+            "in this round)") in log, log[-5000:]
+    assert "round 4 of the gang: new workers" in log
+    assert recorded_epochs(claim / "runs" / "mnist-train") == [1, 2, 3]
 
 
 # each fault after a newer checkpoint than the round resumed from: a worker of index 1, then one of index 0, ...

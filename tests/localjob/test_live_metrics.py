@@ -156,6 +156,6 @@ def test_after_a_fault_the_live_metrics_and_the_status_view_say_what_it_cost(tmp
                                                                            "recompute")}
     assert samples['failed_rounds{counted="false"}'] == 1 and samples['failed_rounds{counted="true"}'] == 0
     line = next(line for line in status_view.splitlines() if line.startswith("index 0's live metrics:"))
-    assert "failed rounds: 0 counted of 3 allowed, 1 after progress not counted" in line
+    assert "failed rounds: 0 counted (0 in a row of 3 allowed), 1 after progress not counted" in line
     assert re.search(r"goodput \d+% \(1 fault, [\d.]+ s lost\)", line), line
     assert re.search(r"Rank 0: fault 1: worker failed \(exit 137\) in round 1; [\d.]+ s lost", log)

@@ -17,6 +17,11 @@ from tests.conftest import BIN, OUTSIDE
 FAULT_INJECTION = Path(__file__).resolve().parent.parent / "fault_injection"
 
 
+# A crash before the first checkpoint, a fault after it, a crash before the next one (3 epochs): 2 rounds failed
+# without progress over the job's life, never 2 in a row (local-job and Slurm run it with max_restarts 1).
+CRASH_FAULT_CRASH = "exit=3@batch=1.2,rank=1,attempt=0; sigkill@batch=2.3,rank=0,attempt=1; exit=3@batch=2.5,rank=1,attempt=2"
+
+
 def fault_env(spec: str) -> dict[str, str]:
     """The environment that injects the faults of ``spec`` (tests/fault_injection/fault_injector.py)."""
     return {"FAULT_INJECT": spec, "PYTHONPATH": str(FAULT_INJECTION)}

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.mnist_data import dataset_files, write_raw
 from tests.conftest import BIN, ROOT, node_environment
-from tests.mnist.launch import fault_env, free_port, recorded_epochs
+from tests.mnist.launch import CRASH_FAULT_CRASH, fault_env, free_port, recorded_epochs
 from tests.slurm_cluster import started_cluster
 from trainer_contract import exit_codes
 
@@ -188,7 +188,8 @@ def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster
     log = job_log(shared)
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", log[-4000:]
     assert re.search(r"mnist-train: failed with exit code \d+ after progress \(checkpoint ckpt-e0001-s000000\.pt "
-                     r"published\): not counted \(0 of at most 1 restarts spent\): requeued", log), log[-4000:]
+                     r"published\): not counted, the count starts anew \(0 of at most 1 restarts spent; 0 in a row before\): "
+                     r"requeued", log), log[-4000:]
     for generation, checkpoint in ((1, "ckpt-e0002-s000000.pt"), (2, "ckpt-e0003-s000000.pt")):
         assert (f"restarting in place, not counted: fault after progress (checkpoint {checkpoint} published in "
                 "this round; 0 of at most 1 restarts spent)") in log, log[-4000:]
@@ -208,6 +209,20 @@ def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster
     assert "round 1 failed: this pod's worker failed with exit code 3; restarting in place (1 of at most 1" in log
     assert "round 2 failed: this pod's worker failed with exit code 3; 2 rounds of this Job have failed" in log
     assert f"mnist-train: more failed rounds than max_restarts (exit {exit_codes.RESTARTS_EXHAUSTED}): not requeued" in log
+
+    # crash, a fault after epoch 1's checkpoint, crash: never 2 in a row, the job completes (a count over the job's
+    # life failed it in round 3)
+    separated = tmp_path / "separated"
+    separated.mkdir()
+    shared = shared_dir(separated, digits)
+    prepare(separated, shared, node_venv, "max_restarts=1", "config_map.EPOCHS='3'", "config_map.BATCH_SIZE='32'",
+            *SHORT_EPOCHS)
+    job_id = submit(cluster, separated, shared, fault_env(CRASH_FAULT_CRASH))
+    state = wait_for(cluster, job_id, timeout=600)
+    log = job_log(shared)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "0", log[-4000:]
+    assert "round 3 failed: this pod's worker failed with exit code 3; restarting in place (1 of at most 1" in log
+    assert recorded_epochs(shared / "runs" / "mnist-train") == [1, 2, 3]
 
 
 # scontrol's JobState of a job on its way through the time limit's signal and its requeue: still alive (SIGNALING

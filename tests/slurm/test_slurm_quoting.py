@@ -137,6 +137,30 @@ def test_the_restart_counter_is_read_as_digits_only(tmp_path, content):
     spent = int(digits or 0) + 1
     assert (runs / ".slurm-failures-7").read_text().strip() == str(spent)
     if spent > 3:
-        assert ran.returncode == 1 and f"{spent} failures > max_restarts 3: not requeued" in ran.stderr
+        assert ran.returncode == 1 and f"{spent} failures in a row without a newer checkpoint > max_restarts 3: not " \
+                                       "requeued" in ran.stderr
     else:
-        assert f"failure {spent} of at most 3 restarts): requeued" in ran.stderr
+        assert f"failure {spent} in a row of at most 3 restarts): requeued" in ran.stderr
+
+
+def test_the_restart_counter_counts_failed_steps_in_a_row_and_a_step_after_progress_starts_it_anew(tmp_path):
+    """max_restarts 3 bounds failed steps one after another, not over the job's life: a step that published a
+    newer checkpoint before it failed (a fault after training) is not counted and sets the count back to 0, so
+    crash, crash, fault, crash leaves 1, where a whole-life count would have left 3."""
+    result = run_main("--target", "slurm", f"--set-string=slurm.shared_dir={tmp_path / 'shared'}")
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "shared" / "runs" / "mnist-train"
+    # the step fails; in a fault after training, its rank 0 noted a newer checkpoint first (PROGRESS_PATH)
+    step = ('code=1  # the step failed\nif [ -n "${NEW_CHECKPOINT:-}" ]; then mkdir -p "$OUTPUT_DIR/.gang" && '
+            'echo "1 $NEW_CHECKPOINT 1700000000.0" > "$OUTPUT_DIR/.gang/progress"; fi')
+    script = result.stdout.replace("code=$?", step, 1)
+    spent = []
+    for number, ending in enumerate(["crash", "crash", "fault", "crash"]):
+        directory = tmp_path / f"allocation-{number}"
+        directory.mkdir()
+        extra = {"NEW_CHECKPOINT": f"ckpt-e{number:04d}-s000000.pt"} if ending == "fault" else {}
+        ran, _ = run_script(script, directory, **extra)
+        assert ran.returncode == 1 and "requeued" in ran.stderr and "not requeued" not in ran.stderr, ran.stderr
+        spent.append(int((runs / ".slurm-failures-7").read_text()))
+    assert spent == [1, 2, 0, 1]
+    assert "failure 1 in a row of at most 3 restarts): requeued" in ran.stderr
