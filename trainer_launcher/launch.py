@@ -22,6 +22,9 @@ what it exits with and in two checks before the rendezvous:
   in place, index 0 counts that round instead.
 - With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
   INDEXED_TRAINER_CHECKPOINT_DIR to the bucket, beside torchrun (checkpoint_watch.py).
+- Over several nodes, a round's failure reaches every pod at once: the launcher that saw it first sets a key in
+  torchrun's store, and every other launcher, waiting on it, stops its workers instead of leaving them blocked in the
+  process group's connect until the collective timeout (round_alarm.py).
 - Over several nodes, node 0 leaves torchrun's exit barrier last: it keeps the rendezvous store up until the others
   have counted themselves out (rendezvous_store.py), so no follower's agent logs a lost store after a completed run.
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
@@ -61,7 +64,7 @@ from trainer_contract.launcher import write_termination_message
 from trainer_contract.program_settings import OUTPUT_VARIABLE
 from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_contract.settings import ConfigError
-from trainer_launcher import rendezvous_store
+from trainer_launcher import rendezvous_store, round_alarm
 from trainer_launcher.checkpoint_watch import watch_from
 from trainer_launcher.programs import KeptRun, kept_run, warm_imports
 from trainer_launcher.recovery import InPlaceRecovery
@@ -70,6 +73,7 @@ from trainer_launcher.warm_workers import WarmWorkers
 _said: list[str] = []
 _signalled: list[int] = []  # the signals this launcher received during the round (not its workers' own deaths)
 _warned: list[str] = []  # warnings the termination message carries too, whatever the ending
+_root_cause: list[int] = []  # the process of the worker that failed first in the round, as torchrun reported it
 
 
 def say(message: str) -> None:
@@ -322,7 +326,7 @@ def _round(args, recovery: InPlaceRecovery, warm: WarmWorkers) -> int | None:
         return recovery.end(code)
     warm.start()
     _signalled.clear()
-    code = run_training(args)
+    code = run_training(args, spare=warm.pids())
     if code == exit_codes.OK:
         return recovery.end(code)
     try:
@@ -405,9 +409,10 @@ def tell(message: str) -> None:
     print(f"launcher: {message}", file=sys.stderr, flush=True)
 
 
-def run_training(args, environ=os.environ) -> int:
+def run_training(args, environ=os.environ, spare: frozenset[int] = frozenset()) -> int:
     """torchrun, with node 0's watch over a user's program's checkpoint directory beside it when the render asks for
-    one (checkpoint.storage_uri: trainer_launcher/checkpoint_watch.py); the pod's exit code."""
+    one (checkpoint.storage_uri: trainer_launcher/checkpoint_watch.py); the pod's exit code. ``spare``: this
+    process's children that are not torchrun's (the warm-worker server)."""
     try:
         watch = watch_from(environ, args.node_rank, tell)
     except ConfigError as error:
@@ -415,7 +420,7 @@ def run_training(args, environ=os.environ) -> int:
             say(f"configuration error: {problem}; exiting {exit_codes.BAD_CONFIG}")
         return exit_codes.BAD_CONFIG
     try:
-        return run_torchrun(args)
+        return run_torchrun(args, spare)
     finally:
         if watch is not None:
             close_watch(watch)
@@ -433,11 +438,20 @@ def close_watch(watch) -> None:
                  "flight within the grace period")
 
 
-def run_torchrun(args) -> int:
+def run_torchrun(args, spare: frozenset[int] = frozenset()) -> int:
     """torchrun, and the exit code the pod reports for how it ended; over several nodes, node 0 keeps torchrun's
-    store up until the others are out of its exit barrier (rendezvous_store.py)."""
+    store up until the others are out of its exit barrier (rendezvous_store.py), and a round's failure reaches every
+    pod at once (round_alarm.py; ``spare``: this process's children that are no workers)."""
     store = rendezvous_store.hold(args)  # node 0's handle, dropped on return: the store's server closes with it
+    alarm = round_alarm.RoundAlarm.beside(args, spare)
+    _root_cause.clear()
     code = _run_torchrun(args)
+    if alarm is not None:
+        alarm.end(code, bool(_signalled))
+        if code != exit_codes.OK and not _signalled and alarm.stopped_first(_root_cause.pop() if _root_cause else None):
+            say(f"the round failed on {alarm.describe()} first: this pod's workers were stopped at once rather than "
+                f"left waiting for it until the collective timeout; exiting {exit_codes.PEER_LOST} (a victim)")
+            code = exit_codes.PEER_LOST
     if code == exit_codes.OK:
         leave_exit_barrier(args, store)
     return code
@@ -467,6 +481,7 @@ def _run_torchrun(args) -> int:
         return exit_codes.OK
     except ChildFailedError as failed:
         rank, failure = root_cause(failed.failures)
+        _root_cause[:] = [failure.pid]
         code = container_code(failure.exitcode)
         others = {r: container_code(f.exitcode) for r, f in failed.failures.items() if r != rank}
         say(f"worker rank {rank} failed first with exit code {code}"

@@ -71,6 +71,10 @@ class WarmWorkers:
         self.server = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         self.environ[SOCKET_VARIABLE] = name
 
+    def pids(self) -> frozenset[int]:
+        """The server's process, a child of the launcher that is no worker of a round."""
+        return frozenset() if self.server is None else frozenset({self.server.pid})
+
     def __enter__(self) -> WarmWorkers:
         return self
 

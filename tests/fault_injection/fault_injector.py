@@ -10,7 +10,8 @@ hook of trainer_contract.hooks: the worker itself knows nothing of it.
 
 Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
 
-    points   batch=E.B    before batch B of epoch E (both counted from 1)
+    points   start        setup begins, before the process group forms (its peers then wait in its connect)
+             batch=E.B    before batch B of epoch E (both counted from 1)
              batch        before every batch (a sleep there slows every step: a run that lasts, on any machine)
              download     on the rank that prepares the data, before it tells the others the outcome
              checkpoint   inside every checkpoint write: its file written, not yet renamed into place
@@ -47,7 +48,7 @@ from trainer_contract.warm_start import launcher_pid
 
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
-                    r"@(?P<point>batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed)"
+                    r"@(?P<point>start|batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed)"
                     r"(?P<filters>(,(rank|attempt)=\d+)*)$")
 
 
@@ -155,6 +156,7 @@ class FaultHook:
             attempt = count_start(Path(context["output_dir"]) / ".faults", context["rank"]) if faults else 0
             self.injector = FaultInjector(faults, context["rank"], attempt, context["log"],
                                           context["under_launcher"])
+            self.injector.at("start")
         elif self.injector is not None:
             self.injector.on(name, **context)
 

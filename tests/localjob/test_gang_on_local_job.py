@@ -144,6 +144,27 @@ def test_rounds_failed_without_progress_are_counted_in_a_row_and_training_betwee
     assert recorded_epochs(claim / "runs" / "mnist-train") == [1, 2, 3]
 
 
+def test_a_worker_lost_before_the_process_group_formed_stops_the_whole_round_at_once(tmp_path):
+    """Index 1's worker dies as it starts, before the process group has formed: index 0's worker waits in the
+    group's connect for an address that never comes, which took the collective timeout (300 s by default: 311 s of
+    every pod lost). Index 1's launcher sets the round's key in torchrun's store, index 0's launcher, waiting on it,
+    stops its worker at once: the next round starts within seconds and the Job completes, the round counted once
+    (index 1's crash), index 0 a victim. The collective timeout is 240 s here, beyond the test's own limit."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "config_map.EPOCHS=1", "config_map.BATCH_SIZE=32",
+                       "config_map.COLLECTIVE_TIMEOUT='240'")
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=200,
+                                        env=fault_env("sigkill@start,rank=1,attempt=0"))
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert status["restarts"] == {"0": 0, "1": 0}
+    assert "round 1 failed: this pod's worker failed with exit code 137; restarting in place (1 of at most" in log
+    assert ("the round failed on index 1 (exit 137) first: this pod's workers were stopped at once rather than left "
+            "waiting for it until the collective timeout; exiting 75 (a victim)") in log, log[-5000:]
+    assert "round 2 of the gang: new workers" in log
+    assert "connectFullMesh" not in log and "timed out" not in log
+    assert recorded_epochs(claim / "runs" / "mnist-train") == [1]
+
+
 # each fault after a newer checkpoint than the round resumed from: a worker of index 1, then one of index 0, ...
 FAULTS_AFTER_PROGRESS = "; ".join(f"sigkill@batch={epoch}.3,rank={epoch % 2},attempt={epoch - 2}" for epoch in range(2, 6))
 

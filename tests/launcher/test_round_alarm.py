@@ -1,0 +1,142 @@
+"""trainer_launcher/round_alarm.py against a real TCPStore and real processes: the first launcher whose round ends
+sets the round's key, the others' waits wake at once and stop their workers only where it failed; every wait ends
+with its own launcher's round. The end-to-end run (a worker lost before the process group formed) is under local-job:
+tests/localjob/test_gang_on_local_job.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from torch.distributed import TCPStore
+
+from tests.conftest import OUTSIDE
+from tests.mnist.launch import free_port
+from trainer_contract import exit_codes
+from trainer_launcher import round_alarm
+from trainer_launcher.round_alarm import RoundAlarm
+
+
+@pytest.fixture
+def store():
+    """Node 0's store, as torchrun's static rendezvous hosts it (a server in node 0's launcher)."""
+    port = free_port()
+    server = TCPStore("127.0.0.1", port, None, True, timedelta(seconds=10), wait_for_workers=False, multi_tenant=True)
+    yield port, server
+
+
+class Workers:
+    """What an alarm stops: the calls, and when."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+
+    def __call__(self) -> list[int]:
+        self.stopped.set()
+        return [4242]
+
+
+def alarms(port: int, nodes: int, generation: int = 3) -> list[tuple[RoundAlarm, Workers]]:
+    made = []
+    for node in range(nodes):
+        workers = Workers()
+        alarm = RoundAlarm(("127.0.0.1", port), node, workers, {"INDEXED_TRAINER_GANG_ROUND": str(generation)})
+        alarm._thread.start()
+        made.append((alarm, workers))
+    return made
+
+
+def test_a_failed_round_stops_every_other_nodes_workers_at_once_and_is_told_by_who(store):
+    port, _ = store
+    (zero, zero_workers), (one, one_workers), (two, two_workers) = alarms(port, 3)
+    time.sleep(0.3)  # every wait is in the store
+    began = time.monotonic()
+    one.end(137, signalled=False)  # node 1's worker crashed: its torchrun returned
+    assert zero_workers.stopped.wait(5) and two_workers.stopped.wait(5)
+    assert time.monotonic() - began < 5  # not a poll's period, nor the collective timeout
+    assert not one_workers.stopped.is_set() and one.fired is None
+    assert zero.fired == "1 137" and zero.describe() == "index 1 (exit 137)"
+    assert zero.stopped_first(4242) and not zero.stopped_first(99) and not one.stopped_first(4242)
+    for alarm in (zero, two):
+        alarm.end(exit_codes.PEER_LOST, signalled=False)
+        assert not alarm._thread.is_alive()
+
+
+@pytest.mark.parametrize(("code", "signalled"), [(0, False), (exit_codes.TERMINATED, False), (137, True),
+                                                 (exit_codes.PEER_LOST, False)])
+def test_a_round_over_or_stopped_by_a_signal_stops_nobody_and_ends_every_wait(store, code, signalled):
+    """A completed round, workers stopped by SIGTERM, a launcher preempted (its gang checkpoints together), a victim
+    whose peer speaks for the round: the first to end sets the key to "over"; the others' waits end without stopping
+    anything, and a failure after that stops nobody either (the round is over for the gang)."""
+    port, _ = store
+    (zero, zero_workers), (one, one_workers) = alarms(port, 2)
+    time.sleep(0.3)
+    zero.end(code, signalled=signalled)
+    one._thread.join(5)
+    assert not one._thread.is_alive() and not zero._thread.is_alive()
+    one.end(137, signalled=False)
+    assert not zero_workers.stopped.is_set() and not one_workers.stopped.is_set()
+    assert zero.fired is None and one.fired is None
+
+
+def test_a_rounds_key_is_its_own(store):
+    """A launcher of the next round (a later generation) is not stopped by a late setter of the last one's."""
+    port, _ = store
+    [(late, late_workers)] = alarms(port, 1, generation=4)
+    time.sleep(0.3)
+    [(earlier, _)] = alarms(port, 1, generation=3)
+    earlier.node = 1
+    earlier.end(137, signalled=False)
+    time.sleep(0.5)
+    assert not late_workers.stopped.is_set() and late._thread.is_alive()
+    late.end(0, signalled=False)
+    assert not late._thread.is_alive()
+
+
+def test_without_a_store_the_round_goes_on_without_the_alarm():
+    port = free_port()  # nothing listens there
+    round_alarm.CONNECT_SECONDS, saved = 0.5, round_alarm.CONNECT_SECONDS
+    try:
+        [(alarm, workers)] = alarms(port, 1)
+        alarm._thread.join(10)
+        assert not alarm._thread.is_alive() and not workers.stopped.is_set()
+        alarm.end(137, signalled=False)  # says nothing, raises nothing
+    finally:
+        round_alarm.CONNECT_SECONDS = saved
+
+
+def test_only_several_nodes_over_the_static_rendezvous_wait():
+    args = SimpleNamespace(standalone=False, rdzv_backend="static", master_addr="127.0.0.1", master_port=1,
+                           nnodes="1", node_rank=0)
+    assert RoundAlarm.beside(args) is None
+    assert RoundAlarm.beside(SimpleNamespace(**{**vars(args), "standalone": True, "nnodes": "2"})) is None
+
+
+# In a process of its own: this one's children may be servers that other tests' fixtures started.
+KILLING = """
+import json, subprocess, sys
+from trainer_launcher.round_alarm import kill_children
+children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+killed = kill_children(frozenset({children[0].pid}))
+codes = [child.wait(10) for child in children[1:]]
+alive = children[0].poll() is None
+children[0].kill()
+print(json.dumps({"killed": sorted(killed), "others": sorted(c.pid for c in children[1:]), "codes": codes,
+                  "spared_alive": alive}))
+"""
+
+
+def test_the_workers_are_every_child_but_the_spared_ones():
+    """torchrun's workers (or warm workers' stand-ins) are the launcher's children; the warm-worker server is one too
+    and must live on for the next round."""
+    result = subprocess.run([sys.executable, "-c", KILLING], capture_output=True, text=True, timeout=60,
+                            cwd=OUTSIDE)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["killed"] == seen["others"] and seen["codes"] == [-9, -9] and seen["spared_alive"]
