@@ -10,7 +10,8 @@ victim, index 0 exits STALLED (76), counted: the attempt costs one restart, once
 
 Each launcher removes its own note when it starts, so index 0 reads the notes of the attempt it is in. While
 it runs it also counts a heartbeat in ``<node>.alive`` (its token, then the count) every second, and its workers
-learn its token; rank 0 of the assembled gang records every pod's token in ``attempt``. A pod that vanished
+learn its token; once the gang has assembled, each node's local rank 0 records its launcher's token in
+``<node>.attempt`` (a note per node: none grows with the gang). A pod that vanished
 whole (SIGKILLed with its launcher, its node lost) either stops counting or, once the Job replaced it, counts
 under another token: either way index 0 knows at once that it will never note anything, instead of waiting out
 WAIT_SECONDS (a counter, not a time: the pods' clocks need not agree). Torch-free.
@@ -18,7 +19,6 @@ WAIT_SECONDS (a counter, not a time: the pods' clocks need not agree). Torch-fre
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -27,7 +27,7 @@ from typing import Literal
 
 from trainer_contract import exit_codes
 from trainer_contract.atomic import atomic_write
-from trainer_contract.volume_notes import read_json_note, read_note
+from trainer_contract.volume_notes import read_note
 
 DIRECTORY = ".gang"
 # How long index 0 waits for the other pods' notes: victims of one broken connection exit within seconds of
@@ -43,15 +43,17 @@ EXPLAINED: Literal["explained"] = "explained"
 # with EXPLAINED: how an attempt ended (attempt_ending)
 ENDED_AS_VICTIMS: Literal["victims"] = "victims"
 VANISHED: Literal["vanished"] = "vanished"
-ATTEMPT = "attempt"  # {node: token} of the gang that assembled, written by its rank 0
+ATTEMPT = "attempt"  # <node>.attempt: the token of that node's launcher in the gang that assembled last
 TOKEN_VARIABLE = "INDEXED_TRAINER_GANG_TOKEN"  # the launcher's token, for its workers
 
 
 def record_attempt(output_dir: Path, tokens: dict[int, str]) -> None:
-    """Rank 0, once the gang has assembled: which launcher (token) is each node of this attempt."""
+    """Once the gang has assembled: which launcher (token) is each node of ``tokens`` in this attempt (a node's
+    local rank 0 records its own)."""
     directory = Path(output_dir) / DIRECTORY
     directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(directory / ATTEMPT, json.dumps({str(node): token for node, token in tokens.items()}).encode())
+    for node, token in tokens.items():
+        atomic_write(directory / f"{node}.{ATTEMPT}", f"{token}\n".encode())
 
 
 class GangLedger:
@@ -96,11 +98,10 @@ class GangLedger:
     def _heartbeat(self, node: int) -> str | None:
         return read_note(self.directory / f"{node}.{ALIVE}")
 
-    def _attempt(self) -> dict[int, str]:
-        try:
-            return {int(node): token for node, token in (read_json_note(self.directory / ATTEMPT) or {}).items()}
-        except (ValueError, TypeError):
-            return {}
+    def _attempt_token(self, node: int) -> str | None:
+        """The token ``node``'s launcher had when the gang last assembled, or None."""
+        words = (read_note(self.directory / f"{node}.{ATTEMPT}") or "").split()
+        return words[0] if len(words) == 1 else None
 
     def new_round(self) -> None:
         """A round restarted in place (trainer_contract.gang_rounds): this pod's note of the last one goes."""
@@ -120,7 +121,7 @@ class GangLedger:
         now = time.monotonic()
         deadline = now + wait
         beats: dict[int, tuple[str | None, float]] = {}  # per node: the heartbeat last read, and since when
-        attempt = self._attempt()
+        attempt: dict[int, str | None] = {}  # per node waited for: its launcher's token in this attempt
         while True:
             notes = {path.name for path in self.directory.glob("*.*")} if self.directory.is_dir() else set()
             if any(name.endswith(f".{EXPLAINED}") for name in notes):
@@ -131,7 +132,9 @@ class GangLedger:
             now = time.monotonic()
             for node in waiting:
                 beat = self._heartbeat(node)
-                if node in attempt and beat is not None and beat.split()[0] != attempt[node]:
+                if node not in attempt:
+                    attempt[node] = self._attempt_token(node)
+                if attempt[node] is not None and beat is not None and beat.split()[0] != attempt[node]:
                     return VANISHED  # the Job replaced it already: this attempt's pod is gone, without a note
                 if node not in beats or beats[node][0] != beat:
                     beats[node] = (beat, now)

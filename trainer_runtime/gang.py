@@ -54,18 +54,13 @@ def join(config: Any, env: DistEnv, log, group_of_one: bool = True) -> Gang:
 
 
 def record_attempt(env: DistEnv, output_dir) -> None:
-    """Under the indexed-trainer launcher: rank 0 records which launcher is each node of this attempt
-    (trainer_contract.gang_ledger), so that the launcher of index 0 knows a pod that vanished without waiting.
-    A collective: every rank calls it, once the process group is up."""
+    """Under the indexed-trainer launcher: each node's local rank 0 records which launcher its node is in this
+    attempt (trainer_contract.gang_ledger: a note per node, none that grows with the gang, no collective), so that
+    the launcher of index 0 knows a pod that vanished without waiting. Called once the process group is up."""
     token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
-    if token is None or not env.under_launcher:
+    if token is None or not env.under_launcher or env.local_rank != 0:
         return
-    tokens: list = [(env.group_rank, token)]
-    if env.world_size > 1:
-        tokens = [None] * env.world_size
-        dist.all_gather_object(tokens, (env.group_rank, token))
-    if env.is_rank0:
-        gang_ledger.record_attempt(output_dir, dict(tokens))
+    gang_ledger.record_attempt(output_dir, {env.group_rank: token})
 
 
 def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:

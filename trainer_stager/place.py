@@ -63,10 +63,14 @@ class LeaderFailed(Exception):
     """Index 0 failed to stage what this index waits for."""
 
 
+FAILURE_MESSAGE_LIMIT = 600  # characters: as UTF-8 JSON at most 6 bytes each (a control character's escape): <4 KiB
+
+
 def record_failure(place: Path, message: str, code: int) -> None:
-    """Index 0's failure beside ``place``, which every waiting index reads and repeats: scrubbed."""
-    atomic_write(failure_file(place), json.dumps({"message": scrubbed(message), "code": code,
-                                                  "at": time.time()}).encode())
+    """Index 0's failure beside ``place``, which every waiting index reads and repeats: scrubbed, and short enough
+    to be read back whole (a note past its limit reads as absent: the waiting indexes would wait on)."""
+    record = {"message": scrubbed(message)[:FAILURE_MESSAGE_LIMIT], "code": code, "at": time.time()}
+    atomic_write(failure_file(place), json.dumps(record, ensure_ascii=False).encode())
 
 
 # A marker lists a source and its files' digests: a megabyte is far more than any holds.

@@ -359,6 +359,24 @@ def test_on_slurm_a_node_waiting_for_a_vanished_index_0_gives_up_when_its_heartb
     assert decider._no_round(60) == exit_codes.PEER_LOST
 
 
+def test_the_gangs_notes_hold_as_much_at_1024_nodes_as_at_2_and_none_reads_back_cut(tmp_path):
+    """Each node's token in a note of its own: at 1,024 nodes every token reads back (one note listing them all
+    passed the 4,096 bytes a note may hold at about 120 nodes, and read back as none, silently); a note past its
+    limit reads as absent, never as a shorter note."""
+    from trainer_contract.gang_ledger import ATTEMPT, record_attempt
+    from trainer_contract.volume_notes import NOTE_LIMIT, read_note
+
+    tokens = {node: f"{node}-{4_000_000 + node}-{1_764_000_000_000_000_000 + node}" for node in range(1024)}
+    record_attempt(tmp_path, tokens)
+    ledger = GangLedger(tmp_path, 0, 1024)
+    assert all(ledger._attempt_token(node) == token for node, token in tokens.items())
+    sizes = {path.stat().st_size for path in (tmp_path / ".gang").glob(f"*.{ATTEMPT}")}
+    assert len(list((tmp_path / ".gang").glob(f"*.{ATTEMPT}"))) == 1024 and max(sizes) < 64
+    (tmp_path / "long").write_text("7" * (NOTE_LIMIT + 1))
+    (tmp_path / "full").write_text("7" * NOTE_LIMIT)
+    assert read_note(tmp_path / "long") is None and read_note(tmp_path / "full") == "7" * NOTE_LIMIT
+
+
 @pytest.mark.parametrize("planted", ["fifo", "link to /dev/zero", "huge", "garbage"])
 def test_the_gangs_files_on_the_volume_are_read_as_data(tmp_path, planted):
     """Whoever can write the volume (another Job on a shared claim, a compromised pod) may leave a FIFO, a link to
@@ -368,7 +386,7 @@ def test_the_gangs_files_on_the_volume_are_read_as_data(tmp_path, planted):
     ledger = GangLedger(tmp_path, 1, 2)
     gang = tmp_path / ".gang"
     (gang / "failed" / "job").mkdir(parents=True)
-    notes = [gang / "round", gang / "1.joined", gang / "0.alive", gang / "ended", gang / "attempt",
+    notes = [gang / "round", gang / "1.joined", gang / "0.alive", gang / "ended", gang / "0.attempt",
              gang / "failed" / "job" / "3"]
     for note in notes:
         note.unlink(missing_ok=True)
@@ -384,5 +402,5 @@ def test_the_gangs_files_on_the_volume_are_read_as_data(tmp_path, planted):
     assert rounds.announced() is None and rounds.joined() == 0 and rounds.ended() is None
     assert rounds.failures() == 0 and rounds.verdicts() == []
     assert ledger._heartbeat(0) in (None, "") or len(ledger._heartbeat(0)) <= 4096
-    assert ledger._attempt() == {}
+    assert ledger._attempt_token(0) is None
     assert time.monotonic() - began < 2

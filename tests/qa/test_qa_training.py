@@ -184,8 +184,8 @@ def test_a_killed_worker_is_restarted_in_place_and_the_run_ends_bit_identical(wo
             "spent)") in run.stderr
     assert "Rank 0: resuming from step-00000010.ckpt" in run.stdout
     assert same_weights(whole("fsdp") / EXPORT, tmp_path / "out" / EXPORT)
-    # rank 0 recorded which launcher the round's node was (trainer_runtime.gang.record_attempt, as every program)
-    assert json.loads((tmp_path / "out" / gang_ledger.DIRECTORY / gang_ledger.ATTEMPT).read_text()).keys() == {"0"}
+    # the node recorded which launcher it was in the round (trainer_runtime.gang.record_attempt, as every program)
+    assert (tmp_path / "out" / gang_ledger.DIRECTORY / f"0.{gang_ledger.ATTEMPT}").read_text().startswith("0-")
 
 
 @pytest.mark.parametrize("strategy", ["fsdp"])
