@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 
-from torch.distributed import TCPStore
+from torch.distributed import DistStoreError, TCPStore
 
 from trainer_contract import exit_codes
 from trainer_contract.gang_rounds import generation_of
@@ -33,7 +33,9 @@ from trainer_launcher import rendezvous_store
 
 KEY = "indexed-trainer/round-{generation}/ended"  # set once, by the first launcher whose torchrun returned
 FAILED, OVER = "failed", "over"  # its value: "failed <node> <code>" (the others stop), or "over <node>"
-WAIT_SECONDS = 300.0  # one blocking wait's length (the key wakes it: this only bounds a wait nobody ends)
+# One blocking wait's length: the key wakes it, and every launcher sets the key when its round ends, so this only
+# bounds a wait nobody ends; a round lasts longer (weeks), and each wait that times out costs torch's warning line.
+WAIT_SECONDS = 86400.0
 CONNECT_SECONDS = 10.0  # the wait's connection to node 0's store, which is up before any torchrun joins it
 SET_SECONDS = 1.0  # setting the key: a store that does not answer at once has ended its round (node 0's returned)
 JOIN_SECONDS = 2.0  # how long a launcher waits for its alarm's thread once the key is set (it wakes at once)
@@ -86,7 +88,13 @@ class RoundAlarm:
     def _wait(self) -> None:
         try:
             client = self._connect()
-            client.wait([self.key], timedelta(seconds=WAIT_SECONDS))
+            while True:
+                try:
+                    client.wait([self.key], timedelta(seconds=WAIT_SECONDS))
+                    break
+                except DistStoreError:  # the wait's own time ran out: the round goes on
+                    if self._done.is_set():
+                        return
             ended = client.get(self.key).decode(errors="replace").split()
         except (OSError, RuntimeError, ValueError):
             return  # no store (any more): the round goes on without the alarm, as before

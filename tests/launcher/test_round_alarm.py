@@ -85,6 +85,18 @@ def test_a_round_over_or_stopped_by_a_signal_stops_nobody_and_ends_every_wait(st
     assert zero.fired is None and one.fired is None
 
 
+def test_an_alarm_outlasts_its_waits_running_out(store, monkeypatch):
+    """A round lasts longer than one wait (weeks against a day): a wait that runs out is waited again, and the
+    alarm still stops the workers when the round fails after it."""
+    monkeypatch.setattr(round_alarm, "WAIT_SECONDS", 0.3)
+    port, _ = store
+    (zero, zero_workers), (one, _) = alarms(port, 2)
+    time.sleep(1.2)  # several waits ran out
+    assert zero._thread.is_alive()
+    one.end(137, signalled=False)
+    assert zero_workers.stopped.wait(5) and zero.fired == "1 137"
+
+
 def test_a_rounds_key_is_its_own(store):
     """A launcher of the next round (a later generation) is not stopped by a late setter of the last one's."""
     port, _ = store
