@@ -447,7 +447,11 @@ def run_torchrun(args, spare: frozenset[int] = frozenset()) -> int:
     _root_cause.clear()
     code = _run_torchrun(args)
     if alarm is not None:
-        alarm.end(code, bool(_signalled))
+        try:
+            alarm.end(code, bool(_signalled))
+        except SignalException as stopped:  # as the round ended, before the next: the pod ends, as between rounds
+            _signalled.append(stopped.sigval)
+            return stopped_between_rounds(args, stopped)
         if code != exit_codes.OK and not _signalled and alarm.stopped_first(_root_cause.pop() if _root_cause else None):
             say(f"the round failed on {alarm.describe()} first: this pod's workers were stopped at once rather than "
                 f"left waiting for it until the collective timeout; exiting {exit_codes.PEER_LOST} (a victim)")
