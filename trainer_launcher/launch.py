@@ -22,9 +22,9 @@ what it exits with and in two checks before the rendezvous:
   in place, index 0 counts that round instead.
 - With checkpoint.storage_uri and a program of the user's, node 0 mirrors the checkpoints the program writes into
   INDEXED_TRAINER_CHECKPOINT_DIR to the bucket, beside torchrun (checkpoint_watch.py).
-- Over several nodes, a round's failure reaches every pod at once: the launcher that saw it first sets a key in
-  torchrun's store, and every other launcher, waiting on it, stops its workers instead of leaving them blocked in the
-  process group's connect until the collective timeout (round_alarm.py).
+- Over several nodes, a failed round in place reaches every pod at once: the launcher that saw it first sets a key
+  in torchrun's store, and every other launcher, waiting on it, stops its workers instead of leaving them blocked in
+  the process group's connect until the collective timeout (round_alarm.py).
 - Over several nodes, node 0 leaves torchrun's exit barrier last: it keeps the rendezvous store up until the others
   have counted themselves out (rendezvous_store.py), so no follower's agent logs a lost store after a completed run.
 - Before any rendezvous: ``--node-rank`` must be JOB_COMPLETION_INDEX (else ranks collide: exit 78), and for
@@ -326,7 +326,7 @@ def _round(args, recovery: InPlaceRecovery, warm: WarmWorkers) -> int | None:
         return recovery.end(code)
     warm.start()
     _signalled.clear()
-    code = run_training(args, spare=warm.pids())
+    code = run_training(args, spare=warm.pids(), alarm=True)
     if code == exit_codes.OK:
         return recovery.end(code)
     try:
@@ -409,10 +409,11 @@ def tell(message: str) -> None:
     print(f"launcher: {message}", file=sys.stderr, flush=True)
 
 
-def run_training(args, environ=os.environ, spare: frozenset[int] = frozenset()) -> int:
+def run_training(args, environ=os.environ, spare: frozenset[int] = frozenset(), alarm: bool = False) -> int:
     """torchrun, with node 0's watch over a user's program's checkpoint directory beside it when the render asks for
-    one (checkpoint.storage_uri: trainer_launcher/checkpoint_watch.py); the pod's exit code. ``spare``: this
-    process's children that are not torchrun's (the warm-worker server)."""
+    one (checkpoint.storage_uri: trainer_launcher/checkpoint_watch.py); the pod's exit code. ``alarm``: a round in
+    place, whose failure the other pods learn at once (round_alarm.py); ``spare``: this process's children that are
+    not torchrun's (the warm-worker server)."""
     try:
         watch = watch_from(environ, args.node_rank, tell)
     except ConfigError as error:
@@ -420,7 +421,7 @@ def run_training(args, environ=os.environ, spare: frozenset[int] = frozenset()) 
             say(f"configuration error: {problem}; exiting {exit_codes.BAD_CONFIG}")
         return exit_codes.BAD_CONFIG
     try:
-        return run_torchrun(args, spare)
+        return run_torchrun(args, spare if alarm else None)
     finally:
         if watch is not None:
             close_watch(watch)
@@ -438,12 +439,13 @@ def close_watch(watch) -> None:
                  "flight within the grace period")
 
 
-def run_torchrun(args, spare: frozenset[int] = frozenset()) -> int:
+def run_torchrun(args, spare: frozenset[int] | None = None) -> int:
     """torchrun, and the exit code the pod reports for how it ended; over several nodes, node 0 keeps torchrun's
-    store up until the others are out of its exit barrier (rendezvous_store.py), and a round's failure reaches every
-    pod at once (round_alarm.py; ``spare``: this process's children that are no workers)."""
+    store up until the others are out of its exit barrier (rendezvous_store.py), and with ``spare`` (a round in
+    place: this process's children that are no workers) a round's failure reaches every pod at once
+    (round_alarm.py). A program of the user's is left to end as it does: its SIGTERM handling stays its own."""
     store = rendezvous_store.hold(args)  # node 0's handle, dropped on return: the store's server closes with it
-    alarm = round_alarm.RoundAlarm.beside(args, spare)
+    alarm = None if spare is None else round_alarm.RoundAlarm.beside(args, spare)
     _root_cause.clear()
     code = _run_torchrun(args)
     if alarm is not None:

@@ -1,4 +1,5 @@
-"""A round's failure reaches every pod of the gang at once, whoever saw it first.
+"""A failed round in place (a built-in program's: trainer_launcher/recovery.py) reaches every pod of the gang at
+once, whoever saw it first.
 
 A worker that dies before the process group has formed leaves its peers blocked in the group's connect (gloo's
 full mesh, NCCL's bootstrap), waiting for an address that will never be published, until the collective timeout
@@ -8,11 +9,12 @@ dead peer breaks its connections and the others fail within seconds, but not bef
 So over several nodes each launcher waits, beside its torchrun, in torchrun's own rendezvous store (node 0's: the
 static rendezvous hosts it in node 0's agent) on one key of the round's, in blocking waits (a wait per node per
 WAIT_SECONDS at most, never a poll). A launcher whose torchrun returned with a failure of its own (a crash, a
-killed worker, a victim of a peer that vanished whole) sets that key first; every other launcher wakes at once and
+killed worker, a stall, a code that fails the Job) sets that key first; every other launcher wakes at once and
 stops its workers with SIGKILL: the round is lost either way, and the next one resumes from the newest published
 checkpoint (a checkpoint cut off mid-write was never published). Its pod then ends the round as a victim (75,
 uncounted), like a worker that lost its peers. A launcher stopped by a signal (preemption: its workers checkpoint
-together with the others) or whose workers were stopped raises nothing.
+together with the others), whose workers were stopped, or a victim (75) raises nothing. A program of the user's (no rounds in place)
+has no alarm: how its processes end when a peer fails stays its own (its SIGTERM handling, the Job's policy).
 """
 
 from __future__ import annotations
