@@ -295,6 +295,7 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
     warm_after = values["warm_workers_after_seconds"]  # null: off (the launcher's default is on)
     in_place = {gang_rounds.RESTART_IN_PLACE_VARIABLE: values["restart_in_place"],
                 gang_rounds.MAX_RESTARTS_VARIABLE: values["max_restarts"],
+                gang_rounds.LEAVE_AFTER_VARIABLE: values["node_leaves_after_failures"],
                 warm_start.WARM_AFTER_VARIABLE: warm_start.OFF if warm_after is None else warm_after,
                 } if built_in else {}
     network = pod_environment.NCCL_NETWORK_PRESETS.get(gpu["network"], {})

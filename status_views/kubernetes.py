@@ -1,7 +1,8 @@
 """`./run.sh --status`: the Job on the cluster as a person asks about it. Its conditions, each completion index's
 pods with their exit codes and what each code means (trainer_contract/exit_codes.py) and termination message, what
-a suspended Job or a Pending pod waits for with the values key to change (status_views/waiting.py), and the latest
-progress line of index 0 (rank 0). Reads with kubectl; torch-free.
+a suspended Job, a Pending pod or a pod whose node does not let it end waits for, with the values key to change or
+what to do (status_views/waiting.py), and the latest progress line of index 0 (rank 0). Reads with kubectl;
+torch-free.
 
     python -m status_views.kubernetes NAMESPACE JOB           # the lines, once
     python -m status_views.kubernetes NAMESPACE JOB --wait    # a line at each change until the Job ends; exits 0
@@ -17,7 +18,7 @@ import sys
 from datetime import datetime, timezone
 
 from status_views.view import JobGone, JobState, ViewError, follow
-from status_views.waiting import container_waiting, suspended, unschedulable, waiting_line
+from status_views.waiting import container_waiting, ending_unconfirmed, suspended, unschedulable, waiting_line
 from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
@@ -32,6 +33,17 @@ class KubectlError(ViewError):
 
 def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+# A kubelet confirms a deleted pod's end within seconds of its grace period (it kills the containers then): this
+# long after it, the node's kubelet is not answering.
+UNCONFIRMED_AFTER_SECONDS = 15.0
+
+
+def terminating(pod: dict) -> bool:
+    """Deleted (a deletionTimestamp) and not yet ended: kubectl's "Terminating"."""
+    return bool(pod["metadata"].get("deletionTimestamp")) and \
+        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 # The closing line of a built-in program that refused to start (trainer_runtime's "exiting with code N (...)"):
@@ -73,11 +85,13 @@ def pod_line(pod: dict, now: datetime) -> str:
         line = f"{name} {phase}, exit {code}{where}" + (f" ({meaning(code)})" if code else "") + took
         said = telling_line(ended.get("message") or "")
         return line + (f": {said}" if said else "")
+    ending = ", Terminating" if terminating(pod) else ""
     if "running" in state:
         started = _parse_time(state["running"].get("startedAt"))
-        return f"{name} {phase}" + (f" for {format_duration((now - started).total_seconds())}" if started else "")
+        return (f"{name} {phase}" + (f" for {format_duration((now - started).total_seconds())}" if started else "")
+                + ending)
     waiting = (state.get("waiting") or {}).get("reason")
-    return f"{name} {phase}" + (f" ({waiting})" if waiting else "")
+    return f"{name} {phase}" + (f" ({waiting})" if waiting else "") + ending
 
 
 def last_error(pods: list[dict]) -> str | None:
@@ -149,8 +163,28 @@ def pod_waiting(pod: dict, events: list[dict]) -> str | None:
     return None
 
 
-def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = "") -> list[str]:
-    """What the Job and its Pending pods wait for: a line per reason, pods with the same reason on one line."""
+def ending_waits(pod: dict, now: datetime) -> str | None:
+    """Why a deleted pod bound to a node has not ended long past its grace period (its node's kubelet does not
+    answer), with what to do; None for a pod not deleted, or ending as it should."""
+    deadline = _parse_time(pod["metadata"].get("deletionTimestamp"))
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not terminating(pod) or deadline is None or not node:
+        return None
+    overdue = (now - deadline).total_seconds()
+    if overdue < UNCONFIRMED_AFTER_SECONDS:
+        return None
+    disruption: dict = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), {})
+    why = f"DisruptionTarget {disruption['reason']}" if disruption.get("reason") else "deleted"
+    index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL, "?")
+    return ending_unconfirmed({"node": node, "overdue": format_duration(overdue), "index": index, "why": why})
+
+
+def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = "",
+                  now: datetime | None = None) -> list[str]:
+    """What the Job and its Pending pods, and its pods whose end their node does not confirm, wait for: a line per
+    reason, pods with the same reason on one line."""
+    now = now or datetime.now(timezone.utc)
     meta, spec = job["metadata"], job.get("spec") or {}
     lines = []
     finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
@@ -161,10 +195,13 @@ def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = 
         lines.append(waiting_line(f"Job {facts['namespace']}/{meta['name']}", suspended(queue, facts, kueue)))
     by_reason: dict[str, list[str]] = {}
     for pod in sorted(pods, key=lambda p: int((p["metadata"].get("labels") or {}).get(INDEX_LABEL, -1))):
+        index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL, "?")
         reason = pod_waiting(pod, events)
         if reason:
-            index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL, "?")
             by_reason.setdefault(reason, []).append(f"index {index} pod {pod['metadata']['name']} Pending")
+        ending = ending_waits(pod, now)
+        if ending:
+            by_reason.setdefault(ending, []).append(f"index {index} pod {pod['metadata']['name']} Terminating")
     for reason, subjects in by_reason.items():
         more = len(subjects) - 1
         lines.append(waiting_line(subjects[0] + (f" (and {more} more pod{'s' * (more > 1)})" if more else ""),
@@ -208,7 +245,7 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
         for number, pod in enumerate(found):
             lines.append(("index " + str(index) + ": " if number == 0 else " " * (len(str(index)) + 8))
                          + pod_line(pod, now))
-    lines += waiting_lines(job, pods, events or [], kueue)
+    lines += waiting_lines(job, pods, events or [], kueue, now)
     if progress:
         lines.append(f"index 0's latest progress: {progress}")
     if live:
@@ -252,7 +289,8 @@ def job_state(job: dict, pods: list[dict], lines: list[str]) -> JobState:
     status = job.get("status") or {}
     ended = {c["type"] for c in status.get("conditions") or [] if c.get("status") == "True"} & {"Complete", "Failed"}
     change = (tuple(sorted(ended)), status.get("active", 0), status.get("succeeded", 0), status.get("failed", 0),
-              tuple((pod["metadata"]["name"], (pod.get("status") or {}).get("phase")) for pod in pods))
+              tuple((pod["metadata"]["name"], (pod.get("status") or {}).get("phase"), terminating(pod))
+                    for pod in pods))
     return JobState(lines, change, (1 if "Failed" in ended else 0) if ended else None)
 
 

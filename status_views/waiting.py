@@ -123,6 +123,24 @@ def suspended(queue: str | None, facts: Mapping[str, str], detail: str = "") -> 
                                        fill(rule.change, facts)) if part)
 
 
+# --- Kubernetes: a pod deleted (its node's taint eviction, a drain, kubectl delete) whose grace period ran out
+# and that has not ended: its kubelet has not confirmed the end, as on a node that is down or cut off from the API
+# server. A Job with a podFailurePolicy replaces a pod only once it has ended (podReplacementPolicy: Failed, the one
+# value allowed with it), and the pod garbage collector ends such a pod only once its Node is deleted or, not
+# Ready, tainted out of service (Kubernetes' non-graceful node shutdown): until then its index has no pod.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+
+
+def ending_unconfirmed(facts: Mapping[str, str]) -> str:
+    """A pod past its grace period that its node has not confirmed ended (facts: node, overdue, index, why)."""
+    return fill("its end is unconfirmed {overdue} past its grace period ({why}): node {node}'s kubelet does not "
+                "answer; the Job gives index {index} a new pod only once this one has ended (podReplacementPolicy: "
+                "Failed, which a podFailurePolicy requires), and the gang's other pods wait in place for it (up to "
+                "join_timeout_seconds): once node {node} is down for good, mark it out of service: kubectl taint "
+                "nodes {node} " + OUT_OF_SERVICE_TAINT + " (or kubectl delete node {node}); the pod then ends "
+                "uncounted and index {index} starts elsewhere", facts)
+
+
 # --- Slurm: squeue's pending reason (man squeue, JOB REASON CODES; https://slurm.schedmd.com/job_reason_codes.html)
 ASK_LESS = "replicas ({nodes} nodes), resources.cpu ({cpus} CPUs per node), resources.memory ({memory} per node)"
 SLURM = (

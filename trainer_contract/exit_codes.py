@@ -9,6 +9,8 @@ Actions:
     stop   stopped on request (SIGTERM) after the checkpoint: restarted without counting where the engine can
            tell a disruption (Kubernetes: the DisruptionTarget condition; Slurm: always)
     fail   retrying cannot help: the whole job fails at once
+    leave  the pod's node keeps failing the gang: the pod ends, not counted, and the engine replaces it (the launcher
+           gives this code: trainer_launcher/recovery.py)
     done   the index completed
 """
 
@@ -18,7 +20,7 @@ import signal
 from dataclasses import dataclass
 from typing import Literal
 
-Action = Literal["done", "retry", "free", "stop", "fail"]
+Action = Literal["done", "retry", "free", "stop", "fail", "leave"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,10 @@ GPU_MISSING = 79
 # More of the gang's rounds failed than max_restarts allows, counted by the launchers that restarted them in place
 # (trainer_contract.gang_rounds): the Job fails at once, as it would have had every round cost a pod.
 RESTARTS_EXHAUSTED = 80
+# The launcher ends its pod because its own node was the root cause of the gang's last rounds, one after another,
+# with the same code (values node_leaves_after_failures): a broken GPU fails every round on the node it sits in. The
+# Job ignores it and replaces the pod (on a cluster, elsewhere once the node is cordoned: the message names it).
+NODE_LEFT = 81
 
 
 def signal_exit_code(signum: int) -> int:
@@ -74,6 +80,9 @@ CODES = (
              "more of the gang's rounds failed without progress than max_restarts allows (restarted in place; a "
              "round that published a newer checkpoint is not counted): the Job fails",
              "more failed rounds than max_restarts"),
+    ExitCode(NODE_LEFT, "leave",
+             "this pod's node failed the gang's rounds with the same code since its last checkpoint: the pod leaves, not "
+             "counted, and the Job replaces it (cordon the node the message names)", "the node keeps failing"),
     ExitCode(TERMINATED, "stop", "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
              "stopped by SIGTERM after checkpointing"),
 )

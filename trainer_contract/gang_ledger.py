@@ -9,7 +9,10 @@ the others: if one ended otherwise, that one explains the attempt and index 0 ex
 victim, index 0 exits STALLED (76), counted: the attempt costs one restart, once.
 
 Each launcher removes its own note when it starts, so index 0 reads the notes of the attempt it is in. While
-it runs it also counts a heartbeat in ``<node>.alive`` (its token, then the count) every second, and its workers
+it runs it also counts a heartbeat in ``<node>.alive`` (its token, then the count) every second, rewritten in place
+(one create when it starts, then no namespace operation: on NFS a rename costs the server a directory change and
+leaves other clients' cached names pointing at the old file for the attribute cache's lifetime, while an in-place
+write is seen by the next open, close-to-open; and no rename per second per node), and its workers
 learn its token; once the gang has assembled, each node's local rank 0 records its launcher's token in
 ``<node>.attempt`` (a note per node: none grows with the gang). A pod that vanished
 whole (SIGKILLed with its launcher, its node lost) either stops counting or, once the Job replaced it, counts
@@ -35,6 +38,14 @@ DIRECTORY = ".gang"
 # vanished whole (its launcher with it) leaves no note: then index 0 waits this long before exiting 75.
 WAIT_SECONDS = 10.0
 HEARTBEAT_SECONDS = 1.0
+# Index 0 reads the notes of an attempt that just ended at once, then after 0.05 s, twice as long after each read, at
+# most once a second: the notes mostly come within a fraction of a second (the round alarm stops every worker at
+# once), and a pod lost whole is waited for at 1 Hz, not 5 (at 1,024 nodes each read opens 1,024 heartbeats).
+FIRST_READ_SECONDS = 0.05
+MAX_READ_SECONDS = 1.0
+# Each heartbeat is this many bytes (its words padded with spaces), written over the last at offset 0 in one write:
+# never shorter than the last, so nothing of an older beat is left behind to read.
+HEARTBEAT_BYTES = 128
 # A pod whose heartbeat has not moved for this long, and that left no note, vanished (3 beats missed).
 STALE_SECONDS = 3.0
 AttemptEnding = Literal["victims", "explained", "vanished"]
@@ -45,6 +56,38 @@ ENDED_AS_VICTIMS: Literal["victims"] = "victims"
 VANISHED: Literal["vanished"] = "vanished"
 ATTEMPT = "attempt"  # <node>.attempt: the token of that node's launcher in the gang that assembled last
 TOKEN_VARIABLE = "INDEXED_TRAINER_GANG_TOKEN"  # the launcher's token, for its workers
+
+
+def volume_problem(output_dir: Path, node: int) -> str | None:
+    """What the shared volume at ``output_dir`` cannot do that the gang's notes and the checkpoints need, in one line,
+    or None: a note replaced by rename (atomic_write) and a heartbeat rewritten in place. mountpoint-s3 can do
+    neither: found at start, not at the first checkpoint hours later. Tried in the nearest directory that exists
+    (nothing is created for a run that may never start), under a name of this node's and process's own."""
+    existing = Path(output_dir)
+    while not existing.is_dir() and existing != existing.parent:
+        existing = existing.parent
+    probe = existing / f".indexed-trainer-volume-check-{node}-{os.getpid()}"
+    try:
+        atomic_write(probe, b"1\n")
+        atomic_write(probe, b"2\n")  # a rename over an existing name
+        descriptor = os.open(probe, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.pwrite(descriptor, b"3\n", 0)
+        finally:
+            os.close(descriptor)
+        kept = read_note(probe)
+    except OSError as error:
+        return (f"the shared volume at {existing} cannot hold the gang's notes and checkpoints: "
+                f"{type(error).__name__}: {error.strerror or error} (it needs POSIX renames and in-place writes: "
+                "NFS, a parallel filesystem, a block volume; not mountpoint-s3)")
+    finally:
+        try:
+            probe.unlink(missing_ok=True)  # whatever failed, the check leaves nothing behind
+        except OSError:
+            pass
+    if kept != "3\n":
+        return f"the shared volume at {existing} did not keep a file rewritten in place (read back {kept!r})"
+    return None
 
 
 def record_attempt(output_dir: Path, tokens: dict[int, str]) -> None:
@@ -74,7 +117,30 @@ class GangLedger:
         beat = 0
         while not self.stopped.wait(0 if beat == 0 else HEARTBEAT_SECONDS):
             beat += 1
-            self._write(ALIVE, f"{self.token} {beat}\n")
+            self._beat_in_place(f"{self.token} {beat}")
+
+    def _beat_in_place(self, words: str) -> None:
+        """One heartbeat, over the last, in place (no rename); a volume that refuses it reads as a pod gone."""
+        if not self.directory.parent.is_dir():
+            return
+        line = f"{words:<{HEARTBEAT_BYTES - 1}}\n".encode()[:HEARTBEAT_BYTES]
+        path = self.directory / f"{self.node}.{ALIVE}"
+        # not following a link, not waiting on a FIFO someone left there (no reader: ENXIO at once)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            try:
+                descriptor = os.open(path, flags, 0o644)
+            except FileNotFoundError:  # the first beat: the directory is made then, not asked for every second
+                self.directory.mkdir(exist_ok=True)
+                descriptor = os.open(path, flags, 0o644)
+        except OSError:
+            return
+        try:
+            os.pwrite(descriptor, line, 0)
+        except OSError:
+            pass
+        finally:
+            os.close(descriptor)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -108,17 +174,18 @@ class GangLedger:
         for kind in (VICTIM, EXPLAINED):
             (self.directory / f"{self.node}.{kind}").unlink(missing_ok=True)
 
-    def nobody_failed_first(self, wait: float = WAIT_SECONDS, poll: float = 0.2, stale: float = STALE_SECONDS) -> bool:
+    def nobody_failed_first(self, wait: float = WAIT_SECONDS, stale: float = STALE_SECONDS) -> bool:
         """True once every pod has noted it ended as a victim (see ``attempt_ending``)."""
-        return self.attempt_ending(wait, poll, stale) == ENDED_AS_VICTIMS
+        return self.attempt_ending(wait, stale) == ENDED_AS_VICTIMS
 
-    def attempt_ending(self, wait: float = WAIT_SECONDS, poll: float = 0.2,
-                       stale: float = STALE_SECONDS) -> AttemptEnding:
+    def attempt_ending(self, wait: float = WAIT_SECONDS, stale: float = STALE_SECONDS) -> AttemptEnding:
         """How the attempt ended: ENDED_AS_VICTIMS once every pod has noted it ended as a victim; EXPLAINED as soon
         as one ended otherwise (its own failure, a signal); VANISHED when one left no note and its heartbeat stood
         still for ``stale`` seconds or counts under another token (the Job replaced it), or when ``wait`` seconds
-        pass without every note (a pod that vanished whole is counted, or excused, by the Job)."""
+        pass without every note (a pod that vanished whole is counted, or excused, by the Job). Read with a
+        back-off (FIRST_READ_SECONDS doubling to MAX_READ_SECONDS)."""
         now = time.monotonic()
+        pause = FIRST_READ_SECONDS
         deadline = now + wait
         beats: dict[int, tuple[str | None, float]] = {}  # per node: the heartbeat last read, and since when
         attempt: dict[int, str | None] = {}  # per node waited for: its launcher's token in this attempt
@@ -142,4 +209,5 @@ class GangLedger:
                     return VANISHED  # its launcher stopped counting without a note: gone with its pod
             if now >= deadline:
                 return VANISHED
-            time.sleep(poll)
+            time.sleep(min(pause, max(deadline - now, 0.0)))
+            pause = min(pause * 2, MAX_READ_SECONDS)

@@ -22,9 +22,15 @@ gang shares (OUTPUT_DIR/.gang/):
   counted). In-place restarts draw from max_restarts: when more rounds than that failed without progress one after
   another (a round that published a checkpoint starts the count anew), the launcher ends its pod with
   RESTARTS_EXHAUSTED, which fails the Job (a deterministic crash, which fails before its next checkpoint, still
-  fails it after max_restarts + 1 such rounds; faults separated by training never add up, however long the job). ``<job>`` is the Job's uid (Kubernetes: the
-  controller-uid label; Slurm: the job id, which a requeue keeps), so another Job on the same volume starts with its
-  own budget.
+  fails it after max_restarts + 1 such rounds; faults separated by training never add up, however long the job).
+  ``<job>`` is the Job's uid (Kubernetes: the controller-uid label; Slurm: the job id, which a requeue keeps), so
+  another Job on the same volume starts with its own budget.
+  A node whose own failure was the root cause of ``node_leaves_after_failures`` rounds since the last checkpoint,
+  with the same code, leaves: its verdict line ends " leaves <host>" (written in the same exclusive create, so no
+  pod ever reads the verdict without it) and its pod exits NODE_LEFT, which the Job ignores and replaces. An
+  index's first departure in a streak excuses the rounds it failed (a broken node is not the job's failure); a
+  second one in the same streak excuses none (the fault follows the index, or the scheduler gave the same node
+  back), so a crash loop confined to one index still ends after max_restarts + 1 rounds.
 
 Torch-free: the launcher reads it before importing torch's launcher, the tests without torch.
 """
@@ -35,7 +41,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,7 +56,8 @@ ENDED = "ended"  # "<job> <generation> <code>": a pod ended the gang (its code f
 PROGRESS = "progress"
 AFTER_PROGRESS = "after-progress"  # the word in a failed round's file that says it was not counted
 # A failed round's file, as judge() writes it: the node, its exit code, and the checkpoint when not counted
-_VERDICT = re.compile(rf"node [0-9]{{1,6}} exit -?[0-9]{{1,4}}( {AFTER_PROGRESS} \S{{1,400}})?")
+LEAVES = "leaves"  # the word in a failed round's file that says its node left the gang (and where it ran)
+_VERDICT = re.compile(rf"node [0-9]{{1,6}} exit -?[0-9]{{1,4}}( {AFTER_PROGRESS} \S{{1,400}})?( {LEAVES} \S{{1,253}})?")
 # Where the workers' rank 0 notes each checkpoint it publishes (PROGRESS, in the gang's directory): set by a launcher
 # that restarts rounds in place; the Slurm script reads the same file (PROGRESS_PATH, under OUTPUT_DIR).
 PROGRESS_VARIABLE = "INDEXED_TRAINER_GANG_PROGRESS"
@@ -62,9 +69,18 @@ SLURM_RESTART_VARIABLE = "SLURM_RESTART_COUNT"  # a requeued job's start: its ow
 # values restart_in_place and max_restarts, for the launcher
 RESTART_IN_PLACE_VARIABLE = "INDEXED_TRAINER_RESTART_IN_PLACE"
 MAX_RESTARTS_VARIABLE = "INDEXED_TRAINER_MAX_RESTARTS"
+LEAVE_AFTER_VARIABLE = "INDEXED_TRAINER_NODE_LEAVES_AFTER"  # values node_leaves_after_failures
+LEAVE_AFTER_DEFAULT = 2
+# The node a pod runs on (Kubernetes: the downward API's spec.nodeName; Slurm: its own variable), for the line that
+# names a node that keeps failing, so that an operator can cordon it.
+NODE_NAME_VARIABLE = "INDEXED_TRAINER_NODE_NAME"
+SLURM_NODE_NAME_VARIABLE = "SLURMD_NODENAME"
 # The generation of the round the workers run in (their logs say it).
 GENERATION_VARIABLE = "INDEXED_TRAINER_GANG_ROUND"
-POLL_SECONDS = 0.05
+# A node waiting for the next round reads the volume at most this often, and probes node 0's port (no volume) this
+# often to learn sooner (wait_for_round).
+READ_SECONDS = 1.0
+PROBE_SECONDS = 0.1
 
 
 def lost_nodes_replaced(environ: Mapping[str, str] = os.environ) -> bool:
@@ -135,11 +151,30 @@ def generation_of(environ: Mapping[str, str] = os.environ) -> int:
 
 class Verdict(NamedTuple):
     """How a failed round was judged, once for the gang: ``counted`` against max_restarts, or a fault after
-    ``progress`` (the checkpoint the round published); ``failures``: the Job's counted rounds so far."""
+    ``progress`` (the checkpoint the round published); ``failures``: the Job's counted rounds so far; ``node``: the
+    node that judged it (the root cause's, or index 0's for a round without one) and its exit code there;
+    ``leaves``: the host that node left from, when it left."""
 
     counted: bool
     progress: str | None
     failures: int
+    node: int = -1
+    code: int = 0
+    leaves: str | None = None
+
+
+def leave_after(environ: Mapping[str, str] = os.environ) -> int:
+    """values node_leaves_after_failures: how many rounds since the last checkpoint a node may be the root cause of,
+    with the same code, before it leaves (0: never)."""
+    text = environ.get(LEAVE_AFTER_VARIABLE, "").strip()
+    return int(text) if text.isdigit() and len(text) <= 4 else LEAVE_AFTER_DEFAULT
+
+
+def node_name(environ: Mapping[str, str] = os.environ) -> str:
+    """The host this pod runs on, as one word for a verdict's line ("unknown" where nothing says)."""
+    text = environ.get(NODE_NAME_VARIABLE) or environ.get(SLURM_NODE_NAME_VARIABLE) or ""
+    word = "".join(ch for ch in text.strip() if ch.isalnum() or ch in "-_.")[:253]
+    return word or "unknown"
 
 
 def in_place_settings(environ=os.environ) -> tuple[bool, int]:
@@ -152,6 +187,18 @@ def in_place_settings(environ=os.environ) -> tuple[bool, int]:
     except ValueError:
         limit = 3
     return enabled, limit
+
+
+def _parsed_verdict(line: str) -> tuple[int, int, str | None, str | None] | None:
+    """A failed round's line as judge() writes it: (node, code, the checkpoint it published or None, the host its
+    node left from or None); None for anything else."""
+    line = line.strip()
+    if not _VERDICT.fullmatch(line):
+        return None
+    words = line.split()
+    after = words[words.index(AFTER_PROGRESS) + 1] if AFTER_PROGRESS in words else None
+    leaves = words[words.index(LEAVES) + 1] if LEAVES in words else None
+    return int(words[1]), int(words[3]), after, leaves
 
 
 class GangRounds:
@@ -209,30 +256,39 @@ class GangRounds:
         return current[0] if current[0] > self.joined() else None
 
     def wait_for_round(self, timeout: float, say: Callable[[str], None], report_every: float = 15.0,
-                       leader_stale: float | None = None) -> int | None:
+                       leader_stale: float | None = None, woken: Callable[[], bool] | None = None) -> int | None:
         """A node other than 0 waits until node 0 opens a round it may join; its generation, or None after
         ``timeout`` seconds, once the gang has ended (``ended``), or (``leader_stale``: where no successor would
-        come) once node 0's heartbeat has stood still that long."""
+        come) once node 0's heartbeat has stood still that long.
+
+        The volume is read once a second (READ_SECONDS: a thousand pods waiting read it a thousand times a second,
+        not twenty thousand), and at once whenever ``woken()`` says so: the launcher's probe of node 0's port, which
+        costs the volume nothing, says when a store has come up there (node 0 opens a round's store only after
+        announcing it), so a round is joined within PROBE_SECONDS of its store, not of the next read."""
         began = time.monotonic()
         report = began + report_every
         beat, beat_since = self._leader_beat(), began
+        read_at = began
         while True:
-            generation = self.open_round()
-            if generation is not None:
-                return generation
             now = time.monotonic()
-            if now - began >= timeout or self.ended() is not None:
-                return None
-            current = self._leader_beat()
-            if current != beat:
-                beat, beat_since = current, now
-            elif leader_stale is not None and current is not None and now - beat_since >= leader_stale:
-                return None
+            if now >= read_at or (woken is not None and woken()):
+                generation = self.open_round()
+                if generation is not None:
+                    return generation
+                now = time.monotonic()
+                if now - began >= timeout or self.ended() is not None:
+                    return None
+                current = self._leader_beat()
+                if current != beat:
+                    beat, beat_since = current, now
+                elif leader_stale is not None and current is not None and now - beat_since >= leader_stale:
+                    return None
+                read_at = now + READ_SECONDS
             if now >= report:
                 say(f"waiting in place for index 0 to open the gang's next round: {now - began:.0f} s of "
                     f"{timeout:g} s")
                 report += report_every
-            time.sleep(POLL_SECONDS)
+            time.sleep(PROBE_SECONDS if woken is not None else max(read_at - now, 0.0))
 
     def _leader_beat(self) -> str | None:
         return read_note(self.directory / f"0.{ALIVE}")
@@ -253,10 +309,12 @@ class GangRounds:
             return None  # the same checkpoint again: no newer one
         return current
 
-    def judge(self, generation: int, code: int, progress: Progress | None) -> Verdict:
+    def judge(self, generation: int, code: int, progress: Progress | None, leaving: str | None = None) -> Verdict:
         """Round ``generation`` failed (with ``code`` here): judged once for the gang, by the first node to judge it
-        (counted, or not for a round that made ``progress``); the verdict that stands, and the Job's failures."""
-        line = f"node {self.node} exit {code}" + (f" {AFTER_PROGRESS} {progress.checkpoint}" if progress else "")
+        (counted, or not for a round that made ``progress``; ``leaving``: this node's host, where it leaves the gang
+        if its verdict stands); the verdict that stands, and the Job's failures."""
+        line = f"node {self.node} exit {code}" + (f" {AFTER_PROGRESS} {progress.checkpoint}" if progress else "") \
+            + (f" {LEAVES} {leaving}" if leaving else "")
         if self.job is None:
             self._local_verdicts.setdefault(generation, line)
             return self._verdict(self._local_verdicts[generation])
@@ -271,9 +329,11 @@ class GangRounds:
         return self._verdict(line)
 
     def _verdict(self, line: str) -> Verdict:
-        words = line.split()
-        after = AFTER_PROGRESS in words and words.index(AFTER_PROGRESS) + 1 < len(words)
-        return Verdict(not after, words[words.index(AFTER_PROGRESS) + 1] if after else None, self.failures())
+        parsed = _parsed_verdict(line)
+        if parsed is None:
+            return Verdict(True, None, self.failures())
+        node, code, after, leaves = parsed
+        return Verdict(after is None, after, self.failures(), node, code, leaves)
 
     def count_failure(self, generation: int, code: int) -> int:
         """Round ``generation`` failed without progress: counted once for the gang; the Job's counted rounds."""
@@ -287,37 +347,56 @@ class GangRounds:
 
     def verdicts(self) -> list[bool]:
         """Whether each failed round of the Job was counted (False: a fault after progress), by round."""
-        return [counted for _, counted in self._judged_rounds()]
+        return [counted for _, counted, _, _ in self._judged_rounds()]
 
-    def _judged_rounds(self) -> list[tuple[int, bool]]:
-        """The Job's failed rounds, in order: (generation, counted)."""
+    def _judged_rounds(self) -> list[tuple[int, bool, int, str | None]]:
+        """The Job's failed rounds, in order: (generation, counted, the node that judged it, the host it left)."""
+        return list(reversed(list(self._judged_newest_first())))
+
+    def _judged_newest_first(self) -> Iterator[tuple[int, bool, int, str | None]]:
+        """The Job's failed rounds, newest first, each read only when asked for (the budget reads its streak, not
+        the job's life)."""
         if self.job is None:
-            lines = sorted(self._local_verdicts.items())
+            lines: Iterable[tuple[int, str | None]] = sorted(self._local_verdicts.items(), reverse=True)
         else:
             # only what judge() writes counts: a round's number, a verdict's line (a FIFO, a link, or a file of
             # another shape left on the volume spends nothing)
             directory = self.directory / FAILED / self.job
-            names = sorted((item for item in directory.iterdir() if item.name.isdigit() and len(item.name) <= 12),
-                           key=lambda item: int(item.name)) if directory.is_dir() else []
-            lines = [(int(item.name), read_note(item) or "") for item in names]
-        return [(generation, AFTER_PROGRESS not in line.split()) for generation, line in lines
-                if _VERDICT.fullmatch(line.strip())]
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                names = []
+            generations = sorted((int(name) for name in names  # as judge() names them: no sign, no leading zero
+                                  if name.isascii() and name.isdigit() and len(name) <= 12
+                                  and name == str(int(name))), reverse=True)
+            lines = ((generation, read_note(directory / str(generation))) for generation in generations)
+        for generation, line in lines:
+            parsed = _parsed_verdict(line or "")
+            if parsed is not None:
+                node, _, after, leaves = parsed
+                yield generation, after is None, node, leaves
 
     def failures(self) -> int:
         """The rounds that count against max_restarts: those that failed without progress one after another, since
         the newest round that published a checkpoint (whether that round failed after it, or ended unjudged: the
-        whole gang preempted). A crash loop spends the budget; faults separated by training never add up."""
-        judged = self._judged_rounds()
+        whole gang preempted). A crash loop spends the budget; faults separated by training never add up. An
+        index that left once in the streak has the rounds it failed up to then excused (a broken node left); one
+        that left twice has none (the fault follows the index)."""
         progress, announced = self.progress(), self.announced()
         # a progress note from a round not yet announced is not the gang's (a note planted on the volume): no reset
         newest = progress.generation if progress and (announced is None or progress.generation <= announced[0]) \
             else 0
-        streak = 0
-        for generation, counted in reversed(judged):
+        streak: list[tuple[int, int, str | None]] = []
+        for generation, counted, node, leaves in self._judged_newest_first():
             if not counted or generation < newest:  # a later round published a checkpoint
                 break
-            streak += 1
-        return streak
+            streak.append((generation, node, leaves))
+        departures: dict[int, list[int]] = {}  # per node: the generations it left in, within the streak
+        for generation, node, leaves in streak:
+            if leaves is not None:
+                departures.setdefault(node, []).append(generation)
+        excused = {node: generations[0] for node, generations in departures.items() if len(generations) == 1}
+        return sum(1 for generation, node, _ in streak if generation > excused.get(node, -1))
 
     # -- the gang's end ---------------------------------------------------------------------------------------
     def end(self, generation: int, code: int) -> None:

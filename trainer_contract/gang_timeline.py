@@ -108,26 +108,34 @@ class Timeline:
         self._note(f"{generation}.resumed", f"{time.time() if when is None else when:.6f}\n")
 
     def failures(self, generation: int) -> dict[int, tuple[float, int]]:
-        """The nodes' notes of round ``generation``'s failure: node -> (time, code)."""
-        return self.failed_rounds().get(generation, {})
+        """The nodes' notes of round ``generation``'s failure: node -> (time, code); only that round's are read."""
+        notes: dict[int, tuple[float, int]] = {}
+        for node, path in self._failure_notes().get(generation, {}).items():
+            words = (read_note(path) or "").split()
+            try:
+                notes[node] = (float(words[0]), int(words[1]))
+            except (IndexError, ValueError):
+                continue
+        return notes
 
     def failed_rounds(self) -> dict[int, dict[int, tuple[float, int]]]:
         """Every round's failure notes: round -> node -> (time, code); what is not a note of ours is passed over."""
-        rounds: dict[int, dict[int, tuple[float, int]]] = {}
+        rounds = {generation: self.failures(generation) for generation in self._failure_notes()}
+        return {generation: notes for generation, notes in rounds.items() if notes}
+
+    def _failure_notes(self) -> dict[int, dict[int, Path]]:
+        """The failure notes by round and node, from one listing of the directory: named, not opened (a resume
+        reads one round's, not every round's of the job's life)."""
+        found: dict[int, dict[int, Path]] = {}
         if not self.directory.is_dir():
-            return rounds
+            return found
         for path in self.directory.iterdir():
             generation, kind, node = (path.name.split(".") + ["", ""])[:3]
             if kind != "failed" or not generation.isdigit() or not node.isdigit() or len(generation) > 12:
                 continue
-            words = (read_note(path) or "").split()
-            try:
-                rounds.setdefault(int(generation), {})[int(node)] = (float(words[0]), int(words[1]))
-            except (IndexError, ValueError):
-                continue
-        return rounds
+            found.setdefault(int(generation), {})[int(node)] = path
+        return found
 
-    # -- the accounting -------------------------------------------------------------------------------------
     def first_step(self) -> float | None:
         """When the Job first trained: the earliest round's resume."""
         rounds = [int(path.name.split(".")[0]) for path in self.directory.glob("*.resumed")
@@ -163,11 +171,11 @@ class Timeline:
         accounted = max((max(fault.round, fault.through) for fault in known), default=0)
         # the rounds that failed since the last fault accounted for: one fault, from the first of them (another
         # fault during the recovery, a round that never trained, only lengthens its restart)
-        failed = sorted(earlier for earlier in self.failed_rounds() if accounted < earlier < generation)
-        if not failed:
+        failed = sorted(earlier for earlier in self._failure_notes() if accounted < earlier < generation)
+        notes = self.failures(failed[0]) if failed else {}
+        if not notes:
             return None  # the first round, none failed since, or accounted for already (rank 0 started twice)
         failed_round = failed[0]
-        notes = self.failures(failed_round)
         first = min(when for when, _ in notes.values())
         last = max(when for when, _ in notes.values())
         kept = self._time(f"{failed_round}.resumed") or first

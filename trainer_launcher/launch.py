@@ -36,9 +36,9 @@ what it exits with and in two checks before the rendezvous:
 from __future__ import annotations
 
 import os
+import random
 import resource
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -52,7 +52,7 @@ from torch.distributed.run import run as torchrun
 
 from trainer_contract import exit_codes, launcher, pod_environment, storage
 from trainer_contract.exit_codes import signal_exit_code
-from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger
+from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger, volume_problem
 from trainer_contract.gang_rounds import (
     SLURM_RESTART_VARIABLE,
     GangRounds,
@@ -66,6 +66,7 @@ from trainer_contract.progress import WAIT_REPORT_SECONDS
 from trainer_contract.settings import ConfigError
 from trainer_launcher import rendezvous_store, round_alarm
 from trainer_launcher.checkpoint_watch import watch_from
+from trainer_launcher.leader_port import LeaderPort
 from trainer_launcher.programs import KeptRun, kept_run, warm_imports
 from trainer_launcher.recovery import InPlaceRecovery
 from trainer_launcher.warm_workers import WarmWorkers
@@ -267,6 +268,10 @@ def _launch(args) -> int:
     check_locked_memory()
     ledger = gang_ledger(args)
     if ledger is not None:
+        problem = volume_problem(ledger.directory.parent, ledger.node)
+        if problem is not None:
+            say(f"{problem}; exiting {exit_codes.BAD_CONFIG}")
+            return exit_codes.BAD_CONFIG
         ledger.start()
     recovery = in_place_recovery(args, ledger)
     if recovery is not None:
@@ -302,7 +307,7 @@ def in_place_recovery(args, ledger: GangLedger | None, environ=os.environ) -> In
         return None
     rounds = GangRounds(ledger.directory.parent, ledger.node, ledger.token, job,
                         step=environ.get(SLURM_RESTART_VARIABLE, "").strip())
-    return InPlaceRecovery(rounds, ledger, limit, say, tell, replaced=lost_nodes_replaced(environ))
+    return InPlaceRecovery(rounds, ledger, limit, say, tell, replaced=lost_nodes_replaced(environ), environ=environ)
 
 
 def run_rounds(args, recovery: InPlaceRecovery) -> int:
@@ -319,7 +324,7 @@ def run_rounds(args, recovery: InPlaceRecovery) -> int:
 def _round(args, recovery: InPlaceRecovery, warm: WarmWorkers) -> int | None:
     """One round; the code the pod ends with, or None for the next round."""
     try:
-        code = recovery.enter(join_timeout(args), lambda: wait_for_leader(args))
+        code = recovery.enter(join_timeout(args), lambda: wait_for_leader(args), woken=leader_port(args))
     except SignalException as stopped:
         return recovery.end(stopped_between_rounds(args, stopped))
     if code is not None:
@@ -333,6 +338,14 @@ def _round(args, recovery: InPlaceRecovery, warm: WarmWorkers) -> int | None:
         return recovery.after(code, signalled=bool(_signalled))
     except SignalException as stopped:
         return recovery.end(stopped_between_rounds(args, stopped))
+
+
+def leader_port(args) -> LeaderPort | None:
+    """Node 0's rendezvous port, probed by a node waiting for the next round (leader_port.py); None on node 0 or
+    without a static rendezvous."""
+    if args.standalone or int(args.node_rank) == 0 or args.rdzv_backend != "static" or not args.master_addr:
+        return None
+    return LeaderPort(args.master_addr, int(args.master_port))
 
 
 def stopped_between_rounds(args, stopped: SignalException) -> int:
@@ -353,7 +366,12 @@ def stopped_by(args, stopped: SignalException, otherwise: str) -> int:
     return signal_exit_code(sig.value)
 
 
+# A node waiting for index 0's port probes it this often, each probe at a random point of its interval (a thousand
+# nodes whose round failed together would otherwise probe in step); after LEADER_PATIENT_AFTER_SECONDS (index 0's pod
+# being scheduled, pulling its image), every LEADER_PATIENT_POLL_SECONDS.
 LEADER_POLL_SECONDS = 0.25
+LEADER_PATIENT_AFTER_SECONDS = 30.0
+LEADER_PATIENT_POLL_SECONDS = 1.0
 
 
 def join_timeout(args) -> float:
@@ -369,39 +387,40 @@ def join_timeout(args) -> float:
 
 
 def wait_for_leader(args) -> int | None:
-    """A pod other than index 0 waits, in short polls, until index 0's rendezvous port answers, saying what it
-    waits for; None then (torchrun joins at once), STALLED if it never does within the join timeout.
+    """A pod other than index 0 waits until index 0's rendezvous port answers, saying what it waits for; None then
+    (torchrun joins at once), STALLED if it never does within the join timeout.
 
     torchrun's own store client retries a refused connection with a growing back-off: a pod that started well
     before index 0 (restarted after its own failure, while index 0 waited for the gang's notes) joined seconds
-    after index 0 was up. An unresolvable name (DNS: the headless Service has no record of index 0 yet) reads
-    as what it is."""
+    after index 0 was up. The name is looked up once, and again only while nothing answers (leader_port.py: at
+    1,024 nodes a lookup per probe was 4,000 a second to the cluster's DNS); an unresolvable name (the headless
+    Service has no record of index 0 yet) reads as what it is."""
     if args.standalone or int(args.node_rank) == 0 or args.rdzv_backend != "static" or not args.master_addr:
         return None
     host, port, limit = args.master_addr, int(args.master_port), join_timeout(args)
+    leader = LeaderPort(host, port)
     began = time.monotonic()
     report = began + WAIT_REPORT_SECONDS
     first = True
     while True:
-        try:
-            socket.create_connection((host, port), timeout=LEADER_POLL_SECONDS * 4).close()
+        if leader.answers():
             if not first:
                 say(f"index 0's rendezvous at {host}:{port} answers after {time.monotonic() - began:.1f} s")
             return None
-        except OSError as exc:
-            reason = "its name does not resolve yet" if isinstance(exc, socket.gaierror) else "not listening yet"
         waited = time.monotonic() - began
         if first:
-            say(f"waiting for index 0's rendezvous at {host}:{port} ({reason}); the join timeout is {limit:g} s")
+            say(f"waiting for index 0's rendezvous at {host}:{port} ({leader.reason}); the join timeout is {limit:g} s")
             first = False
         elif time.monotonic() >= report:
-            say(f"still waiting for index 0's rendezvous at {host}:{port}: {waited:.0f} s of {limit:g} s ({reason})")
+            say(f"still waiting for index 0's rendezvous at {host}:{port}: {waited:.0f} s of {limit:g} s "
+                f"({leader.reason})")
             report += WAIT_REPORT_SECONDS
         if waited >= limit:
             say(f"the gang did not assemble: index 0's rendezvous at {host}:{port} did not answer within the join "
-                f"timeout ({limit:g} s; {reason}); exiting {exit_codes.STALLED}")
+                f"timeout ({limit:g} s; {leader.reason}); exiting {exit_codes.STALLED}")
             return exit_codes.STALLED
-        time.sleep(LEADER_POLL_SECONDS)
+        interval = LEADER_POLL_SECONDS if waited < LEADER_PATIENT_AFTER_SECONDS else LEADER_PATIENT_POLL_SECONDS
+        time.sleep(interval * random.uniform(0.5, 1.5))
 
 
 def tell(message: str) -> None:

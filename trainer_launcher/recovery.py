@@ -17,6 +17,13 @@ the Job:
   The other pods end with the same code (shared_end), not as victims: the Job controller may see any pod's end
   first, and a 75 seen first would be ignored and its index given a replacement pod.
 
+A node that keeps failing leaves: when this node's own failure was the gang's root cause in
+``node_leaves_after_failures`` rounds with the same code since the gang last published a newer checkpoint (a broken
+GPU fails every round where it sits), its verdict says so and the pod exits NODE_LEFT, which the Job ignores and
+replaces (on a cluster: elsewhere, once the node named in the line is cordoned); its rounds are excused once per
+streak (trainer_contract.gang_rounds). On Slurm nothing replaces a task in the middle of a step, so a node there
+does not leave: the budget decides.
+
 A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
 to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them. On Slurm
 nothing starts a successor in the middle of a step: the step ends (75) and the batch script requeues the job.
@@ -30,8 +37,25 @@ import time
 from collections.abc import Callable
 
 from trainer_contract import exit_codes
-from trainer_contract.gang_ledger import ENDED_AS_VICTIMS, EXPLAINED, STALE_SECONDS, VANISHED, GangLedger
-from trainer_contract.gang_rounds import GENERATION_VARIABLE, PROGRESS, PROGRESS_VARIABLE, GangRounds, Progress
+from trainer_contract.gang_ledger import (
+    ENDED_AS_VICTIMS,
+    EXPLAINED,
+    FIRST_READ_SECONDS,
+    MAX_READ_SECONDS,
+    STALE_SECONDS,
+    VANISHED,
+    GangLedger,
+)
+from trainer_contract.gang_rounds import (
+    GENERATION_VARIABLE,
+    PROGRESS,
+    PROGRESS_VARIABLE,
+    GangRounds,
+    Progress,
+    Verdict,
+    leave_after,
+    node_name,
+)
 from trainer_contract.gang_timeline import Timeline
 
 # How long index 0 waits for the verdict of a round another pod failed first (it writes it a moment after its note).
@@ -47,9 +71,15 @@ def shared_end(ended: int) -> int:
 
 class InPlaceRecovery:
     def __init__(self, rounds: GangRounds, ledger: GangLedger, limit: int, say: Callable[[str], None],
-                 tell: Callable[[str], None], replaced: bool = True):
+                 tell: Callable[[str], None], replaced: bool = True, environ=os.environ):
         self.rounds, self.ledger, self.limit, self.say, self.tell = rounds, ledger, limit, say, tell
         self.replaced = replaced  # a node lost whole gets a successor (Kubernetes), or none (Slurm: the job requeues)
+        # a node leaves after this many rounds since the last checkpoint it failed first with one code (0: never;
+        # never where nothing would replace it)
+        self.leave_after = leave_after(environ) if replaced else 0
+        self.host = node_name(environ)
+        # (code, rounds) this node failed first with that code since the gang last published a newer checkpoint
+        self.own_failures: tuple[int, int] = (0, 0)
         self.generation = 0  # the round this node is in (0: none yet)
         self.resumed_from: Progress | None = None  # the progress noted when this node entered its round
         self.timeline = Timeline(rounds.directory, rounds.job)  # what each fault costs (goodput)
@@ -58,9 +88,11 @@ class InPlaceRecovery:
     def leader(self) -> bool:
         return self.ledger.node == 0
 
-    def enter(self, join_timeout: float, wait_for_leader: Callable[[], int | None]) -> int | None:
-        """Enter the next round: index 0 announces it; another node waits until index 0 has, then for its port.
-        None to run torchrun; else the exit code the pod ends with."""
+    def enter(self, join_timeout: float, wait_for_leader: Callable[[], int | None],
+              woken: Callable[[], bool] | None = None) -> int | None:
+        """Enter the next round: index 0 announces it; another node waits until index 0 has (reading the volume once
+        a second, and at once when ``woken()``: index 0's port just came up), then for its port. None to run
+        torchrun; else the exit code the pod ends with."""
         first = self.generation == 0
         if self.leader:
             self.generation = self.rounds.announce()
@@ -69,7 +101,8 @@ class InPlaceRecovery:
                 self.tell("waiting in place for index 0 to open the gang's next round" if not first
                           else "waiting for index 0 to open the gang's round")
             generation = self.rounds.wait_for_round(join_timeout, self.tell,
-                                                    leader_stale=None if self.replaced else STALE_SECONDS)
+                                                    leader_stale=None if self.replaced else STALE_SECONDS,
+                                                    woken=woken)
             if generation is None:
                 return self._no_round(join_timeout)
             code = wait_for_leader()
@@ -104,6 +137,8 @@ class InPlaceRecovery:
         """The round failed with ``code`` here: None to start the next round in place; else the pod's exit code."""
         if self.generation:
             self.timeline.round_failed(self.generation, self.ledger.node, code)
+        if self.rounds.progressed(self.generation, self.resumed_from) is not None:
+            self.own_failures = (0, 0)  # the gang trained since: this node's failures before no longer add up
         action = exit_codes.action(code)
         if signalled or action in ("done", "fail"):
             return self.end(code)
@@ -125,7 +160,7 @@ class InPlaceRecovery:
             why = ("every pod of the gang ended as a victim and none failed first" if ending == ENDED_AS_VICTIMS
                    else "a pod of the gang vanished without a note (lost whole)")
             return self._count(code, why)
-        return self._count(code, f"this pod's worker failed with exit code {code}")
+        return self._count(code, f"this pod's worker failed with exit code {code}", own=True)
 
     def _after_explained(self) -> int | None:
         """Index 0, a victim of a pod that noted its failure first: that pod judges the round (or ends the gang) a
@@ -133,9 +168,11 @@ class InPlaceRecovery:
         opening a round the verdict has already ended, which would wait out the join timeout for a gang that is
         gone. None for the next round; else the pod's exit code (the gang's end, shared: shared_end)."""
         deadline = time.monotonic() + VERDICT_WAIT_SECONDS
+        pause = FIRST_READ_SECONDS  # the same back-off as the notes' (gang_ledger): at most a read a second
         while self.rounds.ended() is None and not self.rounds.judged(self.generation) \
                 and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_READ_SECONDS)
         code = self._ended_by_another(f"round {self.generation} failed: the pod that failed first ended the gang")
         if code is not None:
             return code
@@ -157,10 +194,19 @@ class InPlaceRecovery:
         self.say(f"{what} (a pod exited {ended}); exiting {code}")
         return code
 
-    def _count(self, code: int, why: str) -> int | None:
+    def _count(self, code: int, why: str, own: bool = False) -> int | None:
         """Judge the round (once for the gang): a fault after progress is not counted; a round without progress
-        is, and past max_restarts it ends the pod."""
-        verdict = self.rounds.judge(self.generation, code, self.rounds.progressed(self.generation, self.resumed_from))
+        is, and past max_restarts it ends the pod. A node whose worker failed first (``own``, its verdict) with the
+        same code in ``leave_after`` rounds since the gang last trained (a newer checkpoint) leaves: rounds another
+        node failed, in between, neither add to its row nor break it (two broken nodes at once take turns)."""
+        row = self.own_failures[1] + 1 if self.own_failures[0] == code else 1
+        leaving = self.host if own and self.leave_after and row >= self.leave_after else None
+        verdict = self.rounds.judge(self.generation, code, self.rounds.progressed(self.generation, self.resumed_from),
+                                    leaving=leaving)
+        if own and verdict.node == self.rounds.node:
+            self.own_failures = (code, row)
+        if verdict.leaves is not None and verdict.node == self.rounds.node and verdict.failures <= self.limit:
+            return self._leave(verdict, row, why)
         if not verdict.counted:
             self.tell(f"round {self.generation} failed: {why}; restarting in place, not counted: fault after progress "
                       f"(checkpoint {verdict.progress} published in this round; {verdict.failures} of at most "
@@ -174,6 +220,16 @@ class InPlaceRecovery:
         self.tell(f"round {self.generation} failed: {why}; restarting in place ({verdict.failures} of at most "
                   f"{self.limit} restarts; no newer checkpoint in this round)")
         return None
+
+    def _leave(self, verdict: Verdict, row: int, why: str) -> int:
+        """This node failed first ``row`` rounds since the last checkpoint with the same code: its pod leaves the
+        gang, and the Job gives its index a new pod, which joins the round the others wait in."""
+        self.say(f"round {self.generation} failed: {why}, the {row} rounds since the last checkpoint this node "
+                 f"({verdict.leaves}) failed first with that code: the node leaves the gang "
+                 f"(node_leaves_after_failures {self.leave_after}); "
+                 f"exiting {exit_codes.NODE_LEFT}, not counted, for a new pod (cordon node {verdict.leaves} if it "
+                 f"is broken; {verdict.failures} of at most {self.limit} restarts spent)")
+        return self.end(exit_codes.NODE_LEFT)
 
     def end(self, code: int) -> int:
         """The pod ends with ``code``; one that ends the gang (completed, or failing the Job) says so to those

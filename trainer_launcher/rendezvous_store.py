@@ -44,8 +44,10 @@ def hold(args) -> TCPStore | None:
     if int(args.node_rank) != 0 or not followers(args):
         return None
     try:
+        # libuv's server, said here because the gang at scale depends on it (torch's default since 2.4, made for jobs
+        # past 1,024 ranks: PyTorch's libuv TCPStore tutorial); torchrun's store shares this server
         return TCPStore("127.0.0.1", int(args.master_port), None, True, timedelta(seconds=30),
-                        wait_for_workers=False, multi_tenant=True)
+                        wait_for_workers=False, multi_tenant=True, use_libuv=True)
     except (RuntimeError, OSError, ValueError):  # torchrun reports the port's problem, with its own exit code
         return None
 

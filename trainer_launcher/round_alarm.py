@@ -1,20 +1,23 @@
-"""A failed round in place (a built-in program's: trainer_launcher/recovery.py) reaches every pod of the gang at
-once, whoever saw it first.
+"""A failed round in place (a built-in program's: trainer_launcher/recovery.py) reaches every pod of the gang at once,
+whoever saw it first.
 
-A worker that dies before the process group has formed leaves its peers blocked in the group's connect (gloo's
-full mesh, NCCL's bootstrap), waiting for an address that will never be published, until the collective timeout
-(COLLECTIVE_TIMEOUT, 300 s by default): measured on 2 pods, one early fault cost every pod 311 s. Past that point a
-dead peer breaks its connections and the others fail within seconds, but not before it.
+A worker that dies before the process group has formed leaves its peers blocked in the group's connect (gloo's full
+mesh, NCCL's bootstrap), waiting for an address that will never be published, until the collective timeout
+(COLLECTIVE_TIMEOUT, 300 s by default): measured on 2 pods, one early fault cost every pod 311 s. Past that point a dead
+peer breaks its connections and the others fail within seconds, but not before it.
 
-So over several nodes each launcher waits, beside its torchrun, in torchrun's own rendezvous store (node 0's: the
-static rendezvous hosts it in node 0's agent) on one key of the round's, in blocking waits (a wait per node per
-WAIT_SECONDS at most, never a poll). A launcher whose torchrun returned with a failure of its own (a crash, a
-killed worker, a stall, a code that fails the Job) sets that key first; every other launcher wakes at once and
-stops its workers with SIGKILL: the round is lost either way, and the next one resumes from the newest published
-checkpoint (a checkpoint cut off mid-write was never published). Its pod then ends the round as a victim (75,
-uncounted), like a worker that lost its peers. A launcher stopped by a signal (preemption: its workers checkpoint
-together with the others), whose workers were stopped, or a victim (75) raises nothing. A program of the user's (no rounds in place)
-has no alarm: how its processes end when a peer fails stays its own (its SIGTERM handling, the Job's policy).
+So over several nodes each launcher waits, beside its torchrun, in torchrun's own rendezvous store (node 0's: the static
+rendezvous hosts it in node 0's agent) on one key of the round's, in blocking waits (a wait per node per WAIT_SECONDS at
+most, never a poll). A launcher whose torchrun returned with a failure of its own (a crash, a killed worker, a stall, a
+code that fails the Job) sets that key first; every other launcher wakes at once and stops its workers with SIGKILL: the
+round is lost either way, and the next one resumes from the newest published checkpoint (a checkpoint cut off mid-write
+was never published). Its pod then ends the round as a victim (75, uncounted), like a worker that lost its peers. Node
+0's store closing under a wait stops the workers too: node 0's launcher lets go of it only once its own round has ended
+(at once after a failure), or was lost whole; workers still running STORE_LOST_GRACE_SECONDS later (a program with no
+collective, a worker hung in NCCL) are stopped. A launcher stopped by a signal (preemption: its workers checkpoint
+together with the others), whose workers were stopped, or a victim (75) raises nothing. A program of the user's (no
+rounds in place) has no alarm: how its processes end when a peer fails stays its own (its SIGTERM handling, the Job's
+policy).
 """
 
 from __future__ import annotations
@@ -35,10 +38,16 @@ from trainer_launcher import rendezvous_store
 
 KEY = "indexed-trainer/round-{generation}/ended"  # set once, by the first launcher whose torchrun returned
 FAILED, OVER = "failed", "over"  # its value: "failed <node> <code>" (the others stop), or "over <node>"
+STORE_CLOSED = "store-closed"  # in place of a code: node 0's store closed while this node's round went on
+STORE_LOST_GRACE_SECONDS = 10.0  # node 0's store gone: how long this node's round may take to end by itself
 # One blocking wait's length: the key wakes it, and every launcher sets the key when its round ends, so this only
 # bounds a wait nobody ends; a round lasts longer (weeks), and each wait that times out costs torch's warning line.
 WAIT_SECONDS = 86400.0
 CONNECT_SECONDS = 10.0  # the wait's connection to node 0's store, which is up before any torchrun joins it
+# A connection that failed is tried again this long after, until the round ends: a gang's round opening makes every
+# agent, worker and alarm connect to one store at once, and a connect that ran out then (seen with 16 pods on 2 CPUs)
+# had left that node's workers without the alarm for the whole round.
+CONNECT_RETRY_SECONDS = 1.0
 SET_SECONDS = 1.0  # setting the key: a store that does not answer at once has ended its round (node 0's returned)
 JOIN_SECONDS = 2.0  # how long a launcher waits for its alarm's thread once the key is set (it wakes at once)
 
@@ -85,11 +94,24 @@ class RoundAlarm:
         return alarm
 
     def _connect(self) -> TCPStore:
+        # a plain connection first: torch's client logs each refused attempt with a C++ stack
+        socket.create_connection(self.address, timeout=CONNECT_SECONDS).close()
         return TCPStore(*self.address, None, False, timedelta(seconds=CONNECT_SECONDS))
 
+    def _client(self) -> TCPStore | None:
+        """A connection to node 0's store, tried until this launcher's round ends (None then)."""
+        while not self._done.is_set():
+            try:
+                return self._connect()
+            except (OSError, RuntimeError, ValueError):
+                self._done.wait(CONNECT_RETRY_SECONDS)
+        return None
+
     def _wait(self) -> None:
+        client = self._client()
+        if client is None:
+            return
         try:
-            client = self._connect()
             while True:
                 try:
                     client.wait([self.key], timedelta(seconds=WAIT_SECONDS))
@@ -99,7 +121,15 @@ class RoundAlarm:
                         return
             ended = client.get(self.key).decode(errors="replace").split()
         except (OSError, RuntimeError, ValueError):
-            return  # no store (any more): the round goes on without the alarm, as before
+            # node 0's store closed under the wait, or between the wake and the read: node 0's launcher left the round
+            # (it lets go of the store at once after a failed round, only after this node counted out after a
+            # completed one) or was lost whole. Either way the round is over for the gang. Workers that see it (a
+            # collective's broken connection, the data's wait) end on their own within a second, saying why; any
+            # still running after the grace are stopped rather than left until the collective timeout (16 pods on
+            # 2 CPUs left 13 of 15 stand-ins, which do no collective, to train on when the read came too late).
+            if self._done.wait(STORE_LOST_GRACE_SECONDS):
+                return
+            ended = [FAILED, "0", STORE_CLOSED]
         if len(ended) == 3 and ended[0] == FAILED and ended[1] != str(self.node) and not self._done.is_set():
             self.fired = f"{ended[1]} {ended[2]}"
             self.stopped = self.stop_workers()
@@ -125,6 +155,8 @@ class RoundAlarm:
 
     def describe(self) -> str:
         node, _, code = (self.fired or "? ?").partition(" ")
+        if code == STORE_CLOSED:
+            return f"index {node} (its rendezvous store closed: its launcher left the round)"
         return f"index {node} (exit {code})"
 
 

@@ -366,15 +366,18 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
             if spec.checkpoint_signing is not None else ()),
         stage_env=tuple(_env_var(EnvVar(name, value_from=ref)) for name, ref in spec.secret_uris.items()),
         # the Job's uid, under which the launchers count the rounds they restart in place (gang_rounds)
+        # and the node it runs on, named where a node that keeps failing leaves the gang
         worker_env=({"name": gang_rounds.JOB_UID_VARIABLE, "valueFrom": {"fieldRef": {
-            "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},),
+            "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},
+                    {"name": gang_rounds.NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {
+                        "apiVersion": "v1", "fieldPath": "spec.nodeName"}}}),
         stage_secrets=(options.storage_secret,) if options.storage_secret else (),
         worker_secrets=(options.storage_secret,) if options.storage_secret and uploads(spec) else (),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
         exit_fail_job=exit_codes.codes_taking("fail"),
-        exit_ignored=exit_codes.codes_taking("free"),
+        exit_ignored=exit_codes.codes_taking("free", "leave"),
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
         network_policy=options.network_policy if options.network_policy.enabled else None,

@@ -38,7 +38,7 @@ def test_the_job_and_the_slurm_script_act_on_the_table(monkeypatch, stalled):
     spec = spec_of(default_values())
     job = yaml.safe_load(targets()["kubernetes"].render(spec)[-1].text)
     assert _policy(job) == {"FailJob": list(exit_codes.codes_taking("fail")),
-                            "Ignore": list(exit_codes.codes_taking("free"))}
+                            "Ignore": list(exit_codes.codes_taking("free", "leave"))}
     script = targets()["slurm"].render(spec)[0].text
     arms = dict(re.findall(r"^  (\d+)\)\n    echo \"[^\"]*\"(?: >&2)?\n?(.*?);;", script, re.M | re.S))
     for item in exit_codes.taking("fail"):

@@ -95,3 +95,79 @@ def test_a_pod_the_job_already_replaced_is_known_by_its_new_token(tmp_path):
         assert time.monotonic() - started < 2
     finally:
         replacement.stop()
+
+
+def test_heartbeats_cost_the_volume_no_namespace_operation_after_the_first(tmp_path):
+    """Three pods beat for 3.5 s (about ten beats in all): the gang's directory sees one create per pod and
+    nothing else (no rename, no temporary file), while every beat is read back as it moves."""
+    from bench.namespace_watch import NamespaceWatch
+
+    (tmp_path / ".gang").mkdir()
+    watch = NamespaceWatch(tmp_path / ".gang")
+    pods = ledgers(tmp_path, nodes=3)
+    try:
+        for pod in pods:
+            pod.start()
+        seen = set()
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            seen.add(pods[0]._heartbeat(1))
+            time.sleep(0.1)
+    finally:
+        for pod in pods:
+            pod.stop()
+        events = watch.read()
+        watch.close()
+    assert sorted(events) == [("create", f"{node}.alive") for node in range(3)]
+    beats = sorted(int(text.split()[1]) for text in seen if text)
+    assert beats[0] <= 1 and beats[-1] >= 3 and all(text.split()[0] == pods[1].token for text in seen if text)
+
+
+def test_a_volume_that_cannot_rename_is_named_at_start_and_leaves_nothing(tmp_path, monkeypatch):
+    """mountpoint-s3 refuses renames: the launcher's check at start says what the volume lacks, in one line, and
+    leaves no file; a POSIX volume passes and keeps nothing of the check either."""
+    import errno
+    import os
+
+    from trainer_contract.gang_ledger import volume_problem
+
+    output = tmp_path / "runs" / "job"  # not created yet: the check runs where the volume is
+    assert volume_problem(output, 3) is None and list(tmp_path.iterdir()) == []
+
+    def refuse(source, target, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    problem = volume_problem(output, 3)
+    assert problem == (f"the shared volume at {tmp_path} cannot hold the gang's notes and checkpoints: PermissionError: "
+                       "Operation not permitted (it needs POSIX renames and in-place writes: NFS, a parallel "
+                       "filesystem, a block volume; not mountpoint-s3)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_where_the_heartbeat_goes_neither_blocks_it_nor_is_read_as_a_beat(tmp_path):
+    import os
+
+    ledger = GangLedger(tmp_path, 1, 2)
+    (tmp_path / ".gang").mkdir()
+    os.mkfifo(tmp_path / ".gang" / "1.alive")
+    done = threading.Event()
+    threading.Thread(target=lambda: (ledger._beat_in_place("t 1"), done.set()), daemon=True).start()
+    assert done.wait(5)  # it returned: no reader, no wait
+    assert ledger._heartbeat(1) is None
+
+
+def test_a_volume_that_renames_but_cannot_rewrite_in_place_is_named_and_the_check_leaves_nothing(tmp_path,
+                                                                                                 monkeypatch):
+    import errno
+    import os
+
+    from trainer_contract.gang_ledger import volume_problem
+
+    def refuse(descriptor, data, offset):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "pwrite", refuse)
+    problem = volume_problem(tmp_path, 0)
+    assert problem is not None and "OSError: Operation not supported" in problem
+    assert list(tmp_path.iterdir()) == []  # the renamed probe went too

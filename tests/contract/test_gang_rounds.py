@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer_contract import exit_codes
+from trainer_contract import exit_codes, gang_rounds
 from trainer_contract.gang_ledger import GangLedger
 from trainer_contract.gang_rounds import (
+    LEAVE_AFTER_VARIABLE,
+    NODE_NAME_VARIABLE,
     PROGRESS_VARIABLE,
     GangRounds,
     Verdict,
@@ -127,11 +129,14 @@ def test_a_job_identity_is_one_safe_path_component(text):
 
 
 # -- the launcher's decision after a failed round ------------------------------------------------------------
-def recovery(tmp_path, node: int, nodes: int, limit: int) -> InPlaceRecovery:
+def recovery(tmp_path, node: int, nodes: int, limit: int, leave_after: int = 0) -> InPlaceRecovery:
+    """A node's recovery; by default its node never leaves (the budget's own tests)."""
     ledger = GangLedger(tmp_path, node, nodes)
     rounds = GangRounds(tmp_path, node, ledger.token, "job")
     said: list[str] = []
-    result = InPlaceRecovery(rounds, ledger, limit, said.append, said.append)
+    environ = {LEAVE_AFTER_VARIABLE: str(leave_after), NODE_NAME_VARIABLE: f"gpu-node-{node}"}
+    result = InPlaceRecovery(rounds, ledger, limit, said.append, said.append, environ=environ)
+    result.said = said
     result.generation = 1
     return result
 
@@ -227,9 +232,9 @@ def test_a_round_judged_after_progress_is_not_counted_and_its_verdict_stands_for
     nodes = [GangRounds(tmp_path, node, f"t{node}", "job") for node in range(2)]
     publish(tmp_path, 1, "step-00000010.ckpt")
     first = nodes[1].judge(1, 137, nodes[1].progressed(1, None))  # node 1 judges first
-    assert first == Verdict(counted=False, progress="step-00000010.ckpt", failures=0)
+    assert first == Verdict(counted=False, progress="step-00000010.ckpt", failures=0, node=1, code=137)
     assert nodes[0].judge(1, 75, None) == first  # judged once: the later judge reads the verdict
-    assert nodes[0].judge(2, 1, None) == Verdict(counted=True, progress=None, failures=1)
+    assert nodes[0].judge(2, 1, None) == Verdict(counted=True, progress=None, failures=1, node=0, code=1)
     assert nodes[0].verdicts() == [False, True] and nodes[1].failures() == 1
 
 
@@ -404,3 +409,96 @@ def test_the_gangs_files_on_the_volume_are_read_as_data(tmp_path, planted):
     assert ledger._heartbeat(0) in (None, "") or len(ledger._heartbeat(0)) <= 4096
     assert ledger._attempt_token(0) is None
     assert time.monotonic() - began < 2
+
+
+# -- a node that keeps failing leaves ------------------------------------------------------------------------------
+def fail_round(decider: InPlaceRecovery, generation: int, code: int) -> int | None:
+    decider.generation, decider.resumed_from = generation, decider.rounds.progress()
+    return decider.after(code, False)
+
+
+def test_a_node_that_fails_first_rounds_in_a_row_with_one_code_leaves_and_its_rounds_are_not_counted(tmp_path):
+    decider = recovery(tmp_path, 1, 2, limit=1, leave_after=2)
+    assert fail_round(decider, 1, 137) is None and decider.rounds.failures() == 1
+    assert fail_round(decider, 2, 137) == exit_codes.NODE_LEFT  # 2 in a row: without leaving, past max_restarts 1
+    assert decider.rounds.failures() == 0  # the departed node's rounds are excused
+    assert (tmp_path / ".gang" / "failed" / "job" / "2").read_text() == "node 1 exit 137 leaves gpu-node-1\n"
+    assert "the 2 rounds since the last checkpoint this node (gpu-node-1) failed first with that code: the node leaves" in decider.said[-1]
+    assert "cordon node gpu-node-1" in decider.said[-1]
+    assert exit_codes.action(exit_codes.NODE_LEFT) == "leave"
+
+
+@pytest.mark.parametrize("rounds, left", [
+    ([("own", 137), ("own", 1)], False),  # another code: another cause
+    ([("own", 137), ("progress", 75), ("own", 137)], False),  # the gang trained between: the count starts anew
+    ([("own", 137), ("other", 137), ("own", 137)], True),  # another broken node's turn between: still 2 of 2
+    ([("own", 137), ("victim", 75), ("own", 137)], True),
+    ([("other", 137), ("own", 137)], False),  # another node's verdict is not this node's failure
+])
+def test_only_the_node_that_failed_first_with_one_code_since_the_gang_last_trained_leaves(tmp_path, rounds, left):
+    decider = recovery(tmp_path, 1, 3, limit=10, leave_after=2)
+    other = GangRounds(tmp_path, 2, "t2", "job")
+    outcomes = []
+    for generation, (who, code) in enumerate(rounds, start=1):
+        if who == "other":
+            other.judge(generation, code, None)
+        if who == "progress":  # this round published a newer checkpoint before it failed
+            decider.generation, decider.resumed_from = generation, decider.rounds.progress()
+            publish(tmp_path, generation, f"ckpt-{generation}.pt")
+            outcomes.append(decider.after(code, False))
+            continue
+        outcomes.append(fail_round(decider, generation, code))
+    assert (outcomes[-1] == exit_codes.NODE_LEFT) == left and exit_codes.NODE_LEFT not in outcomes[:-1]
+
+
+def test_an_index_that_leaves_twice_without_progress_counts_every_round_so_a_crash_loop_still_ends(tmp_path):
+    """A crash confined to one index: its node leaves once (excused), its new pod crashes the same way and leaves
+    again; the second departure excuses nothing, and the Job fails after max_restarts + 1 rounds as before."""
+    limit = 3
+    first_pod = recovery(tmp_path, 1, 2, limit, leave_after=2)
+    assert [fail_round(first_pod, 1, 3), fail_round(first_pod, 2, 3)] == [None, exit_codes.NODE_LEFT]
+    second_pod = recovery(tmp_path, 1, 2, limit, leave_after=2)
+    assert fail_round(second_pod, 3, 3) is None and second_pod.rounds.failures() == 1
+    assert fail_round(second_pod, 4, 3) == exit_codes.RESTARTS_EXHAUSTED  # 4 rounds in a row > 3
+    assert second_pod.rounds.failures() == 4
+
+
+def test_after_progress_an_index_may_leave_again_without_charge(tmp_path):
+    first_pod = recovery(tmp_path, 1, 2, 1, leave_after=2)
+    assert [fail_round(first_pod, 1, 3), fail_round(first_pod, 2, 3)] == [None, exit_codes.NODE_LEFT]
+    publish(tmp_path, 3, "ckpt-e0001-s000000.pt")  # the new pod's round trains and publishes a checkpoint
+    second_pod = recovery(tmp_path, 1, 2, 1, leave_after=2)
+    second_pod.generation, second_pod.resumed_from = 4, second_pod.rounds.progress()
+    assert [fail_round(second_pod, 4, 3), fail_round(second_pod, 5, 3)] == [None, exit_codes.NODE_LEFT]
+    assert second_pod.rounds.failures() == 0
+
+
+def test_on_slurm_a_node_never_leaves(tmp_path):
+    decider = recovery(tmp_path, 1, 2, limit=5, leave_after=2)
+    decider.leave_after = InPlaceRecovery(decider.rounds, decider.ledger, 5, print, print, replaced=False).leave_after
+    assert [fail_round(decider, generation, 3) for generation in (1, 2, 3)] == [None, None, None]
+
+
+@given(st.text(max_size=300))
+def test_any_verdict_line_parses_or_is_refused(line):
+    parsed = gang_rounds._parsed_verdict(line)
+    assert parsed is None or (isinstance(parsed[0], int) and isinstance(parsed[1], int))
+
+
+@given(st.integers(0, 999_999), st.integers(-9999, 9999), st.none() | st.from_regex(r"[a-z0-9.-]{1,40}", fullmatch=True),
+       st.none() | st.from_regex(r"[a-z0-9.-]{1,60}", fullmatch=True))
+def test_a_judged_line_reads_back_as_written(node, code, checkpoint, host):
+    line = f"node {node} exit {code}" + (f" after-progress {checkpoint}" if checkpoint else "") \
+        + (f" leaves {host}" if host else "")
+    assert gang_rounds._parsed_verdict(line) == (node, code, checkpoint, host)
+
+
+def test_only_files_named_as_judge_names_them_are_verdicts(tmp_path):
+    """A volume others can write: a superscript digit, a leading zero or a sign names no round (and breaks
+    nothing); the round's own file is read once."""
+    rounds = GangRounds(tmp_path, 0, "t", "job")
+    rounds.judge(7, 1, None)
+    directory = tmp_path / ".gang" / "failed" / "job"
+    for name in ("\u00b2", "007", "+7", "7.tmp"):
+        (directory / name).write_text("node 0 exit 1\n")
+    assert rounds.failures() == 1 and rounds.verdicts() == [True]

@@ -124,3 +124,28 @@ def test_the_workers_rank_0_accounts_for_the_fault_once_and_the_other_ranks_neve
     summary = leader.summary()
     assert summary["faults"] == 1 and 0 <= summary["goodput"] < 1 and set(summary["fault_seconds"]) == set(PHASES)
     assert Goodput({**environ, "RANK": "0"}).resumed(said.append) is None  # its second start: accounted already
+
+
+def test_a_resume_reads_the_notes_of_the_round_it_recovers_from_not_of_every_round(tmp_path, monkeypatch):
+    """40 rounds of 32 nodes failed and were accounted for; round 42's rank 0 reads round 41's 32 notes (and a few
+    of its own), not 1,300: the accounting at a resume does not grow with the job's life."""
+    from trainer_contract import gang_timeline
+
+    timeline = Timeline(tmp_path, "job")
+    for generation in range(1, 41):
+        timeline.resumed(generation, T + generation * 100)
+        for node in range(32):
+            timeline.round_failed(generation, node, 75 if node else 137, T + generation * 100 + 50)
+        timeline.restore_began(generation + 1, T + generation * 100 + 60)
+        timeline.account(generation + 1, 32, None, now=T + generation * 100 + 70)
+    timeline.resumed(41, T + 4100)
+    for node in range(32):
+        timeline.round_failed(41, node, 75 if node else 137, T + 4150)
+    timeline.restore_began(42, T + 4160)
+    reads = []
+    real = gang_timeline.read_note
+    monkeypatch.setattr(gang_timeline, "read_note", lambda path, *a, **k: reads.append(path.name) or real(path, *a, **k))
+    fault = timeline.account(42, 32, None, now=T + 4170)
+    assert fault is not None and fault.round == 41 and fault.number == 41 and fault.code == 137
+    assert sum(name.endswith(tuple(f".failed.{node}" for node in range(32))) for name in reads) == 32
+    assert len(reads) < 40

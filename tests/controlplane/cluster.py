@@ -36,9 +36,9 @@ class ControlPlane:
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self, nodes: int = 4, apiserver_args: tuple[str, ...] = (), authorization: str = "RBAC",
-              controllers: tuple[str, ...] = CONTROLLERS) -> ControlPlane:
-        """etcd, the API server (with ``apiserver_args``), the controllers named and the scheduler; ``nodes`` fake
-        Nodes (a real node's kubelet registers its own: tests/realnode)."""
+              controllers: tuple[str, ...] = CONTROLLERS, controller_args: tuple[str, ...] = ()) -> ControlPlane:
+        """etcd, the API server (with ``apiserver_args``), the controllers named (with ``controller_args``) and the
+        scheduler; ``nodes`` fake Nodes (a real node's kubelet registers its own: tests/realnode)."""
         work = self.workdir
         (work / "logs").mkdir(parents=True, exist_ok=True)
         subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
@@ -68,7 +68,7 @@ class ControlPlane:
         }))
         self._wait_ready()
         self._spawn("kube-controller-manager", "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
-                    "--controllers", ",".join(controllers),
+                    "--controllers", ",".join(controllers), *controller_args,
                     "--secure-port", str(free_port()), "--bind-address", "127.0.0.1",
                     "--cert-dir", str(work / "kcm-certs"))
         self._spawn("kube-scheduler", "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",

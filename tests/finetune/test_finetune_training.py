@@ -62,18 +62,33 @@ def logits(model, data):
         return torch.cat([loaded(**tokenizer(text, return_tensors="pt")).logits for text in texts])
 
 
-def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_path):
+@pytest.fixture(scope="module")
+def whole_run(world, tmp_path_factory):
+    """The uninterrupted run, its output directory and its result: what an interrupted one must end as, and what
+    test_it_learns checks (one run, not two of the same)."""
+    output = tmp_path_factory.mktemp("whole")
+    result = run_finetune(*world, output)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return output, result
+
+
+@pytest.fixture(scope="module")
+def whole(whole_run):
+    """The uninterrupted run's output directory."""
+    return whole_run[0]
+
+
+def test_it_learns_and_the_export_classifies_as_the_trained_model(world, whole_run):
     import torch
 
     model, data = world
-    result = run_finetune(model, data, tmp_path / "out")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    out, result = whole_run  # the module's uninterrupted run: read here, never written to
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy"] >= 95 and summary["f1"] >= 95, summary  # two balanced classes: chance is 50
     assert "Rank 0: epoch 3/3, step 48/48" in result.stdout and "tokens/s" in result.stdout
     assert "Rank 0: new weights for the task: bert.pooler.dense.bias, bert.pooler.dense.weight, classifier.bias" \
         in result.stdout
-    exported = tmp_path / "out" / "bert_classifier_trained"
+    exported = out / "bert_classifier_trained"
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
     loaded = transformers.AutoConfig.from_pretrained(exported)
     assert loaded.id2label == {0: "negative", 1: "positive"}
@@ -81,7 +96,7 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     # from_pretrained(export) gives the logits of the last checkpoint's weights, and they classify as scored
     from trainer_runtime.checkpoints import single_file
 
-    checkpoint = single_file.read_payload(tmp_path / "out" / "checkpoints" / "step-00000048.ckpt")
+    checkpoint = single_file.read_payload(out / "checkpoints" / "step-00000048.ckpt")
     trained = transformers.AutoModelForSequenceClassification.from_pretrained(exported)
     trained.load_state_dict(checkpoint["model"])
     assert torch.equal(logits(exported, (data, exported)), logits(trained, (data, exported)))
@@ -91,13 +106,13 @@ def test_it_learns_and_the_export_classifies_as_the_trained_model(world, tmp_pat
     predicted = logits(exported, (data, exported)).argmax(-1).tolist()
     assert sum(p == t for p, t in zip(predicted, truth, strict=True)) >= 0.95 * len(truth)
 
-    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in records if "loss" in line and "accuracy" not in line] == list(range(1, 49))
     assert [line["epoch"] for line in records if "accuracy" in line] == [1, 2, 3]
     for rank in (0, 1):
-        lines = (tmp_path / "out" / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
+        lines = (out / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
         assert lines and all(f"rank {rank} cpu " in line and " rss " in line for line in lines)
-    assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_max_steps_ends_the_run_inside_an_epoch_where_the_cosine_schedule_reaches_0(world, tmp_path):
@@ -157,15 +172,6 @@ def test_eval_steps_evaluate_within_the_epoch_and_the_best_checkpoint_by_a_metri
     shared = sorted(set(exported) & set(trained))
     assert len(shared) > 10 and all(torch.equal(exported[key], trained[key].to(exported[key].dtype))
                                     for key in shared)
-
-
-@pytest.fixture(scope="module")
-def whole(world, tmp_path_factory):
-    """The uninterrupted run: what an interrupted one must end as."""
-    output = tmp_path_factory.mktemp("whole")
-    result = run_finetune(*world, output)
-    assert result.returncode == 0, result.stdout[-3000:]
-    return output
 
 
 def test_resume_false_sets_the_earlier_run_aside_whole_and_the_new_run_keeps_its_own(world, whole, tmp_path):

@@ -143,7 +143,7 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     # bad configuration from any container fails the Job; disruptions and a peer's victims are not counted
     assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78, 79, 80]}}
     assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75]}}
+    assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75, 81]}}
     assert len(rules) == 3
     # the leader decides: index 0 succeeding completes the Job
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
@@ -174,7 +174,7 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     init = pod["initContainers"][0]
     assert init["command"] == ["python", "-m", "worker", "--check-config"]
     # the check sees the worker's variables (the Job's uid, for the launcher's count of rounds, is the worker's alone)
-    assert init["env"] == worker["env"][:-1] and init["envFrom"] == worker["envFrom"]
+    assert init["env"] == worker["env"][:-2] and init["envFrom"] == worker["envFrom"]
 
 
 def test_cpu_job_has_no_gpu_limit_and_gpu_job_has_one():

@@ -280,7 +280,8 @@ def test_nothing_to_stage_renders_no_stage_step_on_either_target():
     job, config = _job_and_config()
     assert not any(key.startswith(("MODEL_DIR", "DATASET_DIR", "INDEXED_TRAINER_")) for key in config
                    if key not in ("INDEXED_TRAINER_METRICS_PORT", "INDEXED_TRAINER_RESTART_IN_PLACE",
-                                  "INDEXED_TRAINER_MAX_RESTARTS", "INDEXED_TRAINER_WARM_AFTER_SECONDS"))
+                                  "INDEXED_TRAINER_MAX_RESTARTS", "INDEXED_TRAINER_NODE_LEAVES_AFTER",
+                                  "INDEXED_TRAINER_WARM_AFTER_SECONDS"))
     assert "worker.staging" not in run_main("--target", "slurm").stdout
 
 

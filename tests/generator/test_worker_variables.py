@@ -36,7 +36,7 @@ def test_the_configmap_shows_the_workers_defaults_for_the_built_in_worker_only(s
     data = configmap_data(*sets)
     # where, the metrics' port and the launcher's in-place restarts and warm workers: no hyper-parameters
     placed = ("DATA_DIR", "OUTPUT_DIR", metrics.PORT_VARIABLE, gang_rounds.RESTART_IN_PLACE_VARIABLE,
-              gang_rounds.MAX_RESTARTS_VARIABLE, warm_start.WARM_AFTER_VARIABLE)
+              gang_rounds.MAX_RESTARTS_VARIABLE, gang_rounds.LEAVE_AFTER_VARIABLE, warm_start.WARM_AFTER_VARIABLE)
     assert {key: data[key] for key in data if key not in placed} == expected
 
 

@@ -110,9 +110,11 @@ def test_pod_0_killed_after_its_followers_left_completes_the_job(tmp_path):
 ])
 def test_a_fault_on_every_start_ends_after_max_restarts_plus_one_rounds_in_place(tmp_path, fault, counted_by):
     """In place, no pod is recreated: the launchers count the gang's failed rounds (a crash where it happened; a
-    round where every pod was a victim, at index 0) and the one past max_restarts exits 80, which fails the Job."""
+    round where every pod was a victim, at index 0) and the one past max_restarts exits 80, which fails the Job.
+    (Its node never leaves here: tests/contract/test_gang_rounds.py has a crash loop through departures.)"""
     claim = volume(tmp_path, SMALL)
-    manifests = render("replicas=2", "max_restarts=2", "config_map.EPOCHS=2", "config_map.BATCH_SIZE=32")
+    manifests = render("replicas=2", "max_restarts=2", "node_leaves_after_failures=0", "config_map.EPOCHS=2",
+                       "config_map.BATCH_SIZE=32")
     result, log, status = run_local_job(tmp_path, manifests, claim, timeout=400, env=fault_env(fault))
     assert result.returncode == 1, log[-5000:]
     assert status["condition"]["reason"] == "PodFailurePolicy"
@@ -122,6 +124,26 @@ def test_a_fault_on_every_start_ends_after_max_restarts_plus_one_rounds_in_place
     assert log.count(f"{counted_by}; restarting in place") == 2  # rounds 1 and 2
     assert f"round 3 failed: {counted_by}; 3 rounds of this Job have failed in a row without a newer checkpoint, more than max_restarts (2)" in log
     assert log.count("Rank 0: process group: gloo") == 3
+
+
+def test_a_node_that_fails_the_gang_twice_in_a_row_leaves_and_its_new_pod_completes_the_job(tmp_path):
+    """Index 1's worker crashes with the same code in rounds 1 and 2 (a broken GPU where it sits): its node leaves
+    (exit 81, which the Job ignores) and the Job gives index 1 a new pod that joins round 3, which completes.
+    max_restarts 1: counted, the two rounds would have failed the Job (exit 80)."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "max_restarts=1", "config_map.EPOCHS=1", "config_map.BATCH_SIZE=32")
+    faults = "exit=3@batch=1.2,rank=1,attempt=0; exit=3@batch=1.2,rank=1,attempt=1"
+    result, log, status = run_local_job(tmp_path, manifests, claim, timeout=300, env=fault_env(faults))
+    assert result.returncode == 0, log[-5000:] + result.stderr.decode()[-2000:]
+    assert ("round 2 failed: this pod's worker failed with exit code 3, the 2 rounds since the last checkpoint this "
+            "node (localhost) failed first with that code: the node leaves the gang (node_leaves_after_failures 2); exiting 81, not "
+            "counted, for a new pod (cordon node localhost if it is broken; 0 of at most 1 restarts spent)") in log, \
+        log[-5000:]
+    assert status["ignored"] == 1 and status["failed"] == 0
+    left = [pod for pod in status["pods"] if pod["exit_codes"].get("worker") == 81]
+    assert [pod["index"] for pod in left] == [1] and log.count("started pod mnist-train-1-") == 2
+    assert "round 3 of the gang: new workers" in log
+    assert recorded_epochs(claim / "runs" / "mnist-train") == [1]
 
 
 def test_rounds_failed_without_progress_are_counted_in_a_row_and_training_between_them_starts_anew(tmp_path):
@@ -231,7 +253,9 @@ def test_a_gang_whose_every_pod_fails_as_a_victim_ends(tmp_path):
     assert result.returncode == 1, log[-5000:]
     assert status["condition"]["reason"] == "BackoffLimitExceeded"
     assert log.count("started pod mnist-train-0-") == 2
-    codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"] if pod["index"] == index] for index in (0, 1)}
+    # the workers' codes: a replacement that the Job's end stopped in its init container (a loaded machine) has none
+    codes = {index: [pod["exit_codes"]["worker"] for pod in status["pods"]
+                     if pod["index"] == index and "worker" in pod["exit_codes"]] for index in (0, 1)}
     assert codes[0] == [76, 76]  # once per attempt, by index 0
     assert codes[1][0] == 75  # the others stay victims (ignored)
     assert status["failed"] in (2, 3) and log.count("none failed first: this attempt counts once") == 2

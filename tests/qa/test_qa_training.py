@@ -32,19 +32,26 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def whole(world, tmp_path_factory):
-    """The uninterrupted run of each strategy (made once, on first use): what an interrupted one must end as."""
-    runs: dict[str, object] = {}
+def whole_runs(world, tmp_path_factory):
+    """The uninterrupted run of each strategy (made once, on first use), its output directory and its result: what
+    an interrupted one must end as, and what test_it_learns checks (one run each, not two of the same)."""
+    runs: dict[str, tuple] = {}
 
     def run(strategy: str):
         if strategy not in runs:
             output = tmp_path_factory.mktemp(f"whole-{strategy}")
             result = run_qa(*world, output, {"STRATEGY": strategy})
-            assert result.returncode == 0, result.stdout[-3000:]
-            runs[strategy] = output
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            runs[strategy] = (output, result)
         return runs[strategy]
 
     return run
+
+
+@pytest.fixture(scope="module")
+def whole(whole_runs):
+    """The uninterrupted run's output directory, by strategy."""
+    return lambda strategy: whole_runs(strategy)[0]
 
 
 def run_qa(model, data, output, extra=None, timeout=300) -> subprocess.CompletedProcess:
@@ -79,17 +86,16 @@ def untrained_f1(model, data) -> float:
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
-def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tmp_path, strategy):
+def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, whole_runs, tmp_path, strategy):
     import torch
 
     model, data = world
-    result = run_qa(model, data, tmp_path / "out", {"STRATEGY": strategy})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    out, result = whole_runs(strategy)  # the module's uninterrupted run: read here, never written to
+    summary = json.loads((out / "summary.json").read_text())
     baseline = untrained_f1(model, data)
     assert summary["f1"] >= baseline + 50 and summary["exact_match"] >= 80, (summary, baseline)
     assert "Rank 0: epoch 3/3, step 24/24" in result.stdout and "tokens/s" in result.stdout
-    exported = tmp_path / "out" / "bert_squad_trained"
+    exported = out / "bert_squad_trained"
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in exported.iterdir()}
 
     # from_pretrained(export) gives the logits of the trained weights (the last checkpoint's, step 24: under fsdp a
@@ -97,7 +103,7 @@ def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tm
     # converter; under ddp the runtime's verified file)
     from trainer_runtime.checkpoints import sharded, single_file
 
-    checkpoint = tmp_path / "out" / "checkpoints" / "step-00000024.ckpt"
+    checkpoint = out / "checkpoints" / "step-00000024.ckpt"
     assert checkpoint.is_dir() == (strategy == "fsdp")
     if checkpoint.is_dir():
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -117,16 +123,16 @@ def test_it_learns_exports_and_the_export_answers_as_the_trained_model(world, tm
     # and the answers the run wrote (SQuAD's predictions.json) are the export's
     from worker.qa import features
 
-    predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    predictions = json.loads((out / "predictions.json").read_text())
     assert predictions == features.answers(questions, windows, export_starts, export_ends, 30)
 
-    steps = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in steps if "loss" in line] == list(range(1, 25))
     assert [line["epoch"] for line in steps if "f1" in line] == [1, 2, 3]
     for rank in (0, 1):
-        lines = (tmp_path / "out" / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
+        lines = (out / "logs" / f"usage-rank{rank}.log").read_text().splitlines()
         assert lines and all(f"rank {rank} cpu " in line and " rss " in line for line in lines)
-    assert list((tmp_path / "out" / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.parametrize(("strategy", "batch", "checkpoint", "rerun"), [

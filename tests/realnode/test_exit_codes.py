@@ -33,6 +33,7 @@ PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "controlplane" / "plan.py
 OUTCOMES = {
     "done": ("Complete", "SuccessPolicy", 0, 1),
     "free": ("Complete", "SuccessPolicy", 0, 2),  # a victim: ignored, its index gets a replacement
+    "leave": ("Complete", "SuccessPolicy", 0, 2),  # a node that keeps failing: ignored, its index gets a new pod
     "retry": ("Complete", "SuccessPolicy", 1, 2),  # counted, within max_restarts: a replacement
     # counted too: a pod that stopped on a SIGTERM of its own has no DisruptionTarget condition to be ignored by
     "stop": ("Complete", "SuccessPolicy", 1, 2),

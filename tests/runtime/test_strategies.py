@@ -195,13 +195,30 @@ def test_fsdp_resumes_at_an_epoch_boundary_with_another_world_size(tmp_path, sma
     plain_model(out)
 
 
+@pytest.fixture(scope="module")
+def killed_after_epoch_1(small_dir, tmp_path_factory):
+    """Per strategy, the output of a run under it whose pod died (torchrun and both ranks, SIGKILL) once epoch 1's
+    checkpoint was written; made once for the whole module, each test resumes a copy of it."""
+    runs = {}
+
+    def output_dir(strategy: str):
+        if strategy not in runs:
+            out = tmp_path_factory.mktemp(f"killed-{strategy}") / "out"
+            env = worker_env(small_dir, out, STRATEGY=strategy, FAULT_INJECT="sigkill-pod@written=1,rank=0",
+                             **RESUME_SETTINGS)
+            killed = run(torchrun_command(2), env)
+            assert killed.returncode != 0, killed.stdout
+            runs[strategy] = out
+        return runs[strategy]
+
+    return output_dir
+
+
 @pytest.mark.parametrize("first, second", [("fsdp", "allreduce"), ("allreduce", "fsdp"), ("fsdp", "ddp")])
-def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, uninterrupted, first, second):
+def test_a_checkpoint_resumes_under_another_strategy(tmp_path, small_dir, uninterrupted, killed_after_epoch_1, first,
+                                                     second):
     settings = RESUME_SETTINGS
-    out = tmp_path / "out"
-    killed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=first,
-                                                 FAULT_INJECT="sigkill-pod@written=1,rank=0", **settings))
-    assert killed.returncode != 0, killed.stdout
+    out = shutil.copytree(killed_after_epoch_1(first), tmp_path / "out")  # killed under ``first`` after epoch 1
     resumed = run(torchrun_command(2), worker_env(small_dir, out, STRATEGY=second, **settings))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     suffix = ".dcp" if first == "fsdp" else ".pt"

@@ -33,12 +33,20 @@ def run_sft(model, data, output, extra=None, timeout=300) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(world, tmp_path_factory):
-    """A whole run under ddp: what a resumed run and another strategy are held to."""
+def uninterrupted_run(world, tmp_path_factory):
+    """A whole run under ddp, exporting the merged model too (EXPORT_MERGED acts after the training alone), its
+    output directory and its result: what a resumed run and another strategy are held to, and what test_it_learns
+    checks (one run, not two of the same)."""
     output = tmp_path_factory.mktemp("whole")
-    result = run_sft(*world, output)
+    result = run_sft(*world, output, {"EXPORT_MERGED": "true"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return output
+    return output, result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_run):
+    """The whole run's output directory."""
+    return uninterrupted_run[0]
 
 
 ADAPTER = "llama_sft_trained/adapter/adapter_model.safetensors"
@@ -55,20 +63,19 @@ def evaluations(output) -> list[float]:
     return [line["loss"] for line in lines if "perplexity" in line]
 
 
-def test_it_learns_and_exports_the_adapter_and_the_merged_model(world, tmp_path):
+def test_it_learns_and_exports_the_adapter_and_the_merged_model(world, uninterrupted_run, tmp_path):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     model, data = world
-    result = run_sft(model, data, tmp_path / "out", {"EXPORT_MERGED": "true"})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out, result = uninterrupted_run  # the module's whole run, EXPORT_MERGED=true: read here, never written to
     untrained = run_sft(model, data, tmp_path / "untrained", {"EPOCHS": "1", "LEARNING_RATE": "1e-9"})
     assert untrained.returncode == 0, untrained.stderr[-3000:]
-    losses = evaluations(tmp_path / "out")
+    losses = evaluations(out)
     assert len(losses) == 4 and losses[-1] < 0.5 * evaluations(tmp_path / "untrained")[0]
     assert "Rank 0: sample: 'hello, what colour is the sky?' -> " in result.stdout
-    export = tmp_path / "out" / "llama_sft_trained"
+    export = out / "llama_sft_trained"
     ids = torch.tensor([[5, 17, 42, 99, 3]])
     with torch.no_grad():
         adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), export / "adapter")

@@ -511,3 +511,42 @@ def test_waiting_on_a_kubernetes_job_says_each_change_and_gives_up_on_a_deleted_
     assert follow(lambda: kubernetes.read_state("team", "mnist-train"), 0, said.append, "Job team/mnist-train") == 1
     assert said == ["cannot read Job team/mnist-train now, retrying: Unable to connect to the server: dial tcp: i/o "
                     "timeout", "Job team/mnist-train is not on the cluster (deleted, or never applied)"]
+
+
+# --- a pod deleted whose node does not confirm its end (a node down or cut off): what its index waits for
+
+def deleted_pod(deleted_at, node="gpu-node-7", disruption="DeletionByTaintManager", phase="Running"):
+    pod = pending_pod(name="mnist-train-0-abcde", condition={"type": "PodScheduled", "status": "True"},
+                      nodeName=node)
+    pod["metadata"]["deletionTimestamp"] = deleted_at  # the API server's: when the grace period runs out
+    pod["status"] = {"phase": phase, "containerStatuses": [{"name": "worker", "state": {
+        "running": {"startedAt": "2026-11-24T11:00:00Z"}}}], "conditions": [
+        {"type": "Ready", "status": "False"},
+        *([{"type": "DisruptionTarget", "status": "True", "reason": disruption,
+            "message": "Taint manager: deleting due to NoExecute taint"}] if disruption else [])]}
+    return pod
+
+
+ENDING = ("waiting: index 0 pod mnist-train-0-abcde Terminating: its end is unconfirmed {overdue} past its grace period "
+          "({why}): node gpu-node-7's kubelet does not answer; the Job gives index 0 a new pod only once this one has "
+          "ended (podReplacementPolicy: Failed, which a podFailurePolicy requires), and the gang's other pods wait in "
+          "place for it (up to join_timeout_seconds): once node gpu-node-7 is down for good, mark it out of service: kubectl taint nodes "
+          "gpu-node-7 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (or kubectl delete node gpu-node-7); "
+          "the pod then ends uncounted and index 0 starts elsewhere")
+
+
+@pytest.mark.parametrize("pod, waiting", [
+    (deleted_pod("2026-11-24T11:57:00Z"), [ENDING.format(overdue="3 min 00 s", why="DisruptionTarget "
+                                                                                   "DeletionByTaintManager")]),
+    (deleted_pod("2026-11-24T11:59:40Z", disruption=None), [ENDING.format(overdue="20 s", why="deleted")]),
+    (deleted_pod("2026-11-24T11:59:50Z"), []),  # 10 s past its grace period: a kubelet may still confirm it
+    (deleted_pod("2026-11-24T12:00:30Z"), []),  # within its grace period
+    (deleted_pod("2026-11-24T11:50:00Z", phase="Failed"), []),  # ended: its kubelet confirmed it
+    (deleted_pod("2026-11-24T11:50:00Z", node=None), []),  # never bound: the API server removes it at once
+], ids=["evicted from an unreachable node", "deleted by hand", "ending as it should", "in its grace period",
+        "ended", "never bound"])
+def test_a_pod_whose_node_does_not_confirm_its_end_says_what_the_index_waits_for_and_what_to_do(pod, waiting):
+    lines = describe(PENDING_JOB, [pod], None, NOW)
+    assert [line for line in lines if line.startswith("waiting: ")] == waiting
+    if pod["status"]["phase"] == "Running":
+        assert lines[1] == "index 0: mnist-train-0-abcde Running for 1 h 00 min, Terminating"
