@@ -104,10 +104,16 @@ class GangLedger:
         self.directory, self.node, self.nodes = Path(output_dir) / DIRECTORY, node, nodes
         self.stopped = threading.Event()
         self.token = f"{node}-{os.getpid()}-{time.time_ns()}"
+        self.predecessor_beat: float | None = None  # the last heartbeat of this node's earlier pod (unix time)
 
     def start(self) -> None:
         """Remove this pod's notes of an earlier attempt, start counting its heartbeat, and hand its token to the
-        workers torchrun will start (their environment is this process's)."""
+        workers torchrun will start (their environment is this process's). The heartbeat an earlier pod of this
+        node left says when it was last alive (its mtime): a pod lost whole ends there."""
+        try:
+            self.predecessor_beat = os.stat(self.directory / f"{self.node}.{ALIVE}", follow_symlinks=False).st_mtime
+        except OSError:
+            self.predecessor_beat = None
         for kind in (VICTIM, EXPLAINED, ALIVE):
             (self.directory / f"{self.node}.{kind}").unlink(missing_ok=True)
         os.environ[TOKEN_VARIABLE] = self.token

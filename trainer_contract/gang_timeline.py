@@ -1,10 +1,13 @@
 """Goodput: what each fault cost, and how much of the wall clock became training, measured where it happens.
 
 The rounds of a gang that restarts in place (trainer_contract.gang_rounds) leave wall-clock notes in the gang's
-directory, under ``timeline/<job>/`` (another Job on the same volume keeps its own):
+directory, under ``timeline/<job>/`` (another Job on the same volume keeps its own), each O(1) in the gang's size:
 
-- ``<round>.failed.<node>``: "<unix time> <code>", by each node's launcher when its torchrun of that round ended in
-  a failure (or its pod was stopped: 143); a node lost whole leaves none;
+- ``<round>.failed``: the round's one summary, JSON (RoundFailure: when it was first noticed, when it was judged, what
+  failed), by the node that explains the round, created exclusively (the first stands): a node whose round ended
+  with a cause of its own (its worker's failure, a stop); index 0 when every pod ended as a victim or one vanished
+  whole; index 0's successor when index 0 itself was lost whole (from its predecessor's last heartbeat). A gang of
+  1,024 nodes makes one note per failed round, not 1,024, and a resume reads one;
 - ``<round>.restore``: when the round's rank 0 began to read the checkpoint it resumes from;
 - ``<round>.resumed``: when the round's rank 0 began to train (after the restore);
 - the progress note (gang_rounds.PROGRESS): the newest checkpoint published, in which round, and when.
@@ -15,7 +18,9 @@ add up to it:
 
 - ``recompute``: training since that moment, to be done again (up to the first node's notice of the fault, so a
   silent hang's wait for the collective timeout counts here);
-- ``detect``: from the first node's notice to the last one's (the gang's);
+- ``detect``: from the first node's notice to the round's judgment (its summary): at once for a failure of a node's
+  own (the round alarm then stops every pod within a store round trip), the heartbeats' staleness for a pod lost
+  whole;
 - ``restart``: from there to the restore (the next round opened, a lost pod's replacement, new workers' imports and
   process group);
 - ``restore``: from the first read of the checkpoint to the first step (the data and the model the program sets
@@ -29,9 +34,9 @@ Torch-free: the launcher writes its notes before importing torch's launcher, and
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,8 +49,20 @@ FAULTS = "faults.jsonl"
 PHASES = ("detect", "restart", "restore", "recompute")
 # faults by kind: what the metrics label and the log line say
 KINDS = ("worker failed", "pod lost", "pod stopped", "every worker a victim")
-VICTIM_CODES = exit_codes.codes_taking("free")
+FAILED = "failed"
+SUMMARY_LIMIT = 512  # a round's summary is a short line; anything longer is not ours
+MAX_ROUNDS_READ = 64  # a resume reads the summaries of at most this many rounds since the last fault accounted for
 MAX_FAULTS_READ = 10_000  # faults.jsonl is data on a shared volume: bounded
+
+
+@dataclass(frozen=True)
+class RoundFailure:
+    """A failed round's summary, by the node that explains it."""
+
+    first: float  # unix time of its first notice (the explaining node's)
+    judged: float  # unix time the round was judged: the summary's write (the gang knew by then)
+    kind: str  # one of KINDS
+    code: int | None  # the root cause's exit code, where a node reported one
 
 
 @dataclass(frozen=True)
@@ -97,9 +114,18 @@ class Timeline:
         except ValueError:
             return None
 
-    def round_failed(self, generation: int, node: int, code: int, when: float | None = None) -> None:
-        """A node's launcher: its torchrun of round ``generation`` ended with ``code`` (a failure, or a stop)."""
-        self._note(f"{generation}.failed.{node}", f"{time.time() if when is None else when:.6f} {code}\n")
+    def round_failed(self, generation: int, failure: RoundFailure) -> bool:
+        """The node that explains round ``generation``'s failure: its summary, created exclusively (whichever node
+        explains it first stands); whether this one was written."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(self.directory / f"{generation}.{FAILED}",
+                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            return False  # explained already, or a volume that refuses it: it costs the accounting, never the run
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(asdict(failure)) + "\n")
+        return True
 
     def restore_began(self, generation: int, when: float | None = None) -> None:
         self._note(f"{generation}.restore", f"{time.time() if when is None else when:.6f}\n")
@@ -107,34 +133,27 @@ class Timeline:
     def resumed(self, generation: int, when: float | None = None) -> None:
         self._note(f"{generation}.resumed", f"{time.time() if when is None else when:.6f}\n")
 
-    def failures(self, generation: int) -> dict[int, tuple[float, int]]:
-        """The nodes' notes of round ``generation``'s failure: node -> (time, code); only that round's are read."""
-        notes: dict[int, tuple[float, int]] = {}
-        for node, path in self._failure_notes().get(generation, {}).items():
-            words = (read_note(path) or "").split()
-            try:
-                notes[node] = (float(words[0]), int(words[1]))
-            except (IndexError, ValueError):
-                continue
-        return notes
+    def began(self, generation: int) -> bool:
+        """Whether round ``generation`` of this Job reached its restore (a round number on the volume may be
+        another Job's)."""
+        return self._time(f"{generation}.restore") is not None or self._time(f"{generation}.resumed") is not None
 
-    def failed_rounds(self) -> dict[int, dict[int, tuple[float, int]]]:
-        """Every round's failure notes: round -> node -> (time, code); what is not a note of ours is passed over."""
-        rounds = {generation: self.failures(generation) for generation in self._failure_notes()}
-        return {generation: notes for generation, notes in rounds.items() if notes}
-
-    def _failure_notes(self) -> dict[int, dict[int, Path]]:
-        """The failure notes by round and node, from one listing of the directory: named, not opened (a resume
-        reads one round's, not every round's of the job's life)."""
-        found: dict[int, dict[int, Path]] = {}
-        if not self.directory.is_dir():
-            return found
-        for path in self.directory.iterdir():
-            generation, kind, node = (path.name.split(".") + ["", ""])[:3]
-            if kind != "failed" or not generation.isdigit() or not node.isdigit() or len(generation) > 12:
-                continue
-            found.setdefault(int(generation), {})[int(node)] = path
-        return found
+    def failure(self, generation: int) -> RoundFailure | None:
+        """Round ``generation``'s summary, or None: none, or not one of ours (data on a shared volume)."""
+        text = read_note(self.directory / f"{generation}.{FAILED}", limit=SUMMARY_LIMIT)
+        try:
+            fields = json.loads(text or "")
+        except ValueError:
+            return None
+        if not isinstance(fields, dict) or set(fields) != {"first", "judged", "kind", "code"}:
+            return None
+        first, judged, kind, code = fields["first"], fields["judged"], fields["kind"], fields["code"]
+        times_ok = all(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                       for value in (first, judged))
+        code_ok = code is None or (isinstance(code, int) and not isinstance(code, bool))
+        if not times_ok or kind not in KINDS or not code_ok:
+            return None
+        return RoundFailure(float(first), float(judged), kind, code)
 
     def first_step(self) -> float | None:
         """When the Job first trained: the earliest round's resume."""
@@ -160,33 +179,32 @@ class Timeline:
         """The share of the wall time since the Job's first step that was not lost to faults; None before it."""
         return goodput_of(self.first_step(), self.faults() if faults is None else faults, now)
 
-    def account(self, generation: int, nodes: int, progress: tuple[int, float | None] | None,
+    def account(self, generation: int, progress: tuple[int, float | None] | None,
                 now: float | None = None) -> Fault | None:
         """Round ``generation``'s rank 0, resuming (its restore noted): the fault it recovers from, appended to
         faults.jsonl, or None (the first round, or no earlier round failed). ``progress``: the round and the time
-        of the newest checkpoint published (gang_rounds' note); ``nodes``: the gang's nodes."""
+        of the newest checkpoint published (gang_rounds' note)."""
         now = time.time() if now is None else now
         self.resumed(generation, now)
         known = self.faults()
         accounted = max((max(fault.round, fault.through) for fault in known), default=0)
-        # the rounds that failed since the last fault accounted for: one fault, from the first of them (another
-        # fault during the recovery, a round that never trained, only lengthens its restart)
-        failed = sorted(earlier for earlier in self._failure_notes() if accounted < earlier < generation)
-        notes = self.failures(failed[0]) if failed else {}
-        if not notes:
-            return None  # the first round, none failed since, or accounted for already (rank 0 started twice)
-        failed_round = failed[0]
-        first = min(when for when, _ in notes.values())
-        last = max(when for when, _ in notes.values())
+        # the rounds that failed since the last fault accounted for (every round before this one ended in a
+        # failure): one fault, from the first of them (another fault during the recovery, a round that never
+        # trained, only lengthens its restart); a summary each, read by name (no listing), the newest rounds only
+        failed = [(earlier, failure) for earlier in range(max(accounted + 1, generation - MAX_ROUNDS_READ), generation)
+                  if (failure := self.failure(earlier)) is not None]
+        if not failed:
+            return None  # the first round, none explained since, or accounted for already (rank 0 started twice)
+        failed_round, failure = failed[0]
+        first, judged = failure.first, max(failure.judged, failure.first)
         kept = self._time(f"{failed_round}.resumed") or first
         if progress is not None and progress[0] == failed_round and progress[1] is not None:
             kept = max(kept, progress[1])
         restore = self._time(f"{generation}.restore") or now
-        kind, code = _kind(notes, nodes)
-        fault = Fault(number=len(known) + 1, round=failed_round, kind=kind, code=code,
-                      detect=round(max(0.0, last - first), 3), restart=round(max(0.0, restore - last), 3),
-                      restore=round(max(0.0, now - max(restore, last)), 3),
-                      recompute=round(max(0.0, first - kept), 3), at=round(first, 3), through=failed[-1])
+        fault = Fault(number=len(known) + 1, round=failed_round, kind=failure.kind, code=failure.code,
+                      detect=round(max(0.0, judged - first), 3), restart=round(max(0.0, restore - judged), 3),
+                      restore=round(max(0.0, now - max(restore, judged)), 3),
+                      recompute=round(max(0.0, first - kept), 3), at=round(first, 3), through=failed[-1][0])
         try:
             with open(self.directory / FAULTS, "a") as handle:
                 handle.write(json.dumps(asdict(fault)) + "\n")
@@ -195,17 +213,10 @@ class Timeline:
         return fault
 
 
-def _kind(notes: dict[int, tuple[float, int]], nodes: int) -> tuple[str, int | None]:
-    """What failed, from the nodes' notes: a stopped pod, a pod lost whole, a worker's own failure, or victims all."""
-    codes = [code for _, (_, code) in sorted(notes.items())]
-    if exit_codes.TERMINATED in codes:
-        return "pod stopped", exit_codes.TERMINATED
-    if len(notes) < nodes:
-        return "pod lost", None
-    causes = [code for code in codes if code not in VICTIM_CODES]
-    if causes:
-        return "worker failed", causes[0]
-    return "every worker a victim", codes[0] if codes else None
+def kind_of(code: int, signalled: bool = False) -> str:
+    """What failed, from the code of the node that explains its round (not a victim's): a pod stopped (its launcher
+    signalled, or its worker stopped by SIGTERM), or a worker's own failure."""
+    return "pod stopped" if signalled or code == exit_codes.TERMINATED else "worker failed"
 
 
 def goodput_of(first_step: float | None, faults: list[Fault], now: float | None = None) -> float | None:
@@ -220,10 +231,3 @@ def totals(faults: list[Fault]) -> dict[str, float]:
     """Seconds lost by phase, over ``faults``."""
     return {phase: round(sum(getattr(fault, phase) for fault in faults), 3) for phase in PHASES}
 
-
-def gang_nodes(environ: Mapping[str, str] = os.environ) -> int:
-    """The gang's nodes, as torchrun tells its workers (WORLD_SIZE / LOCAL_WORLD_SIZE)."""
-    try:
-        return max(1, int(environ.get("WORLD_SIZE", "1")) // max(1, int(environ.get("LOCAL_WORLD_SIZE", "1"))))
-    except ValueError:
-        return 1

@@ -27,7 +27,9 @@ does not leave: the budget decides.
 A SIGTERM to the launcher (preemption, the Job's deletion) ends the pod as before. A pod lost whole is the Job's
 to replace (it counts that pod's failure too): its survivors wait in place and its successor joins them. On Slurm
 nothing starts a successor in the middle of a step: the step ends (75) and the batch script requeues the job.
-Each node notes when its round failed (trainer_contract/gang_timeline.py: what each fault cost, goodput).
+The node that explains a failed round (its own failure or stop; index 0 for a round of victims or of a pod lost
+whole; index 0's successor for index 0's own loss) writes the round's one summary (trainer_contract/gang_timeline.py:
+what each fault cost, goodput).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from trainer_contract.gang_rounds import (
     leave_after,
     node_name,
 )
-from trainer_contract.gang_timeline import Timeline
+from trainer_contract.gang_timeline import RoundFailure, Timeline, kind_of
 
 # How long index 0 waits for the verdict of a round another pod failed first (it writes it a moment after its note).
 VERDICT_WAIT_SECONDS = 10.0
@@ -83,6 +85,7 @@ class InPlaceRecovery:
         self.generation = 0  # the round this node is in (0: none yet)
         self.resumed_from: Progress | None = None  # the progress noted when this node entered its round
         self.timeline = Timeline(rounds.directory, rounds.job)  # what each fault costs (goodput)
+        self.noticed = 0.0  # when this node's last round ended in a failure (unix time)
 
     @property
     def leader(self) -> bool:
@@ -96,6 +99,8 @@ class InPlaceRecovery:
         first = self.generation == 0
         if self.leader:
             self.generation = self.rounds.announce()
+            if first:
+                self._explain_predecessors_loss()
         else:
             if not first or self.rounds.open_round() is None:
                 self.tell("waiting in place for index 0 to open the gang's next round" if not first
@@ -135,8 +140,9 @@ class InPlaceRecovery:
 
     def after(self, code: int, signalled: bool) -> int | None:
         """The round failed with ``code`` here: None to start the next round in place; else the pod's exit code."""
-        if self.generation:
-            self.timeline.round_failed(self.generation, self.ledger.node, code)
+        self.noticed = time.time()
+        if signalled or code != exit_codes.PEER_LOST:
+            self._explain(kind_of(code, signalled), code)
         if self.rounds.progressed(self.generation, self.resumed_from) is not None:
             self.own_failures = (0, 0)  # the gang trained since: this node's failures before no longer add up
         action = exit_codes.action(code)
@@ -155,12 +161,37 @@ class InPlaceRecovery:
                 self.say(f"round {self.generation} failed: a node of the gang vanished without a note (lost whole) "
                          f"and nothing starts a successor in this step (Slurm): exiting {exit_codes.PEER_LOST}, so "
                          "that the batch script requeues the job")
+                self._explain("pod lost", None)
                 self.rounds.end(self.generation, exit_codes.PEER_LOST)
                 return exit_codes.PEER_LOST
-            why = ("every pod of the gang ended as a victim and none failed first" if ending == ENDED_AS_VICTIMS
-                   else "a pod of the gang vanished without a note (lost whole)")
+            if ending == ENDED_AS_VICTIMS:
+                self._explain("every worker a victim", code)
+                why = "every pod of the gang ended as a victim and none failed first"
+            else:
+                self._explain("pod lost", None)
+                why = "a pod of the gang vanished without a note (lost whole)"
             return self._count(code, why)
         return self._count(code, f"this pod's worker failed with exit code {code}", own=True)
+
+    def _explain(self, kind: str, code: int | None) -> None:
+        """This node explains its round's failure: the round's one summary, from this node's notice to now (the
+        gang's judgment), unless another node explained it first."""
+        if self.generation:
+            self.timeline.round_failed(self.generation, RoundFailure(self.noticed, max(time.time(), self.noticed),
+                                                                     kind, code))
+
+    def _explain_predecessors_loss(self) -> None:
+        """Index 0's successor, opening its first round: the round its predecessor was in, if nobody explained it
+        (index 0 itself was lost whole, and with it the gang's round), explained as a pod lost from the predecessor's
+        last heartbeat (its mtime: the Job's replacement of the pod falls in the restart). Only a round of this Job's
+        (a round number on the volume may be another Job's)."""
+        previous = self.generation - 1
+        last_beat = self.ledger.predecessor_beat
+        if previous < 1 or last_beat is None or self.timeline.failure(previous) is not None \
+                or not self.timeline.began(previous):
+            return
+        when = min(last_beat, time.time())
+        self.timeline.round_failed(previous, RoundFailure(when, when, "pod lost", None))
 
     def _after_explained(self) -> int | None:
         """Index 0, a victim of a pod that noted its failure first: that pod judges the round (or ends the gang) a

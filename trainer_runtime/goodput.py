@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from trainer_contract.gang_rounds import PROGRESS, gang_directory, generation_of, job_identity, read_progress
-from trainer_contract.gang_timeline import Fault, Timeline, gang_nodes, goodput_of, totals
+from trainer_contract.gang_timeline import Fault, Timeline, goodput_of, totals
 
 
 class Goodput:
@@ -23,7 +23,6 @@ class Goodput:
         self.active = environ.get("RANK", "0") == "0" and directory is not None and self.generation > 0
         self.directory = directory
         self.timeline = Timeline(directory, job_identity(environ)) if directory is not None else None
-        self.nodes = gang_nodes(environ)
         self.first_step: float | None = None
         self.faults: list[Fault] = []
         self._restore_noted = False
@@ -39,8 +38,7 @@ class Goodput:
         if not self.active or self.timeline is None or self.directory is None:
             return None
         progress = read_progress(self.directory / PROGRESS)
-        fault = self.timeline.account(self.generation, self.nodes,
-                                      (progress.generation, progress.time) if progress else None)
+        fault = self.timeline.account(self.generation, (progress.generation, progress.time) if progress else None)
         self.faults = self.timeline.faults()
         self.first_step = self.timeline.first_step()
         if fault is not None:
