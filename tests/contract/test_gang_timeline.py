@@ -228,7 +228,9 @@ def test_a_failed_round_has_one_summary_by_the_node_that_explains_it(tmp_path, m
     # the followers first (index 0 reads their notes), each as its own round ended
     for decider in gang[1:] + gang[:1]:
         node = decider.ledger.node
-        decider.after(codes.get(node, exit_codes.PEER_LOST), signalled and node in codes)
+        code_here = codes.get(node, exit_codes.PEER_LOST)
+        if decider.after(code_here, signalled and node in codes) is not None:
+            decider.ledger.note(code_here)  # a pod that ends notes how (the launcher's exit, trainer_launcher.launch)
     assert summaries(tmp_path) == ["1.failed"]  # one note for the round, not one per node
     written = Timeline(tmp_path / ".gang", "job").failure(1)
     assert written is not None and (written.kind, written.code) == (kind, code)
