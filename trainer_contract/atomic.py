@@ -39,6 +39,19 @@ def _umask() -> int:
     return 0o022
 
 
+def write_once(path: Path, payload: bytes) -> bool:
+    """Create ``path`` with ``payload`` unless it exists (O_EXCL, one namespace operation, links not followed):
+    whether this call created it. Among writers racing for one name, the first stands (a failed round's verdict and
+    its summary); another error (a volume that refuses it) raises."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(payload)
+    return True
+
+
 def atomic_write(path: Path, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the whole new one. The file gets the
     mode a plain open() would give it (0644 under the usual umask): mkstemp's 0600 would hide a run's results

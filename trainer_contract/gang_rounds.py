@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from trainer_contract.atomic import atomic_write
+from trainer_contract.atomic import atomic_write, write_once
 from trainer_contract.gang_ledger import ALIVE, DIRECTORY
 from trainer_contract.volume_notes import read_note
 
@@ -320,12 +320,8 @@ class GangRounds:
             return self._verdict(self._local_verdicts[generation])
         directory = self.directory / FAILED / self.job
         directory.mkdir(parents=True, exist_ok=True)
-        try:
-            descriptor = os.open(directory / str(generation), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+        if not write_once(directory / str(generation), (line + "\n").encode()):
             return self._verdict(read_note(directory / str(generation)) or "")
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(line + "\n")
         return self._verdict(line)
 
     def _verdict(self, line: str) -> Verdict:

@@ -35,13 +35,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trainer_contract import exit_codes
-from trainer_contract.atomic import atomic_write
+from trainer_contract.atomic import atomic_write, write_once
 from trainer_contract.volume_notes import read_note
 
 TIMELINE = "timeline"
@@ -119,13 +118,9 @@ class Timeline:
         explains it first stands); whether this one was written."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            descriptor = os.open(self.directory / f"{generation}.{FAILED}",
-                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            return write_once(self.directory / f"{generation}.{FAILED}", (json.dumps(asdict(failure)) + "\n").encode())
         except OSError:
-            return False  # explained already, or a volume that refuses it: it costs the accounting, never the run
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps(asdict(failure)) + "\n")
-        return True
+            return False  # a volume that refuses it costs the accounting, never the run
 
     def restore_began(self, generation: int, when: float | None = None) -> None:
         self._note(f"{generation}.restore", f"{time.time() if when is None else when:.6f}\n")
