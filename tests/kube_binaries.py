@@ -50,7 +50,7 @@ def _unpacked(names: tuple[str, ...]) -> Path | None:
         source, target = packed / f"{name}.xz", CACHE / name
         if not source.is_file() or (target.is_file() and _sha256(target) == digests.get(name)):
             continue
-        partial = target.with_suffix(".partial")
+        partial = target.with_name(f"{name}.{os.getpid()}.partial")  # two tiers may unpack at once
         with lzma.open(source) as reader, partial.open("wb") as writer:
             shutil.copyfileobj(reader, writer, 1 << 20)
         if name in digests and _sha256(partial) != digests[name]:
