@@ -446,7 +446,9 @@ class BuiltInProgram:
     whose ``run(config, env)`` trains (imported only then: --check-config and --help stay torch-free), what that
     imports (module -> the extra that brings it), the settings --check-config's line shows, and the class that
     reads its finished run on the volume ("module:Class", a trainer_runtime.finished_run.FinishedRun: the launcher's
-    and the program's shell's)."""
+    and the program's shell's). ``starts_with``: the libraries its training imports as it starts, beyond its training
+    module (torch._dynamo: torch.optim's first step), which its entry and its warm workers import with the training
+    module, the collector paused (trainer_contract/start_up.py)."""
 
     module: str
     config: type
@@ -455,18 +457,25 @@ class BuiltInProgram:
     needs: dict[str, str]
     shown: tuple[str, ...] = ("model_dir", "dataset_dir", "strategy", "precision", "epochs", "output_dir")
     finished_run: str = "trainer_runtime.pretrained.finished_run:PretrainedRun"  # every program but MNIST's
+    starts_with: tuple[str, ...] = ("torch._dynamo", "transformers.modeling_utils")
+
+    @property
+    def start_imports(self) -> tuple[str, ...]:
+        """What a process of this program imports before it trains: its training module, then ``starts_with``."""
+        return (self.training, *self.starts_with)
 
 
 PROGRAMS: tuple[BuiltInProgram, ...] = (
     BuiltInProgram("worker", TrainConfig, "Train the MNIST CNN", "worker.mnist.train", {"torch": "worker"},
                    ("epochs", "batch_size", "learning_rate", "data_dir", "output_dir"),
-                   "worker.mnist.finished_run:MnistRun"),
+                   "worker.mnist.finished_run:MnistRun", ("torch._dynamo",)),
     BuiltInProgram("worker.qa", QaConfig, "Fine-tune a model for SQuAD question answering", "worker.qa.train",
                    {"torch": "worker", "transformers": "hf", "lightning": "lightning"}),
     BuiltInProgram("worker.finetune", FinetuneConfig, "Fine-tune a model for text classification (DDP + AMP)",
                    "worker.finetune.train", {"torch": "worker", "transformers": "hf", "pyarrow": "hf"}),
     BuiltInProgram("worker.sft", SftConfig, "Supervised fine-tuning of a causal LM (LoRA or full; DDP + AMP)",
-                   "worker.sft.train", {"torch": "worker", "transformers": "hf", "pyarrow": "hf", "peft": "hf"}),
+                   "worker.sft.train", {"torch": "worker", "transformers": "hf", "pyarrow": "hf", "peft": "hf"},
+                   starts_with=("torch._dynamo", "transformers.modeling_utils", "peft")),
 )
 # Each with its variables: the generator checks a built-in program's config_map against its own dataclass, shows
 # its defaults and runs its --check-config before the gang.

@@ -20,7 +20,6 @@ CUDA context, no thread pool, no process group), as in a DataLoader worker start
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import runpy
@@ -37,6 +36,7 @@ import traceback
 from pathlib import Path
 
 from trainer_contract.gang_rounds import PROGRESS_VARIABLE
+from trainer_contract.start_up import import_all
 from trainer_contract.warm_start import (
     LAUNCHER_PID_VARIABLE,
     MAX_REQUEST_BYTES,
@@ -303,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     # torch.cuda.is_available() asks NVML instead of initialising CUDA, which a forked worker could not use again
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    for name in args.imports:
-        importlib.import_module(name)
+    import_all(args.imports)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         tell("warm workers off: importing the program initialised CUDA, which a forked worker cannot use; later "

@@ -14,6 +14,7 @@ from trainer_contract import exit_codes
 from trainer_contract.config_reading import build_parser, load_config
 from trainer_contract.program_settings import PROGRAMS
 from trainer_contract.settings import ConfigError
+from trainer_contract.start_up import import_all
 from trainer_contract.warm_start import run_warm
 from trainer_runtime.distenv import DistEnv, read_dist_env
 
@@ -111,6 +112,7 @@ def program_main(module: str, argv: list[str] | None = None) -> int:
     def run(config: Any, env: DistEnv) -> int:
         if missing_extras(prog, program.needs, env.rank):
             return exit_codes.BAD_CONFIG
+        import_all(program.start_imports)
         return importlib.import_module(program.training).run(config, env)
 
     return start(argv, program.config, prog, program.what, checked, run)
