@@ -6,10 +6,9 @@
 #                                            "no test in this tier", is not a failure)
 #   beside NAME FUNCTION                     FUNCTION's tiers in the background, beside the next ones (the tiers
 #                                            that mostly wait, beside those that compute), their output kept in
-#                                            $CI_RESULTS/NAME.log; several such lanes may run at once
-#   beside_join                              wait for every lane, show each one's output in the order they began,
-#                                            and stop the run if one failed (also on the run's exit, so a failing
-#                                            foreground tier shows theirs)
+#                                            $CI_RESULTS/NAME.log
+#   beside_join                              wait for them, show their output, and stop the run if one failed
+#                                            (also on the run's exit, so a failing foreground tier shows theirs)
 #   closing_count                            one count over every tier's JUnit report, CI's last line
 
 CI_PYTEST="${CI_PYTEST:-.venv/bin/pytest}"
@@ -25,30 +24,22 @@ tier() {
   if [ "$status" != 0 ] && [ "$status" != 5 ]; then exit "$status"; fi
 }
 
-BESIDE_PIDS=()
-BESIDE_LOGS=()
-
 beside() {
   local name="$1" sequence="$2"
   mkdir -p "$CI_RESULTS"
-  local log="$CI_RESULTS/$name.log"
-  echo "ci: tiers $name run beside the next ones; their output follows them (live: $log)"
-  ( "$sequence" ) > "$log" 2>&1 &
-  BESIDE_PIDS+=("$!")
-  BESIDE_LOGS+=("$log")
+  BESIDE_LOG="$CI_RESULTS/$name.log"
+  echo "ci: tiers $name run beside the next ones; their output follows them (live: $BESIDE_LOG)"
+  ( "$sequence" ) > "$BESIDE_LOG" 2>&1 &
+  BESIDE_PID=$!
   trap beside_join EXIT
 }
 
 beside_join() {
-  local pids=("${BESIDE_PIDS[@]}") logs=("${BESIDE_LOGS[@]}") status=0 lane
-  BESIDE_PIDS=()
-  BESIDE_LOGS=()
-  for lane in "${!pids[@]}"; do
-    wait "${pids[$lane]}" || status=$?
-  done
-  for lane in "${!logs[@]}"; do
-    cat "${logs[$lane]}"
-  done
+  if [ -z "${BESIDE_PID:-}" ]; then return 0; fi
+  local pid="$BESIDE_PID" status=0
+  BESIDE_PID=""
+  wait "$pid" || status=$?
+  cat "$BESIDE_LOG"
   if [ "$status" != 0 ]; then exit "$status"; fi
 }
 

@@ -40,10 +40,8 @@ STAND_IN = textwrap.dedent('''\
     sys.exit(1 if failed else 0 if passed + skipped else 5)
 ''')
 
-# .ci/run's shape, over the stand-in: two lanes of waiting tiers (one tier, then two one after the other) beside
-# the fast and the computing one, the closing count
-SEQUENCE = 'alone() { tier plane -m "plane"; }; beside plane alone; ' \
-           'waiting() { tier cluster -m "cluster"; tier queue -m "queue"; }; beside waiting waiting; ' \
+# .ci/run's shape, over the stand-in: two waiting tiers beside the fast and the computing one, the closing count
+SEQUENCE = 'waiting() { tier cluster -m "cluster"; tier queue -m "queue"; }; beside waiting waiting; ' \
            'tier fast -m "not slow"; tier training -m "slow"; beside_join; closing_count'
 
 
@@ -65,23 +63,20 @@ def summaries(lines: list[str]) -> list[str]:
 
 
 def test_the_waiting_tiers_run_beside_the_computing_ones_and_their_output_follows_them(tmp_path):
-    code, lines, calls = run_tiers(tmp_path, "not slow=10/1/0;slow=4/0/0;plane=2/0/0;cluster=0/16/0;queue=3/0/0",
-                                   SLEEP_not_slow="3", SLEEP_plane="1", SLEEP_cluster="0.5")
+    code, lines, calls = run_tiers(tmp_path, "not slow=10/1/0;slow=4/0/0;cluster=0/16/0;queue=3/0/0",
+                                   SLEEP_not_slow="1")
     assert code == 0, lines
-    # both lanes ran while the fast tier did, at once (the cluster lane did not wait for the plane's), the
-    # training tier after it
+    # the cluster and queue tiers ran while the fast tier did, the training tier after it
     assert calls.index("start not slow") < calls.index("end queue") < calls.index("end not slow"), calls
-    assert calls.index("start cluster") < calls.index("end plane") < calls.index("end not slow"), calls
     assert calls.index("end not slow") < calls.index("start slow"), calls
-    # each lane's output once, in the order the lanes began; the last runner summary executed tests
-    assert summaries(lines) == ["10 passed, 1 skipped in 0.01s", "4 passed in 0.01s", "2 passed in 0.01s",
-                                "16 skipped in 0.01s", "3 passed in 0.01s"]
-    assert lines[-1] == "ci: 19 passed, 0 failed, 17 skipped"  # the plain count CI reads last
+    assert summaries(lines) == ["10 passed, 1 skipped in 0.01s", "4 passed in 0.01s", "16 skipped in 0.01s",
+                                "3 passed in 0.01s"]  # the last runner summary executed tests
+    assert lines[-1] == "ci: 17 passed, 0 failed, 17 skipped"  # the plain count CI reads last
 
 
 @pytest.mark.parametrize("failing", ["cluster", "slow"])
 def test_a_failing_tier_fails_the_run_and_every_started_tier_shows_its_output(tmp_path, failing):
-    counts = {"not slow": "10/0/0", "slow": "4/0/0", "plane": "2/0/0", "cluster": "2/0/0", "queue": "3/0/0"}
+    counts = {"not slow": "10/0/0", "slow": "4/0/0", "cluster": "2/0/0", "queue": "3/0/0"}
     counts[failing] = "1/0/1"
     code, lines, calls = run_tiers(tmp_path, ";".join(f"{k}={v}" for k, v in counts.items()))
     assert code == 1
@@ -96,10 +91,9 @@ def test_a_failing_tier_fails_the_run_and_every_started_tier_shows_its_output(tm
 def test_ci_run_uses_the_tier_runner_for_every_tier():
     script = (ROOT / ".ci" / "run").read_text()
     assert "source .ci/tiers.sh" in script and "beside clusters cluster_tiers" in script
-    assert "beside controlplane control_plane_tiers" in script
     assert script.rstrip().splitlines()[-1] == "closing_count"
     tiers = re.findall(r'^\s*tier (\w+) -m "([^"]+)"', script, re.M)
-    assert [name for name, _ in tiers] == ["controlplane", "image", "realnode", "onecore", "slurm", "fast", "training"]
+    assert [name for name, _ in tiers] == ["image", "realnode", "controlplane", "onecore", "slurm", "fast", "training"]
 
 
 def test_every_kind_of_test_runs_in_exactly_one_tier():
