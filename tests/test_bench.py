@@ -102,3 +102,14 @@ def test_quick_goodput_bench_runs_a_fault_schedule_and_accounts_for_every_fault(
     assert len(run["faults"]) == 3  # each fault recovered from is one line of faults.jsonl, by its kind
     assert [fault["kind"] for fault in run["faults"]] == ["worker failed", "pod stopped", "pod lost"]
     assert 0 < schedule["goodput_runtime"] <= 1 and schedule["goodput_external"] > 0
+
+
+def test_start_up_bench_measures_each_process_kind_both_ways(tmp_path):
+    """python -m bench.start_up, one round of the launcher's imports: a row with both figures, and the JSON."""
+    out = tmp_path / "start-up.json"
+    result = subprocess.run([sys.executable, "-m", "bench.start_up", "--repeats", "1", "--only", "launcher", "--json",
+                             str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "CPU s of a process's imports, launcher (trainer_launcher.launch; exit: teardown)" in result.stdout
+    figures = json.loads(out.read_text())
+    assert list(figures) == ["launcher"] and all(figures["launcher"][way] > 0 for way in ("paused", "running"))
