@@ -28,6 +28,7 @@ from trainer_contract.settings import (
     parse_path,
     parse_positive_float,
     parse_positive_int,
+    parse_seconds_or_auto,
     parse_weights,
     setting,
 )
@@ -70,14 +71,15 @@ class RunSettings:
                                       "Where rank 0 exports the trained model; export.storage_uri sets it and uploads "
                                       "it.")
     log_interval: int = setting("LOG_INTERVAL", parse_positive_int, 50, "Log every N steps (and an epoch's last).")
-    checkpoint_every_seconds: float = setting(
-        "CHECKPOINT_EVERY_SECONDS", parse_non_negative_float, 300.0,
+    checkpoint_every_seconds: float | str = setting(
+        "CHECKPOINT_EVERY_SECONDS", parse_seconds_or_auto, 300.0,
         "Checkpoint, mid-epoch too, once this many seconds of training have passed since the last checkpoint, so "
         "that a fault costs at most about that much training whatever an epoch lasts (rank 0's clock, agreed by "
-        "every rank in the step's own collective); 0: off. 300 s: the training waits while its checkpoint is "
-        "written, and a checkpoint can be large (LoRA's adapters are MiB, a whole model's weights with their "
-        "optimizer state three times the weights); every five minutes, a write of 6 s costs 2% of the training. "
-        "Raise it where a write takes longer.")
+        "every rank in the step's own collective); 0: off; auto: √(2 × what a save costs the training × the time "
+        "between faults) (Young/Daly: from the last save's measured cost, the nodes and the faults this Job has "
+        "seen; said in the log). 300 s: a checkpoint can be large (LoRA's adapters are MiB, a whole model's weights "
+        "with their optimizer state three times the weights); every five minutes, a save that stops the training "
+        "for 6 s costs 2% of it.")
     keep_checkpoints: int = setting("KEEP_CHECKPOINTS", parse_positive_int, 2, "Checkpoints kept on the volume.")
     resume: bool = setting("RESUME", parse_boolean, True,
                            "Resume from the newest valid checkpoint in OUTPUT_DIR/checkpoints (refused if a shaping "
@@ -106,6 +108,17 @@ class ShardedSettings:
         "STRATEGY", choice(*STRATEGIES), "ddp",
         "How gradients are combined: ddp (DistributedDataParallel), fsdp (FSDP2: parameters, gradients and "
         "optimizer state sharded) or hsdp (fsdp within a node, replicated across nodes).", noted=True)
+
+
+@dataclass(frozen=True)
+class AsyncCheckpointSettings:
+    """Of a program whose checkpoints can be written beside its training (trainer_runtime/checkpoints/beside.py)."""
+
+    checkpoint_async: bool = setting(
+        "CHECKPOINT_ASYNC", parse_boolean, True,
+        "Write checkpoints beside the training: it waits only while its state is copied (a second copy of this "
+        "rank's state is held for the run), the write, hashing and publication go on beside the next steps; a "
+        "stop's checkpoint is always written before the process exits. false: the training waits for each write.")
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,7 @@ def _strategy(default: str, help: str, *others: str):
 
 
 @dataclass(frozen=True)
-class AdamWSettings(PretrainedModelSettings):
+class AdamWSettings(AsyncCheckpointSettings, PretrainedModelSettings):
     """AdamW's decay, warm-up and clipping, for the programs whose loop is this project's own."""
 
     weight_decay: float = setting("WEIGHT_DECAY", parse_non_negative_float, 0.0,
@@ -196,7 +209,7 @@ class AdamWSettings(PretrainedModelSettings):
 
 
 @dataclass(frozen=True)
-class TrainConfig(ShardedSettings, RunSettings):
+class TrainConfig(AsyncCheckpointSettings, ShardedSettings, RunSettings):
     """Everything the MNIST worker reads from its environment. docs/worker.md's table is generated from this."""
 
     epochs: int = changed(RunSettings, "epochs", 5, "Passes over the training set.")
@@ -219,7 +232,7 @@ class TrainConfig(ShardedSettings, RunSettings):
         RunSettings, "export_dir", help="Rank 0 exports the trained model here when training ends (model.pt, "
         "model.json, metrics.jsonl and a README.md model card); export.storage_uri sets it and uploads it; empty: "
         "no export.")
-    checkpoint_every_seconds: float = changed(
+    checkpoint_every_seconds: float | str = changed(
         RunSettings, "checkpoint_every_seconds", 30.0,
         "Checkpoint, mid-epoch too, once this many seconds of training have passed since the last checkpoint, so "
         "that a fault costs at most about that much training whatever an epoch lasts (rank 0's clock, agreed by "
@@ -247,10 +260,6 @@ class TrainConfig(ShardedSettings, RunSettings):
         "8,000 to train, 2,000 to test) instead of failing; for a run on one machine (./run.sh --local sets it).")
     checkpoint_every: int = setting("CHECKPOINT_EVERY", parse_non_negative_int, 1,
                                     "Checkpoint every N epochs and after the last; 0: after the last only.")
-    checkpoint_async: bool = setting(
-        "CHECKPOINT_ASYNC", parse_boolean, True,
-        "Write checkpoints beside the training: it waits only while the state is copied (a stop's checkpoint is "
-        "always written before the process exits).")
     download_timeout: float = setting(
         "DOWNLOAD_TIMEOUT", parse_positive_float, 600.0,
         "Seconds the other ranks wait for the downloading rank before giving up (exit 75).")

@@ -84,6 +84,14 @@ def parse_non_negative_float(text: str) -> float:
     return value
 
 
+AUTO = "auto"
+
+
+def parse_seconds_or_auto(text: str) -> float | str:
+    """A number of seconds (0 or more), or AUTO: the program picks it."""
+    return AUTO if text.strip().lower() == AUTO else parse_non_negative_float(text)
+
+
 def parse_fraction(text: str) -> float:
     value = float(text)
     if not 0 <= value < 1:  # also refuses nan

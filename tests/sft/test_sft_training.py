@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,17 @@ def uninterrupted_run(world, tmp_path_factory):
 def uninterrupted(uninterrupted_run):
     """The whole run's output directory."""
     return uninterrupted_run[0]
+
+
+def staged_copy(model: Path, copy: Path) -> Path:
+    """A copy of ``model`` with the stager's marker naming each file's size and SHA-256 (as staging writes it)."""
+    from trainer_contract.digests import file_digest
+    from trainer_contract.storage import MARKER
+
+    shutil.copytree(model, copy)
+    files = {path.name: {"bytes": path.stat().st_size, "sha256": file_digest(path)} for path in copy.iterdir()}
+    (copy / MARKER).write_text(json.dumps({"files": files}))
+    return copy
 
 
 ADAPTER = "llama_sft_trained/adapter/adapter_model.safetensors"
@@ -252,35 +264,50 @@ def test_gradient_accumulation_under_fsdp_learns_as_the_larger_batch_does(world,
 
 def test_a_full_fine_tune_under_fsdp_checkpoints_each_ranks_shards_and_resumes_from_them(world, tmp_path):
     """LORA_RANK=0 under fsdp: a checkpoint is a directory of every rank's shards (DCP) with a manifest of their
-    digests and the run's progress beside, not the weights and AdamW's state gathered on rank 0; a run killed
-    after one resumes from it and ends as the uninterrupted run did (the same shards: bit-identical), and under ddp
-    it resumes too (resharded, to float rounding), past a damaged newest checkpoint that both ranks pass over."""
+    digests and the run's progress beside, not the weights and AdamW's state gathered on rank 0, written beside the
+    training (CHECKPOINT_ASYNC); a run killed while a save is in flight resumes from the one before it and ends as
+    the uninterrupted run did (the same shards: bit-identical), and under ddp it resumes too (resharded, to float
+    rounding), past a damaged newest checkpoint that both ranks pass over."""
     import torch
     from safetensors.torch import load_file
 
-    model, data = world
+    model, data = staged_copy(world[0], tmp_path / "model"), world[1]
     full = {"STRATEGY": "fsdp", "LORA_RANK": "0", "EPOCHS": "2", "LEARNING_RATE": "0.001"}
     whole = run_sft(model, data, tmp_path / "whole", full)
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
-    fault = fault_env("sigkill@batch=2.5,rank=1,attempt=0")  # after the checkpoint of step 10 (6 steps an epoch)
+    # written beside the training, each rank hashing what it wrote: rank 0 about half of the bytes, not all
+    written = re.search(r"checkpoint step-00000010\.ckpt written \([\d.]+ s, training waited [\d.]+ s; rank 0 hashed "
+                        r"([\d.]+) of ([\d.]+) MB\)", whole.stdout)
+    assert written, whole.stdout[-3000:]
+    assert 0.4 < float(written[1]) / float(written[2]) < 0.6
+    # step 10's save (the third: steps 5, 6, 10; 6 steps an epoch) is held in rank 0's writer, its shards written;
+    # rank 1 is killed as step 11 trains
+    fault = fault_env("sleep=30@checkpoint=3,rank=0,attempt=0; sigkill@batch=2.5,rank=1,attempt=0")
     killed = run_sft(model, data, tmp_path / "killed", {**full, **fault})
     assert killed.returncode != 0
-    checkpoint = tmp_path / "killed" / "checkpoints" / "step-00000010.ckpt"
-    assert checkpoint.is_dir(), sorted(path.name for path in checkpoint.parent.iterdir())
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    assert sorted(path.name for path in checkpoints.iterdir()) == [
+        ".tmp-step-00000010.ckpt", "step-00000005.ckpt", "step-00000006.ckpt"], killed.stdout[-3000:]
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "manifest.json", "extra.pt"} <= \
-        {path.name for path in checkpoint.iterdir()}
+        {path.name for path in (checkpoints / "step-00000006.ckpt").iterdir()}
     shutil.copytree(tmp_path / "killed", tmp_path / "under-ddp")
+    # the checkpoint holds every weight: a resume reads none of the pretrained ones (damaged now, their size and the
+    # stager's SHA-256 kept, so that the model's revision is the same)
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"\0" * weights.stat().st_size)
     resumed = run_sft(model, data, tmp_path / "killed", {**full, **fault})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "Rank 0: resuming from step-00000010.ckpt" in resumed.stdout
+    assert "removed .tmp-step-00000010.ckpt, left by an interrupted checkpoint write" in resumed.stdout
+    assert "Rank 0: resuming from step-00000006.ckpt" in resumed.stdout
+    assert "every weight comes from step-00000006.ckpt: the pretrained weights are not read" in resumed.stdout
     # the ranks verify a checkpoint together, each hashing its share (rank 0: .metadata and __1_0.distcp): a shard
     # only rank 0 read is damaged, and both ranks pass over the checkpoint for the one before
-    (tmp_path / "under-ddp" / "checkpoints" / "step-00000010.ckpt" / "__1_0.distcp").write_bytes(b"\0" * 64)
+    (tmp_path / "under-ddp" / "checkpoints" / "step-00000006.ckpt" / "__1_0.distcp").write_bytes(b"\0" * 64)
     under_ddp = run_sft(model, data, tmp_path / "under-ddp", {**full, **fault, "STRATEGY": "ddp"})
     assert under_ddp.returncode == 0, under_ddp.stdout[-3000:] + under_ddp.stderr[-3000:]
-    assert "Rank 0: skipping checkpoint step-00000010.ckpt: __1_0.distcp does not match its checksum" \
+    assert "Rank 0: skipping checkpoint step-00000006.ckpt: __1_0.distcp does not match its checksum" \
         in under_ddp.stdout + under_ddp.stderr, under_ddp.stdout[-3000:]
-    assert "Rank 1: resuming from step-00000006.ckpt" in under_ddp.stdout, under_ddp.stdout[-3000:]  # epoch 1 end
+    assert "Rank 1: resuming from step-00000005.ckpt" in under_ddp.stdout, under_ddp.stdout[-3000:]
 
     def exported(output):
         return load_file(next(output.glob("llama_sft_trained/**/model.safetensors")))

@@ -3,8 +3,8 @@
 The strategy decides the format (``shards_parameters``: each rank writes its shards, else rank 0 writes one
 file); reading takes whichever format a checkpoint was written in, so a run resumes across strategies.
 
-Asynchronous saving (CHECKPOINT_ASYNC=true): training waits only while the state is copied; the write (serialise,
-hash, fsync, rename, prune) runs in a thread beside it. The guarantees stay: each file is written atomically and
+Asynchronous saving (CHECKPOINT_ASYNC=true, beside.py): training waits only while the state is copied; the write
+(serialise, hash, fsync, rename, prune) runs in a thread beside it. The guarantees stay: each file is written atomically and
 verified on reading, so the newest valid checkpoint wins whatever moment a crash picks; one write at a time, in
 order (a save waits for the previous one); a stop's checkpoint (SIGTERM) is written before save returns; the
 model is saved only after the last checkpoint is on disk (``wait``).
@@ -15,20 +15,17 @@ newest that verifies and cleaning up are the run's store's (store.py), as for ev
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from trainer_contract import checkpoint_layout as layout
-from trainer_contract import hooks
 from trainer_runtime.checkpoints import sharded, single_file, store
+from trainer_runtime.checkpoints.beside import WritesBeside, checkpoint_write
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.found import Checkpoint
-from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 from trainer_runtime.checkpoints.state import TrainingState
 
 if TYPE_CHECKING:
@@ -52,39 +49,17 @@ def load_newest(directory: Path, log: Callable[[str], None] = print) -> Checkpoi
     return found[1] if found else None
 
 
-class BackgroundWrite:
-    """One checkpoint write in a daemon thread (a process exiting on a failure does not wait for it); ``result``
-    re-raises what the write raised."""
-
-    def __init__(self, write: Callable[[], None]):
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(write,), name="checkpoint-write", daemon=True)
-        self.thread.start()
-
-    def _run(self, write: Callable[[], None]) -> None:
-        try:
-            write()
-        except BaseException as exc:  # handed to the training thread by result()
-            self.error = exc
-
-    def result(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-
 class CheckpointManager:
     def __init__(self, run_store: store.CheckpointStore, *, every: int, epochs: int, rank: int, sharded_format: bool,
-                 asynchronous: bool = False, collective_timeout: float = 300.0, every_seconds: float = 0.0):
+                 asynchronous: bool = False, collective_timeout: float = 300.0, every_seconds: float | str = 0.0,
+                 nodes: int = 1):
         """``run_store``: the run's (trainer_runtime.run_shell), its mirror closed by the shell."""
         self.store, self.directory, self.log = run_store, run_store.directory, run_store.log
         self.every, self.epochs, self.rank = every, epochs, rank
-        self.clock = CheckpointClock(every_seconds, votes=rank == 0)  # restarted by every save
+        self.clock = CheckpointClock(every_seconds, votes=rank == 0, nodes=nodes, log=self.log)
         self.format = sharded if sharded_format else single_file
-        self.asynchronous, self.collective_timeout = asynchronous, collective_timeout
-        self.pending: BackgroundWrite | None = None
-        self.group = None  # the process group of sharded writes beside the training, made on first use
-        self.staging = StagingBuffers()
+        self.asynchronous = asynchronous
+        self.beside = WritesBeside(collective_timeout)
 
     def due(self, epochs_done: int, stopping: bool, time_agreed: bool = False) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, every CHECKPOINT_EVERY epochs, and
@@ -98,54 +73,32 @@ class CheckpointManager:
         if not (self.rank == 0 or self.format.EVERY_RANK_WRITES):
             return
         self.wait()  # one write at a time, in order; a failed one raises here
+        with self.clock.saving():  # the interval starts again once the training goes on
+            self._save(state, strategy, wait)
+
+    def _save(self, state: TrainingState, strategy: Strategy, wait: bool) -> None:
         started = time.perf_counter()
         path = self.directory / state.position.filename(self.format.SUFFIX)
         beside = self.asynchronous and not wait
-        finish = self.format.begin(strategy, state, path, self.rank, stage=self.staging.copy if beside else None,
-                                   group=self._write_group() if beside else None)
-        blocked = time.perf_counter() - started
-
-        def write() -> None:
-            hooks.point("checkpoint")
-            finish()
-            if self.rank == 0:
-                took = f"{time.perf_counter() - started:.2f} s" + (f", training waited {blocked:.2f} s" if beside else "")
-                self.log(f"checkpoint {path.name} written ({took})")
-                self.store.published(path)
-            hooks.point("checkpoint-written")
-
+        every_rank = self.format.EVERY_RANK_WRITES
+        finish = self.format.begin(strategy, state, path, self.rank,
+                                   stage=self.beside.staging.copy if beside else None,
+                                   group=self.beside.write_group() if beside and every_rank else None)
+        waited = time.perf_counter() - started if beside else None
+        write = checkpoint_write(finish, path, self.rank, self.store, self.clock, started, waited)
         if beside:
-            self.pending = BackgroundWrite(write)
+            self.beside.start(write, every_rank)
         else:
             write()
-        self.clock.restart()  # the training goes on from here
 
     def wait(self) -> None:
         """The write in flight is complete (or raises what it raised)."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.result()
+        self.beside.wait()
 
     def close(self, failed: bool) -> None:
-        """At the end of the process, before the shell waits for the mirror's upload of the newest. After a failure
-        a sharded write is not waited for: its collectives may wait for a peer that is gone (it stays a temporary,
-        removed at the next start)."""
-        if self.pending is not None and not (failed and self.format.EVERY_RANK_WRITES):
-            try:
-                self.wait()
-            except Exception as exc:  # the run's own outcome is what the process reports
-                self.log(f"the last checkpoint write failed: {type(exc).__name__}: {exc}")
-
-    def _write_group(self):
-        """A gloo group of the checkpoint writes' own, for a sharded write beside the training; None for a file."""
-        if not self.format.EVERY_RANK_WRITES:
-            return None
-        if self.group is None:
-            import torch.distributed as dist
-
-            # every rank of the sharded format calls save at the same points: creating it here is collective
-            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.collective_timeout))
-        return self.group
+        """At the end of the process, before the shell waits for the mirror's upload of the newest (beside.py: a
+        sharded write is not waited for after a failure)."""
+        self.beside.close(failed, self.log)
 
     def load_newest(self) -> Checkpoint | None:
         return load_newest(self.directory, self.log)

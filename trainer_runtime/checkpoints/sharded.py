@@ -3,8 +3,9 @@
 ``ckpt-e<epoch>-s<step>.dcp/`` (MNIST) or ``step-N.ckpt/`` (the QA job under fsdp, through Lightning's strategy)
 holds what torch.distributed.checkpoint writes (one ``__<rank>_0.distcp`` per rank and ``.metadata``), optionally
 ``extra.pt`` (what a checkpoint holds besides tensors and its record: Lightning's loops, schedulers and callbacks),
-and ``manifest.json``: the record (JSON) and the SHA-256 of every other file. The
-ranks write into ``.tmp-<name>`` (fsynced); rank 0 then writes the manifest and renames the directory into place,
+and ``manifest.json``: the record (JSON) and the SHA-256 of every other file, each rank's files hashed by that rank
+as it finishes writing them. The ranks write into ``.tmp-<name>`` (fsynced); rank 0 then gathers the digests, writes
+the manifest and renames the directory into place,
 so a crash at any moment leaves the older checkpoints and at most a temporary directory, never read. A directory
 whose manifest is missing, or whose files are missing or differ from it, raises CorruptCheckpoint. Loading
 reshards to the current world size (torch.distributed.checkpoint's planner), so a run resumes at an epoch
@@ -17,7 +18,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch.distributed as dist
 
@@ -47,7 +48,7 @@ def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
 
 def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
                  stage: Callable[[Any], Any] | None = None, group: Any = None,
-                 extra: dict[str, Any] | None = None) -> Callable[[], None]:
+                 extra: dict[str, Any] | None = None) -> Callable[[], Hashed | None]:
     """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
     collective too) and, on rank 0, publishes them (manifest, rename). With ``stage`` (a copy) and ``group`` (a
     process group of the checkpoint writes' own: their collectives never interleave with the training's), the
@@ -68,28 +69,66 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
     if stage is not None:
         shards = stage(shards)
 
-    def finish() -> None:
+    def finish() -> Hashed | None:
         dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
-        if rank == 0:
-            if extra is not None:  # hashed into the manifest with the shards
-                import torch
+        # each rank hashes the files it wrote (still in its page cache): rank 0 hashes 1/world of the bytes, not all
+        written = sorted(temp.glob(f"{_shard_prefix(group)}*.distcp"))
+        mine = {path.name: file_digest(path) for path in written}
+        hashed_here = sum(path.stat().st_size for path in written)
+        if rank == 0 and extra is not None:  # hashed into the manifest with the shards
+            import torch
 
-                atomic_write_with(temp / EXTRA, lambda handle: torch.save(extra, handle))
-            _publish(temp, final, record)
+            atomic_write_with(temp / EXTRA, lambda handle: torch.save(extra, handle))
+        digests = _gathered(mine, group)
+        if rank != 0:
+            return None
+        total = sum(path.stat().st_size for path in temp.iterdir())
+        return Hashed(hashed_here + _publish(temp, final, record, digests), total)
 
     return finish
 
 
-def _publish(temp: Path, final: Path, record: dict[str, Any]) -> None:
-    """Rank 0, every shard written: the manifest (SHA-256 of each file), then the directory renamed into place."""
-    files = {path.name: file_digest(path) for path in sorted(temp.iterdir())}
+class Hashed(NamedTuple):
+    """Rank 0's share of a write's hashing: the bytes it hashed, of every file's."""
+
+    here: int
+    total: int
+
+    def said(self) -> str:
+        return f"rank 0 hashed {self.here / 1e6:.1f} of {self.total / 1e6:.1f} MB"
+
+
+def _shard_prefix(group: Any) -> str:
+    """How torch.distributed.checkpoint's FileSystemWriter names this rank's files (``__<rank in the group>_<n>``);
+    a file of another name is hashed by rank 0 (_publish), so the names only share the work out."""
+    return f"__{dist.get_rank(group) if dist.is_initialized() else 0}_"
+
+
+def _gathered(mine: dict[str, str], group: Any) -> dict[str, str]:
+    """On rank 0, every rank's ``mine`` in one dict (the others: their own); a collective of ``group``."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return mine
+    found: list[Any] | None = [None] * dist.get_world_size(group) if dist.get_rank(group) == 0 else None
+    dist.gather_object(mine, found, dst=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return {name: digest for part in (found or [mine]) for name, digest in part.items()}
+
+
+def _publish(temp: Path, final: Path, record: dict[str, Any], digests: dict[str, str]) -> int:
+    """Rank 0, every shard written: the manifest (the SHA-256 of each file: the ranks' ``digests`` of what they
+    wrote, the rest hashed here), then the directory renamed into place: the commit point. The bytes hashed here."""
+    files, hashed = {}, 0
+    for path in sorted(temp.iterdir()):
+        if path.name not in digests:  # .metadata, extra.pt
+            hashed += path.stat().st_size
+        files[path.name] = digests.get(path.name) or file_digest(path)
     manifest = {"format": FORMAT, "files": files, "meta": record}
     atomic_write(temp / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     publish(temp, final)
+    return hashed
 
 
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
-          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], None]:
+          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], Hashed | None]:
     return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, stage, group)
 
 

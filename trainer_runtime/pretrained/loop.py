@@ -10,6 +10,7 @@ checkpoint and evaluate."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from trainer_contract import hooks
 from trainer_runtime import strategies
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
+from trainer_runtime.checkpoints.beside import WritesBeside, checkpoint_write
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
@@ -61,11 +63,16 @@ class Loop:
     passed, a stop agreed by the gang); ``state_dict`` is what it writes (a collective: every rank calls it)."""
 
     def __init__(self, model: torch.nn.Module, examples: Sequence[Any], batches: RankBatches, collate: Collate,
-                 config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp", weigh: Weigh = examples_in):
+                 config: Any, device: torch.device, env: DistEnv, strategy: str = "ddp", weigh: Weigh = examples_in,
+                 log: Callable[[str], None] = print):
         self.examples, self.batches, self.collate, self.weigh = examples, batches, collate, weigh
         self.config, self.device, self.rank = config, device, env.rank
         # the strategy shards the model in place under fsdp: the optimizer is made over what it leaves
+        if shared_load.on_meta(model) and not strategies.shards_parameters(strategy):
+            shared_load.materialize(model, device)  # a whole copy per rank: before the strategy wraps it
         self.strategy = strategies.build(strategy, shared_load.placed(model, device), env, device, config.precision)
+        if shared_load.on_meta(model):
+            shared_load.materialize(model, device)  # no rank read the weights: each makes its shards for the resume
         self.model, self.precision = self.strategy.module, self.strategy.precision
         self.optimizer = optimizer_for(self.model, config)
         self.strategy.attach(self.optimizer)
@@ -74,8 +81,9 @@ class Loop:
         self.epochs_in_all = -(-self.total // len(batches))
         self.schedule = schedule_for(self.optimizer, config.lr_scheduler_type, config.warmup_steps, self.total)
         self.step = 0
-        self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0)
+        self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0, nodes=env.nodes, log=log)
         self.best = BestCheckpoint(config.metric_for_best_model)
+        self.writes = WritesBeside(config.collective_timeout)  # CHECKPOINT_ASYNC's
         self.evaluating_seconds = 0.0  # this start's evaluations: not training time
 
     @property
@@ -166,8 +174,8 @@ class Loop:
         says them) and a checkpoint, as every EVAL_STEPS steps are; the last scores with this start's training
         seconds (evaluations left out, checkpoints in: what tokens/s per process divides by). ``Stopped`` when the
         gang agreed to stop."""
-        def checkpoint() -> None:
-            self.checkpoint(store, record)
+        def checkpoint(wait: bool = False) -> None:
+            self.checkpoint(store, record, wait=wait)
 
         def evaluated(epoch: int, within: bool) -> dict[str, float]:
             return self.evaluation_point(epoch, within, run_log, evaluate, checkpoint, store)
@@ -186,6 +194,7 @@ class Loop:
         for epoch in range(self.step // per_epoch, self.epochs_in_all):
             self.run_epoch(epoch, run_log, checkpoint, lambda: stop.requested, functools.partial(evaluated, epoch, True))
             result = evaluated(epoch, False)
+        self.writes.wait()  # the last checkpoint is whole before the run exports or ends
         training = time.monotonic() - began - self.evaluating_seconds
         return {**(result or evaluate()[0]), "train_seconds": round(training, 3)}  # nothing left: as it is
 
@@ -202,24 +211,42 @@ class Loop:
         checkpoint()
         return result
 
-    def checkpoint(self, store: CheckpointStore, record: dict[str, Any]) -> None:
+    def checkpoint(self, store: CheckpointStore, record: dict[str, Any], *, wait: bool = False) -> None:
         """The state named by the step with the run's ``record``: one file written by rank 0, or every rank's shards
-        (``sharded_checkpoints``: the record in the manifest, the progress beside); published in ``store``; no rank
-        goes on (or exits) before it is whole."""
-        hooks.point("checkpoint")
-        path = store.directory / checkpoint_record.checkpoint_name(self.step)
-        if self.sharded_checkpoints:
-            sharded.write_shards(self.strategy.sharded_state(), record, path, self.rank, extra=self.progress())
-        else:
-            state = self.state_dict()
-            if self.rank == 0:
-                single_file.write_payload(path, {**state, checkpoint_record.RECORD_KEY: record})
-        if self.rank == 0:
-            store.published(path)
-        dist.barrier()
-        self.clock.restart()  # the write is not training: the next interval starts once it is done
+        (``sharded_checkpoints``: the record in the manifest, the progress beside); published in ``store``. Under
+        CHECKPOINT_ASYNC the training waits only while its state is copied, the write going on beside the next
+        steps (trainer_runtime/checkpoints/beside.py), the one before waited for first; else, and with ``wait`` (a
+        stop's), no rank goes on (or exits) before it is whole."""
+        self.writes.wait()  # one write at a time, in order; a failed one raises here
+        with self.clock.saving():  # the interval starts again once the training goes on
+            self._save(store, record, wait)
 
-    def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[[], None],
+    def _save(self, store: CheckpointStore, record: dict[str, Any], wait: bool) -> None:
+        started = time.perf_counter()
+        path = store.directory / checkpoint_record.checkpoint_name(self.step)
+        beside = self.config.checkpoint_async and not wait
+        stage = self.writes.staging.copy if beside else None
+        every_rank = self.sharded_checkpoints
+        finish: Callable[[], Any] | None = None
+        if every_rank:
+            finish = sharded.begin_shards(self.strategy.sharded_state(), record, path, self.rank, stage=stage,
+                                          group=self.writes.write_group() if beside else None,
+                                          extra=copy.deepcopy(self.progress()))
+        else:
+            state = self.state_dict()  # a collective
+            if self.rank == 0:
+                payload = {**state, checkpoint_record.RECORD_KEY: record}
+                payload = stage(payload) if stage is not None else payload
+                finish = functools.partial(single_file.write_payload, path, payload)
+        waited = time.perf_counter() - started if beside else None
+        write = checkpoint_write(finish, path, self.rank, store, self.clock, started, waited)
+        if beside:
+            self.writes.start(write, every_rank)
+        else:
+            write()
+            dist.barrier()
+
+    def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[..., None],
                   stop_requested: Callable[[], bool], evaluate_here: Callable[[], Any] = lambda: None) -> None:
         """Epoch ``epoch`` (from 0) from where the run stands; ``evaluate_here()`` (which checkpoints) every
         EVAL_STEPS steps, else ``checkpoint()`` every CHECKPOINT_EVERY_STEPS steps and when the gang agrees that
@@ -242,7 +269,7 @@ class Loop:
                                 loss=sum(losses) / len(losses), learning_rate=float(self.schedule.get_last_lr()[0]))
                 losses = []
             if agreed.stop:
-                checkpoint()
+                checkpoint(wait=True)  # written before the process exits
                 raise Stopped(f"step {self.step}")
             if last:
                 continue

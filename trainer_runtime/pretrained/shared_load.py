@@ -49,6 +49,20 @@ def placed(model: nn.Module, device: torch.device) -> nn.Module:
     return model if on_meta(model) else model.to(device)
 
 
+def materialize(model: nn.Module, device: torch.device) -> None:
+    """A model still on the meta device once its strategy is built (every rank built it so: its weights all come
+    from the checkpoint the run resumes from) given memory on ``device`` (under fsdp, this rank's shards alone) and
+    the values of its buffers, which no checkpoint holds (a rotary embedding's frequencies): its own initialisation
+    (a Hugging Face model's ``initialize_weights``), whose weights the checkpoint then replaces."""
+    initialize = getattr(model, "initialize_weights", None)
+    if initialize is None:
+        raise RuntimeError(f"{type(model).__name__} was built without its weights and has no initialize_weights: "
+                           "it cannot be materialized for a checkpoint to fill")
+    model.to_empty(device=device)
+    with torch.no_grad():
+        initialize()
+
+
 def built_without_weights(auto_class: Any, model_dir: Path, options: dict[str, Any],
                           **configuration: Any) -> Any:
     """``auto_class.from_pretrained(model_dir, **options, **configuration)``'s model as it would be before its weights

@@ -17,7 +17,7 @@ from trainer_runtime import process_group
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import from_rank0, join, record_attempt
-from trainer_runtime.pretrained import run_identity, token_cache
+from trainer_runtime.pretrained import run_identity, shared_load, token_cache
 from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
@@ -43,21 +43,25 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Workload:
-    """A program's parts. ``load(config, log, tokenizing)``: rank 0's log only; ``tokenizing.tokenized`` gives the
-    splits from the token cache, made once (trainer_runtime.pretrained.token_cache). ``collate(config, loaded)``: a
+    """A program's parts. ``load(config, log, tokenizing, weights)``: rank 0's log only; ``tokenizing.tokenized``
+    gives the splits from the token cache, made once (trainer_runtime.pretrained.token_cache); without ``weights``
+    the model is built on the meta device from its configuration, no weight read (they come from rank 0, or from the
+    checkpoint the run resumes from: trainer_runtime.pretrained.shared_load). ``collate(config, loaded)``: a
     batch's tensors from its examples. ``evaluation(config, env, loop, loaded, log)``: what ends each epoch, scores and their line.
     ``export(config, loop, loaded, summary, log)``: run on every rank (it may gather a sharded model), rank 0 writes
     the trained model and returns what it wrote (summary.json's "export"). ``records_data``: a resume is refused
     with other data too. ``strategy(config)``: the loop's strategy word. ``weigh(batch)``: what the model's loss on
-    a batch is the mean over (GRADIENT_ACCUMULATION_STEPS weights each batch of a step by it)."""
+    a batch is the mean over (GRADIENT_ACCUMULATION_STEPS weights each batch of a step by it). ``trains_every_weight
+    (config)``: a checkpoint then holds the whole model, and a resume reads no pretrained weight."""
 
-    load: Callable[[Any, Log, token_cache.Tokenizing], Loaded]
+    load: Callable[[Any, Log, token_cache.Tokenizing, bool], Loaded]
     collate: Callable[[Any, Loaded], Callable[[list], dict]]
     evaluation: Callable[[Any, DistEnv, Loop, Loaded, Log], Evaluated]
     export: Callable[[Any, Loop, Loaded, dict, Log], Any]
     records_data: bool = False
     strategy: Callable[[Any], str] = lambda config: "ddp"
     weigh: Weigh = examples_in
+    trains_every_weight: Callable[[Any], bool] = lambda config: True
 
 
 def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: Log) -> dict[str, Any]:
@@ -101,22 +105,31 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     require_model(config.model_dir)  # before the record's digests of its files
     now, cache_key = from_rank0(env, lambda: _record_and_key(workload, config, env))
     tokenizing = token_cache.Tokenizing(config, env, gang.store, cache_key, log)
-    loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing)
     found = resume_from(config, now, store, log, env.is_rank0)
+    # a checkpoint of a run that trains every weight holds the whole model: its weights are read once, from it
+    whole_in_checkpoint = found is not None and workload.trains_every_weight(config)
+    if found is not None and whole_in_checkpoint:
+        log(f"every weight comes from {found[0].name}: the pretrained weights are not read")
+    weights = shared_load.reads_weights(workload.strategy(config)) and not whole_in_checkpoint
+    loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing, weights)
     # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
     batches = RankBatches(len(loaded.train), config.batch_size * accumulation_steps(config, env.world_size), env.rank,
                           env.world_size, config.seed, True)
     loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, gang.device, env,
-                workload.strategy(config), workload.weigh)
+                workload.strategy(config), workload.weigh, log)
     if found:
         loop.restore(found[0])
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
+    failed = True
     try:
         result = loop.epochs(run_log, stop, store, now, workload.evaluation(config, env, loop, loaded, log))
+        failed = False
     except Stopped as stopped:  # rank 0 checkpointed the step reached: the next start goes on from it
+        failed = False
         return stop.ended(stopped, log)
     finally:
+        loop.writes.close(failed, log)  # before the shell's mirror uploads the newest
         run_log.close()
     summary = {**result, **best_model(loop, store, result, log), "step": loop.step, **now}
     written = workload.export(config, loop, loaded, summary, log)

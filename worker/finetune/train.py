@@ -14,7 +14,7 @@ from trainer_contract import exit_codes
 from trainer_contract.program_settings import FinetuneConfig
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.pretrained import tables, token_cache, training
+from trainer_runtime.pretrained import shared_load, tables, token_cache, training
 from trainer_runtime.pretrained.batches import collate
 from trainer_runtime.pretrained.export import export_dir, save_pretrained
 from trainer_runtime.pretrained.loop import Loop
@@ -29,15 +29,20 @@ def run(config: FinetuneConfig, env: DistEnv) -> int:
     return training.run(CLASSIFIER, config, env)
 
 
-def _model(config: FinetuneConfig, names: list[str]):
+def _model(config: FinetuneConfig, names: list[str], weights: bool) -> tuple[Any, dict[str, Any] | None]:
+    """The classifier for ``names`` and what its load found (None: built without ``weights``, on the meta device)."""
     from transformers import AutoModelForSequenceClassification
 
+    labels = {"num_labels": len(names), "id2label": dict(enumerate(names)),
+              "label2id": {name: number for number, name in enumerate(names)}}
+    if not weights:
+        return shared_load.built_without_weights(AutoModelForSequenceClassification, config.model_dir,
+                                                 loading_options(config.attn_implementation), **labels), None
     torch.manual_seed(config.seed)  # the new head: the same on every rank
     # ignore_mismatched_sizes: a checkpoint's own head for another number of classes is replaced, not an error
     return AutoModelForSequenceClassification.from_pretrained(
-        config.model_dir, num_labels=len(names), id2label=dict(enumerate(names)),
-        label2id={name: number for number, name in enumerate(names)}, ignore_mismatched_sizes=True,
-        output_loading_info=True, **loading_options(config.attn_implementation))
+        config.model_dir, **labels, ignore_mismatched_sizes=True, output_loading_info=True,
+        **loading_options(config.attn_implementation))
 
 
 def _codec(tokenizer: Any, config: FinetuneConfig) -> Codec:
@@ -69,7 +74,7 @@ def _tokenized(config: FinetuneConfig, tokenizer: Any) -> TokenizedSplits:
         "tokens": sum(len(item["input_ids"]) for item in train)})
 
 
-def _load(config: FinetuneConfig, log, tokenizing: Tokenizing) -> Loaded:
+def _load(config: FinetuneConfig, log, tokenizing: Tokenizing, weights: bool) -> Loaded:
     from transformers import AutoTokenizer
 
     quiet_transformers()
@@ -86,10 +91,12 @@ def _load(config: FinetuneConfig, log, tokenizing: Tokenizing) -> Loaded:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [
             f"the tokenized data in {config.output_dir / token_cache.DIRECTORY} has a class outside the {len(names)} it "
             "names: remove that directory and start again"])
-    model, loading = _model(config, names)
+    model, loading = _model(config, names, weights)
     log(f"{len(data.train)} training texts ({facts['tokens']} tokens), {len(data.evaluation)} "
         f"{facts['evaluation_split']} texts, {len(names)} classes, from {config.dataset_dir} "
         f"{tables.sources_said(facts)}")
+    if loading is None:
+        return Loaded(tokenizer, model, data.train, data.evaluation)
     new = sorted(set(loading["missing_keys"]) | {key for key, *_ in loading.get("mismatched_keys", ())})
     log(f"new weights for the task: {', '.join(new) or 'none'}; unused from the checkpoint: "
         f"{', '.join(sorted(loading['unexpected_keys'])) or 'none'}")

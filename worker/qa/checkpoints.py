@@ -114,7 +114,7 @@ class Checkpointing(L.Callback):
     def save(self, trainer: L.Trainer) -> None:
         hooks.point("checkpoint")
         path = self.store.directory / checkpoint_record.checkpoint_name(trainer.global_step)
-        trainer.save_checkpoint(path)  # whole or absent: each format writes beside, then renames into place
+        with self.clock.saving():  # the write is not training: the next interval starts once it is done
+            trainer.save_checkpoint(path)  # whole or absent: each format writes beside, then renames into place
         if trainer.is_global_zero:
             self.store.published(path)
-        self.clock.restart()  # the write is not training: the next interval starts once it is done

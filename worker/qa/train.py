@@ -105,7 +105,8 @@ def _trainer(config: QaConfig, env: DistEnv, cuda: bool, progress: ProgressLines
              store: CheckpointStore) -> L.Trainer:
     strategy, precision = _strategy(config, env, cuda)
     saving = checkpoints.Checkpointing(store, config.checkpoint_every_steps, stop=stop,
-                                       clock=CheckpointClock(config.checkpoint_every_seconds, votes=env.is_rank0))
+                                       clock=CheckpointClock(config.checkpoint_every_seconds, votes=env.is_rank0,
+                                                             nodes=env.nodes, log=store.log))
     return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=env.local_world_size, num_nodes=env.nodes,
                      strategy=strategy, precision=precision, max_epochs=config.epochs,
                      callbacks=[progress, saving, _RecordsAttempt(env, config.output_dir)], logger=False, enable_checkpointing=False,

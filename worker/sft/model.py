@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from trainer_contract import exit_codes
 from trainer_runtime.failures import Refusal
 from trainer_runtime.pretrained import shared_load
@@ -75,8 +77,11 @@ def is_lora(model: Any) -> bool:
 
 def rebuilt(model_dir: Path, lora: Lora | None, trainable: dict[str, Any]) -> Any:
     """A whole copy of the model on this process (CPU): the pretrained weights with ``trainable`` (a strategy's
-    ``trainable_state``, by name) put in; what the export writes when the training copy is sharded."""
-    model = load(model_dir, lora)
+    ``trainable_state``, by name) put in; what the export writes when the training copy is sharded. A full
+    fine-tune's ``trainable`` is every weight: none of the pretrained ones is read."""
+    model = load(model_dir, lora, weights=lora is not None)
+    if shared_load.on_meta(model):
+        shared_load.materialize(model, torch.device("cpu"))
     result = model.load_state_dict(trainable, strict=False)
     learnt = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
     if result.unexpected_keys or learnt - set(trainable):

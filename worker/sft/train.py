@@ -81,7 +81,7 @@ def _tokenized(config: SftConfig, tokenizer: Any, log) -> TokenizedSplits:
                                                "supervised_tokens": sum(example.supervised for example in train)})
 
 
-def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
+def _load(config: SftConfig, log, tokenizing: Tokenizing, weights: bool) -> Loaded:
     from transformers import AutoTokenizer
 
     quiet_transformers()
@@ -96,7 +96,7 @@ def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
         raise Refusal(exit_codes.DATA_UNAVAILABLE, [str(error)]) from None
     torch.manual_seed(config.seed)  # the adapters' initial weights: the same on every rank
     model = sft_model.load(config.model_dir, lora_of(config), config.activation_checkpointing,
-                           config.attn_implementation, weights=shared_load.reads_weights(config.strategy))
+                           config.attn_implementation, weights=weights)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     adapted = f"LoRA rank {config.lora_rank}" if config.lora_rank else "full fine-tune"
@@ -104,7 +104,7 @@ def _load(config: SftConfig, log, tokenizing: Tokenizing) -> Loaded:
     log(f"{len(data.train)} training {'blocks' if config.packing else 'examples'} "
         f"({facts['supervised_tokens']} supervised tokens), {len(data.evaluation)} {facts['evaluation_split']} "
         f"examples, from {config.dataset_dir} {tables.sources_said(facts)}; {adapted}: "
-        f"{trainable} of {total} weights train, under {config.strategy}{shared_load.said(config.strategy)}"
+        f"{trainable} of {total} weights train, under {config.strategy}{shared_load.said(config.strategy) if weights else ''}"
         f"{', activations recomputed' if config.activation_checkpointing else ''}")
     return Loaded(tokenizer, model, data.train, data.evaluation)
 
@@ -149,4 +149,4 @@ def _export(config: SftConfig, loop: Loop, loaded: Loaded, summary: dict[str, An
 SFT = Workload(load=_load,
                collate=lambda config, loaded: lambda examples: collate(examples, loaded.tokenizer.pad_token_id),
                evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy,
-               weigh=supervised_tokens)
+               weigh=supervised_tokens, trains_every_weight=lambda config: config.lora_rank == 0)
