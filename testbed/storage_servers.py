@@ -2,7 +2,8 @@
 HF_ENDPOINT), a plain file server for https:// sources, and moto's S3 in server mode (AWS_ENDPOINT_URL). Each
 logs what it served, so that a test can say "each file fetched once" or "the second run fetched nothing";
 the Hub and the file server can be told to fail (a status for the next N requests, a token to require, a
-slow body to interrupt)."""
+slow body to interrupt), and count the requests they answer at once; the file server can serve ranges (206), or
+spoil them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -62,6 +64,8 @@ class _Server:
     def __init__(self, host: str = "127.0.0.1"):
         self.log: list[tuple[str, str]] = []  # (method, path) of every request
         self.faults = Faults()
+        self.in_flight = self.most_in_flight = 0  # requests being answered at once: now, and the most so far
+        self.counting = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, 0), self._handler())
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
@@ -77,6 +81,18 @@ class _Server:
                 pass
 
         return Handler
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Inside: one request being answered (counted; an idle kept-alive connection is not)."""
+        with self.counting:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self.counting:
+                self.in_flight -= 1
 
     def fetched(self, suffix: str = "") -> list[str]:
         """The files served with a body (GETs of a file, not of the Hub's API), those ending in ``suffix``."""
@@ -113,7 +129,7 @@ class _Common(BaseHTTPRequestHandler):
         for start in range(0, len(body), rate or len(body) or 1):
             self.wfile.write(body[start:start + (rate or len(body))])
             self.wfile.flush()
-            if rate:
+            if rate and start + rate < len(body):  # not after the last: the answer is over (in_flight counts it)
                 time.sleep(1.0)
 
 
@@ -125,10 +141,12 @@ class FileServer(_Server):
 
         class Handler(_Common):
             def do_GET(self):  # noqa: N802
-                self._serve(head=False)
+                with self.owner.answering():
+                    self._serve(head=False)
 
             def do_HEAD(self):  # noqa: N802
-                self._serve(head=True)
+                with self.owner.answering():
+                    self._serve(head=True)
 
             def _serve(self, head: bool):
                 if self._refuse():
@@ -142,15 +160,51 @@ class FileServer(_Server):
                     self._send(404, b"not found", {})
                     return
                 announced = getattr(self.owner, "announce", None)  # a Content-Length to claim instead
+                if self.owner.ranges and not head and not announced and self._part(path):
+                    return
                 body = path.read_bytes()
                 if announced:
                     self.send_response(200)
                     self.send_header("Content-Length", str(announced))
                     self.end_headers()
                     return
-                self._send(200, body, {"Content-Type": "application/octet-stream"}, head)
+                self._send(200, body, {"Content-Type": "application/octet-stream",
+                                       **({"Accept-Ranges": "bytes"} if self.owner.ranges else {})}, head)
+
+            def _part(self, path: Path) -> bool:
+                """A Range request's answer (206, or 416 past the end), as a file server gives it; whether it was
+                one. The owner's ``range_fault`` spoils every part but the first: "wrong" sends the bytes one
+                further on (saying so), "short" announces the part and hangs up halfway through it."""
+                match = re.fullmatch(r"bytes=([0-9]+)-([0-9]*)", self.headers.get("Range", ""))
+                if match is None:
+                    return False
+                size, start = path.stat().st_size, int(match[1])
+                end = min(int(match[2]) if match[2] else size - 1, size - 1)
+                if start >= size:
+                    self._send(416, b"", {"Content-Range": f"bytes */{size}"})
+                    return True
+                fault = self.owner.range_fault if start > 0 else None
+                if fault == "wrong":
+                    start, end = start + 1, min(end + 1, size - 1)
+                with open(path, "rb") as file:  # the part only: parts of a large file are served at once
+                    file.seek(start)
+                    part = file.read(end + 1 - start)
+                headers = {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes",
+                           "Content-Type": "application/octet-stream"}
+                if fault != "short":
+                    self._send(206, part, headers)
+                    return True
+                self.send_response(206)
+                for name, value in {"Content-Length": str(len(part)), **headers}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(part[:len(part) // 2])
+                self.close_connection = True
+                return True
 
         self.handler = Handler
+        self.ranges = False  # whether it serves Range requests (206), as most file servers and buckets do
+        self.range_fault: str | None = None  # "wrong" or "short": see _part
         self.announce: int | None = None
         self.required_query: tuple[str, str] | None = None  # (name, value) every request must carry
         super().__init__()
@@ -173,10 +227,12 @@ class HubServer(_Server):
 
         class Handler(_Common):
             def do_GET(self):  # noqa: N802
-                self.owner.route(self, head=False)  # type: ignore[attr-defined]
+                with self.owner.answering():
+                    self.owner.route(self, head=False)  # type: ignore[attr-defined]
 
             def do_HEAD(self):  # noqa: N802
-                self.owner.route(self, head=True)  # type: ignore[attr-defined]
+                with self.owner.answering():
+                    self.owner.route(self, head=True)  # type: ignore[attr-defined]
 
         self.handler = Handler
         self.endless: set[str] = set()  # files whose GET sends zeros without end (chunked), as a hostile hub could
@@ -329,17 +385,26 @@ class S3Server:
 
 
 @contextlib.contextmanager
-def s3_in_this_process() -> Iterator[S3Server]:
-    """moto's S3, with this process's environment pointing boto3 at it (restored afterwards)."""
-    server = S3Server()
-    saved = {key: os.environ.get(key) for key in server.environ}
-    os.environ.update(server.environ)
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set, restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
-        yield server
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def s3_in_this_process() -> Iterator[S3Server]:
+    """moto's S3, with this process's environment pointing boto3 at it (restored afterwards)."""
+    server = S3Server()
+    try:
+        with environment(server.environ):
+            yield server
+    finally:
         server.close()

@@ -55,12 +55,19 @@ def http_get(url: str, destination: Path, timeout: float, limit: Callable[[int |
     bytes come than announced. urllib's errors (HTTPError, URLError, a timeout) are left to the caller."""
     request = urllib.request.Request(url, headers=HEADERS)
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (callers check the scheme)
-        length = response.headers.get("Content-Length", "")
-        announced = int(length) if length.isdigit() else None
-        most = limit(announced)
-        if announced is not None and most is not None and announced > most:
-            raise TooLarge("the answer", most, announced)
-        size = copy_bounded(response, destination, most, on_chunk=on_chunk)
+        return read_answer(response, destination, limit, on_chunk)
+
+
+def read_answer(response: Any, destination: Path, limit: Callable[[int | None], int | None],
+                on_chunk: Callable[[bytes], None] | None = None) -> int:
+    """The body of an open answer (``http_get``'s, or one a caller opened with headers of its own) into the file
+    ``destination``, bounded as ``http_get`` says; its size."""
+    length = response.headers.get("Content-Length", "")
+    announced = int(length) if length.isdigit() else None
+    most = limit(announced)
+    if announced is not None and most is not None and announced > most:
+        raise TooLarge("the answer", most, announced)
+    size = copy_bounded(response, destination, most, on_chunk=on_chunk)
     if announced is not None and size != announced:
         raise CutShort(size, announced)
     return size

@@ -3,15 +3,17 @@
 Each checkpoint of the volume lives under ``<prefix>/<name>/``, named as the program names it on the volume (the
 naming of trainer_contract/checkpoint_layout.py its config gives, which every listing here takes): a sharded
 checkpoint's files below it, a single-file checkpoint as the one object ``<prefix>/<name>/<name>``; COMPLETE_OBJECT
-is written last, listing every file with its size and MD5 (trainer_stager/upload.py, as for an export). A
-checkpoint without it was cut off: it is never restored, and the next mirror removes it. Torch-free: the stager
-restores before training.
+is written last, listing every file with its size and SHA-256 (trainer_stager/upload.py, as for an export: a
+sharded checkpoint's from its manifest.json, the others' taken as they are read for the upload; a listing of an
+earlier version has MD5s instead, still restored). A checkpoint without it was cut off: it is never restored, and
+the next mirror removes it. Files go up and come down several at once, a large one in parts
+(trainer_stager/transfers.py), each verified as it arrives. Torch-free: the stager restores before training.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -19,10 +21,17 @@ from pathlib import Path, PurePosixPath
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import TEMP_PREFIX, fsync_directory
 from trainer_contract.storage import COMPLETE_OBJECT, StorageUri
+from trainer_contract.volume_notes import read_json_note
+from trainer_stager import transfers
 from trainer_stager.errors import StagingError
-from trainer_stager.fetch_s3 import classify, client, listing_pages
-from trainer_stager.place import Progress, check_room, copy_stream
-from trainer_stager.upload import complete_record, regular_files, signed, signing_key, upload_files
+from trainer_stager.place import Progress, check_room
+from trainer_stager.transfers import classify, client, listing_pages
+from trainer_stager.upload import complete_record, listed_digest, regular_files, signed, signing_key, upload_files
+
+# a sharded checkpoint's record of its files' SHA-256s (trainer_runtime/checkpoints/sharded.py's MANIFEST, which
+# the stager, torch-free, does not import); a manifest of a million shards is far under this
+MANIFEST, MANIFEST_LIMIT = "manifest.json", 64 * 1024 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def files_of(checkpoint: Path, say: Callable[[str], None] = lambda line: None) -> dict[str, Path]:
@@ -42,7 +51,20 @@ def upload(uri: StorageUri, checkpoint: Path, say: Callable[[str], None]) -> dic
     if not files:  # this entry only (a link where a checkpoint should be): the next one goes on
         raise StagingError(f"{uri.below(checkpoint.name).describe}: nothing to upload: {checkpoint} holds no regular "
                            "file", retryable=True)
-    return upload_files(uri.below(checkpoint.name), files, say, signing_key())
+    return upload_files(uri.below(checkpoint.name), files, say, signing_key(), manifest_sha256s(checkpoint))
+
+
+def manifest_sha256s(checkpoint: Path) -> dict[str, str]:
+    """The SHA-256 of each file a sharded checkpoint's manifest lists, by name: the ranks hashed them as the
+    checkpoint was published, so the upload need not. A manifest that is not one (absent, not JSON, another
+    program's) gives none: those files are hashed as they are read for the upload. A file that differs from its
+    manifest is listed with the manifest's digest, so a restore refuses it as the volume's own check would."""
+    manifest = read_json_note(checkpoint / MANIFEST, MANIFEST_LIMIT) if checkpoint.is_dir() else None
+    files = manifest.get("files") if manifest is not None else None
+    if not isinstance(files, dict):
+        return {}
+    return {name: digest for name, digest in files.items()
+            if isinstance(digest, str) and _SHA256.fullmatch(digest) and name != MANIFEST}
 
 
 def listed(uri: StorageUri, naming: layout.Naming) -> dict[str, bool]:
@@ -112,10 +134,14 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir()
         check_room(temporary, progress.total)
+        incoming = {}
         for relative, listed_file in files.items():
-            _fetch_file(s3, place, relative, listed_file, temporary, progress)
+            algorithm, digest = listed_digest(listed_file)
+            incoming[relative] = transfers.Incoming(f"{place.prefix}/{relative}", _inside(place, temporary, relative),
+                                                    listed_file["bytes"], {algorithm: digest})
     except (ClientError, BotoCoreError) as error:
         raise classify(place, error) from None
+    transfers.download(s3, place, incoming, progress.add)
     # a single-file checkpoint is its one file; a sharded one the whole directory
     if list(files) == [name]:
         os.rename(temporary / name, directory / name)
@@ -126,15 +152,9 @@ def download(uri: StorageUri, name: str, directory: Path, progress: Progress) ->
     return directory / name
 
 
-def _fetch_file(s3, place: StorageUri, relative: str, listed_file: dict, temporary: Path, progress: Progress) -> None:
+def _inside(place: StorageUri, temporary: Path, relative: str) -> Path:
+    """Where the listed file ``relative`` lands: inside ``temporary``, or refused."""
     path = PurePosixPath(relative)
-    if path.is_absolute() or ".." in path.parts:
+    if path.is_absolute() or ".." in path.parts or not path.parts:
         raise StagingError(f"{place.describe}: its listing names {relative!r}, outside the checkpoint", retryable=False)
-    target = temporary / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    body = s3.get_object(Bucket=place.bucket, Key=f"{place.prefix}/{relative}")["Body"]
-    md5 = hashlib.md5(usedforsecurity=False)
-    size = copy_stream(body, target, progress, md5)
-    if size != listed_file["bytes"] or md5.hexdigest() != listed_file["md5"]:
-        raise StagingError(f"{place.describe}: {relative} arrived damaged ({size} bytes, MD5 {md5.hexdigest()}; listed "
-                           f"{listed_file['bytes']} bytes, MD5 {listed_file['md5']})", retryable=True)
+    return temporary / path

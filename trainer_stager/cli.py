@@ -163,6 +163,22 @@ def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
     return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
 
 
+def stall_bound(environ: Mapping[str, str]) -> float:
+    """How long a waiting index waits for index 0's progress to advance (place.STALL_VARIABLE, else
+    place.STALL_SECONDS)."""
+    text = environ.get(place.STALL_VARIABLE, "").strip()
+    if not text:
+        return place.STALL_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:  # also NaN
+        raise StagingError(f"{place.STALL_VARIABLE}={text[:200]!r}: write a positive number of seconds (e.g. 1800)",
+                           retryable=False)
+    return seconds
+
+
 def hub_patterns(environ: Mapping[str, str], role: Role) -> dict[str, list[str] | None]:
     """Which files of a Hub repository ``role`` fetches (its allow_patterns and ignore_patterns variables); a
     model's allow-list defaults to MODEL_FILES, what from_pretrained loads."""
@@ -256,7 +272,7 @@ def run(environ: Mapping[str, str], program: type) -> int:
             with failure_recorded(where):
                 stage(role, uri, where, environ)
         else:
-            marker = place.wait_for(where, uri.named(role), say)
+            marker = place.wait_for(where, uri.named(role), say, stall=stall_bound(environ))
             say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
     text = environ.get(staged_datasets.DATASETS_VARIABLE)
     if text:
@@ -285,7 +301,7 @@ def stage_datasets(text: str, environ: Mapping[str, str], index: int) -> None:
             with failure_recorded(where):
                 stage("dataset", uri, where, environ, Selection.of_dataset(dataset, uri))
         else:
-            marker = place.wait_for(where, uri.named("dataset"), say)
+            marker = place.wait_for(where, uri.named("dataset"), say, stall=stall_bound(environ))
             say(f"{uri.named('dataset')} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
 
 
@@ -308,6 +324,10 @@ def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None
         say(f"index 0 failed to stage: {error}; exiting {exit_codes.PEER_LOST}")
         write_termination_message(f"exit {exit_codes.PEER_LOST}: index 0 failed to stage: {error}")
         return exit_codes.PEER_LOST
+    except place.LeaderStalled as error:  # counted here: a hung index 0 exits with no code of its own
+        say(f"error: {error}; exiting {exit_codes.STALLED}")
+        write_termination_message(f"exit {exit_codes.STALLED}: staging stalled: {error}")
+        return exit_codes.STALLED
     except (StorageUriError, StagingError) as error:
         code = _code(error)
         say(f"error: {error}; exiting {code}")

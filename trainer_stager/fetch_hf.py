@@ -9,13 +9,12 @@ import hashlib
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from trainer_contract.digests import file_digest
 from trainer_contract.storage import StorageUri
 from trainer_stager.errors import StagingError
-from trainer_stager.place import Progress, amount, check_room, room
-
-PARALLEL_FILES = 8  # huggingface_hub's snapshot_download default (max_workers)
+from trainer_stager.place import TRANSFERS, Progress, amount, check_room, room
 
 
 def classify(uri: StorageUri, error: Exception) -> StagingError:
@@ -53,36 +52,25 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
           ) -> dict:
     """The repository's files at the revision into ``into``, those ``patterns`` (allow, ignore: as
     snapshot_download takes them) select; the commit and each file's size and digest, and what was left out."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.utils import filter_repo_objects
+    from huggingface_hub import hf_hub_download
 
-    api = HfApi()
     patterns = patterns or {"allow": None, "ignore": None}
     try:
-        info = api.repo_info(uri.repo, repo_type=uri.repo_type, revision=uri.revision, files_metadata=True)
-        listed = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
-        for sibling in listed:  # the listing is the Hub's word: a name that would land outside is refused
-            if not inside_name(sibling.rfilename):
-                raise StagingError(f"{uri.text}: the Hub lists a file named {sibling.rfilename[:200]!r}, which would "
-                                   "land outside the directory: refused (check HF_ENDPOINT)", retryable=False)
-        siblings = list(filter_repo_objects(listed, allow_patterns=patterns["allow"],
-                                            ignore_patterns=patterns["ignore"], key=lambda sibling: sibling.rfilename))
-        if listed and not siblings:
-            raise StagingError(f"{uri.text}: none of its {len(listed)} files matches the patterns (allow "
-                               f"{patterns['allow']}, ignore {patterns['ignore']}): check allow_patterns and "
-                               "ignore_patterns", retryable=False)
+        info, listed, siblings = _listing(uri, patterns)
         progress.total = sum(sibling.size or 0 for sibling in siblings)
         check_room(into, progress.total)
 
         def fetch_one(sibling) -> dict:
+            bar = _bounded_bar(uri, sibling, into, progress)
             hf_hub_download(uri.repo, sibling.rfilename, repo_type=uri.repo_type, revision=info.sha,
-                            local_dir=into, tqdm_class=_bounded_bar(uri, sibling, into))
+                            local_dir=into, tqdm_class=bar)
             verified = _verify(uri, into / sibling.rfilename, sibling)
-            progress.add(verified["bytes"])
+            progress.add(verified["bytes"] - bar.told)  # what no bar told (a transfer of xet's)
             return verified
 
-        # a few files at a time, as snapshot_download does: one file's hashing overlaps another's transfer
-        with ThreadPoolExecutor(max_workers=PARALLEL_FILES) as pool:
+        # TRANSFERS files at a time, as snapshot_download(max_workers=8) does: one file's hashing overlaps
+        # another's transfer
+        with ThreadPoolExecutor(max_workers=TRANSFERS) as pool:
             futures = {sibling.rfilename: pool.submit(fetch_one, sibling) for sibling in siblings}
             try:
                 files = {name: future.result() for name, future in futures.items()}
@@ -101,11 +89,32 @@ def fetch(uri: StorageUri, into: Path, progress: Progress, patterns: dict[str, l
             "left_out": {"files": len(left_out), "bytes": sum(sibling.size or 0 for sibling in left_out)}}
 
 
-def _bounded_bar(uri: StorageUri, sibling, into: Path):
+def _listing(uri: StorageUri, patterns: dict[str, list[str] | None]) -> tuple[Any, list, list]:
+    """The Hub's answer for the revision, every file it lists (each name checked to land inside the directory) and
+    those ``patterns`` select (at least one, where it lists any)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import filter_repo_objects
+
+    info = HfApi().repo_info(uri.repo, repo_type=uri.repo_type, revision=uri.revision, files_metadata=True)
+    listed = list(getattr(info, "siblings", None) or [])  # a model's or a dataset's files
+    for sibling in listed:  # the listing is the Hub's word: a name that would land outside is refused
+        if not inside_name(sibling.rfilename):
+            raise StagingError(f"{uri.text}: the Hub lists a file named {sibling.rfilename[:200]!r}, which would "
+                               "land outside the directory: refused (check HF_ENDPOINT)", retryable=False)
+    siblings = list(filter_repo_objects(listed, allow_patterns=patterns["allow"],
+                                        ignore_patterns=patterns["ignore"], key=lambda sibling: sibling.rfilename))
+    if listed and not siblings:
+        raise StagingError(f"{uri.text}: none of its {len(listed)} files matches the patterns (allow "
+                           f"{patterns['allow']}, ignore {patterns['ignore']}): check allow_patterns and "
+                           "ignore_patterns", retryable=False)
+    return info, listed, siblings
+
+
+def _bounded_bar(uri: StorageUri, sibling, into: Path, progress: Progress):
     """huggingface_hub's progress bar for one file, which stops its plain HTTP transfer past the size the Hub lists
     (else what the volume has to spare): the client writes whatever a server sends until the answer ends and
     compares sizes only then, so an endless answer would fill the shared volume. The bar hears of each chunk before
-    it is written."""
+    it is written, and tells ``progress`` (its class's ``told``: how much, for every bar of the file)."""
     from huggingface_hub.utils import tqdm
 
     if sibling.size is not None:
@@ -117,6 +126,7 @@ def _bounded_bar(uri: StorageUri, sibling, into: Path):
 
     class Bounded(tqdm):
         received = 0
+        told = 0
 
         def __init__(self, *args, **kwargs):
             self.bounded = kwargs.get("name") == "huggingface_hub.http_get"  # xet checks its chunks by hash itself
@@ -127,6 +137,9 @@ def _bounded_bar(uri: StorageUri, sibling, into: Path):
             if self.bounded and self.received > limit:
                 raise StagingError(f"{uri.text}: the Hub sent {past}: stopped, nothing staged; check HF_ENDPOINT",
                                    retryable=False)
+            if self.bounded and n:  # bytes as they come: the rate and the ETA, not one step per file
+                progress.add(n)
+                Bounded.told += n
             return super().update(n)
 
     return Bounded

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer_contract.atomic import TEMP_PREFIX, atomic_write, fsync_directory
-from trainer_contract.downloads import copy_bounded
 from trainer_contract.storage import MARKER, scrubbed
 from trainer_contract.volume_notes import read_json_note
 from trainer_stager.errors import StagingError
 
 MB = 1_000_000
+# Files (the Hub) or ranged parts of a file (https://) fetched at once: huggingface_hub's snapshot_download default
+# (max_workers=8), which one link's bandwidth needs and the pod's CPUs (hashing) keep up with.
+TRANSFERS = 8
 
 
 def progress_file(place: Path) -> Path:
@@ -87,9 +89,35 @@ def amount(done: int, total: int | None) -> str:
     return f"{done / MB:.0f}/{total / MB:.0f} MB" if total else f"{done / MB:.0f} MB"
 
 
+def duration(seconds: float) -> str:
+    """A span as a line says it: seconds under two minutes, minutes under two hours, else hours and minutes."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:02.0f} min"
+
+
+def pace(done: int, total: int | None, rate: float | None) -> str:
+    """Bytes so far, their rate and what is left of them at that rate: "120/840 MB, 95 MB/s, ETA 7 s"."""
+    line = amount(done, total)
+    if rate is None:
+        return line
+    line += f", {rate / MB:.0f} MB/s" if rate >= MB or rate == 0 else f", {rate / MB:.2f} MB/s"
+    if total and rate > 0 and done < total:
+        line += f", ETA {duration((total - done) / rate)}"
+    return line
+
+
+# How often index 0 rewrites its progress record at most (the waiting indexes poll it; the volume may be NFS).
+PUBLISH_EVERY = 2.0
+
+
 @dataclass
 class Progress:
-    """Index 0's bytes so far, published for the waiting indexes and said every ``every`` seconds."""
+    """Index 0's bytes so far, published for the waiting indexes (with their rate) and said every ``every``
+    seconds with their rate and the time left at it. ``add`` may be called from several threads (files and
+    parts are fetched a few at a time); ``clock`` is the monotonic clock rates are measured on."""
 
     place: Path
     what: str  # "model org/name@rev"
@@ -97,30 +125,34 @@ class Progress:
     every: float = 10.0
     total: int | None = None
     done: int = 0
-    _published: float = field(default=0.0)
-    _said: float = field(default=0.0)
+    clock: Callable[[], float] = time.monotonic
+    rate: float | None = None  # bytes a second over the last publication's span; None before the first
+    _published: float | None = None
+    _said: float = 0.0
+    _mark: tuple[float, int] = (0.0, 0)  # (when, done) the rate is measured from
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        started = self.clock()
+        self._said, self._mark = started, (started, self.done)
+
     def add(self, count: int) -> None:
-        with self._lock:  # files are fetched a few at a time
+        with self._lock:
             self.done += count
-            now = time.monotonic()
-            if now - self._published >= min(self.every, 2.0):
+            now = self.clock()
+            if self._published is None or now - self._published >= min(self.every, PUBLISH_EVERY):
+                if now - self._mark[0] >= PUBLISH_EVERY / 2:  # a span too short measures the chunking, not the link
+                    self.rate = max(self.done - self._mark[1], 0) / (now - self._mark[0])
+                    self._mark = (now, self.done)
                 self._publish()
                 self._published = now
             if now - self._said >= self.every:
-                self.say(f"staging {self.what}: {amount(self.done, self.total)}")
+                self.say(f"staging {self.what}: {pace(self.done, self.total, self.rate)}")
                 self._said = now
 
     def _publish(self) -> None:
-        record = {"what": self.what, "done": self.done, "total": self.total, "at": time.time()}
+        record = {"what": self.what, "done": self.done, "total": self.total, "rate": self.rate, "at": time.time()}
         atomic_write(progress_file(self.place), json.dumps(record).encode())
-
-
-def copy_stream(stream, target: Path, progress: Progress, digest) -> int:
-    """Copy the readable ``stream`` (a bucket's body: its client holds it to the object's size) into the file
-    ``target``, feeding ``digest`` and ``progress``; the size."""
-    return copy_bounded(stream, target, None, on_chunk=fed(progress, digest))
 
 
 def fed(progress: Progress, digest) -> Callable[[bytes], None]:
@@ -171,21 +203,52 @@ def temporary_for(place: Path) -> Path:
     return temporary
 
 
+# How long a waiting index waits for index 0's progress record to change (bytes fetched, or a first record) before
+# it takes index 0 for stalled and exits STALLED (76, counted): long enough for a pod still pulling its image, a
+# huge archive's unpacking or the last file's verification, short of a day's lost allocation. The environment's
+# STALL_VARIABLE (cli.py reads it) sets another.
+STALL_SECONDS = 30 * 60
+STALL_VARIABLE = "INDEXED_TRAINER_STAGING_STALL_SECONDS"
+
+
+class LeaderStalled(Exception):
+    """Index 0 made no progress staging what this index waits for within the bound."""
+
+
 def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float = 10.0,
-             poll: float = 0.5) -> dict:
-    """Wait until index 0 has staged ``place``; say what for every ``every`` seconds."""
+             poll: float = 0.5, stall: float = STALL_SECONDS) -> dict:
+    """Wait until index 0 has staged ``place``; say what for, and index 0's progress, every ``every`` seconds.
+    LeaderFailed when index 0 records a failure, LeaderStalled when its progress record stays the same for
+    ``stall`` seconds (measured here: another node's clock may be skewed, an old record left by an attempt
+    before counts from when this index began to wait)."""
     started, since = time.monotonic(), time.time()
-    last = started
     if (marker := marker_of(place)) is not None:  # staged before: nothing to wait for, nothing to say
         return marker
     say(f"waiting for index 0 to stage {what} at {place}")
+    said, seen, changed = started, None, started
     while (marker := marker_of(place)) is None:
         _raise_if_failed(place, since)
+        record, now = read_json_note(progress_file(place)), time.monotonic()
+        if record != seen:
+            seen, changed = record, now
+        elif now - changed >= stall:
+            raise LeaderStalled(_stalled(place, what, now - changed, stall))
+        if now - said >= every:
+            said = now
+            say(_waiting_line(place, what, now - started, now - changed))
         time.sleep(poll)
-        if time.monotonic() - last >= every:
-            last = time.monotonic()
-            say(_waiting_line(place, what, last - started))
     return marker
+
+
+def _stalled(place: Path, what: str, quiet: float, stall: float) -> str:
+    bound = f"the bound is {STALL_VARIABLE}={stall:.0f} s"
+    progress = _published(read_json_note(progress_file(place)))
+    if progress is None:
+        return (f"index 0 has not begun staging {what} at {place} in {duration(quiet)}: see whether index 0's pod "
+                f"started (Pending, pulling its image) and its stage step's log; {bound}")
+    done, total, _ = progress
+    return (f"index 0's staging of {what} at {place} made no progress for {duration(quiet)} (at "
+            f"{amount(done, total)}): see index 0's stage step's log (a hung download or volume); {bound}")
 
 
 def _raise_if_failed(place: Path, since: float) -> None:
@@ -196,12 +259,31 @@ def _raise_if_failed(place: Path, since: float) -> None:
         raise LeaderFailed(str(record.get("message", "index 0 failed"))[:1000])
 
 
-def _waiting_line(place: Path, what: str, waited: float) -> str:
-    record = read_json_note(progress_file(place)) or {}
+def _published(record: dict | None) -> tuple[int, int | None, float | None] | None:
+    """(done, total, rate) of index 0's progress record, or None where there is none (or it is not one)."""
+    if not isinstance(record, dict):
+        return None
     try:
-        stale = time.time() - float(record["at"])
-        done, total = int(record["done"]), record["total"] and int(record["total"])
-    except (ValueError, TypeError, KeyError):
+        rate = record.get("rate")
+        return (int(record["done"]), record["total"] and int(record["total"]),
+                float(rate) if isinstance(rate, (int, float)) else None)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _waiting_line(place: Path, what: str, waited: float, quiet: float | None = None) -> str:
+    """What a waiting index says: index 0's bytes, rate and time left, from its record; ``quiet``: how long the
+    record has stayed the same (else its age by the clocks)."""
+    record = read_json_note(progress_file(place))
+    progress = _published(record)
+    if progress is None:
         return f"index 0 has not started staging {what} ({waited:.0f} s)"
-    line = f"index 0 is staging {what}: {amount(done, total)}"
-    return line + (f" (no progress for {stale:.0f} s)" if stale > 60 else "")
+    done, total, rate = progress
+    if quiet is None:
+        try:
+            quiet = time.time() - float((record or {})["at"])
+        except (ValueError, TypeError, KeyError):
+            quiet = 0.0
+    if quiet > 60:
+        return f"index 0 is staging {what}: {amount(done, total)} (no progress for {duration(quiet)})"
+    return f"index 0 is staging {what}: {pace(done, total, rate)}"

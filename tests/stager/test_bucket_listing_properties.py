@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +20,11 @@ CHECKS = settings(max_examples=300, deadline=None, suppress_health_check=[Health
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                        max_leaves=12)
-ENTRY = st.fixed_dictionaries({"bytes": st.integers(min_value=0, max_value=2**40),
-                               "md5": st.from_regex(r"[0-9a-f]{32}", fullmatch=True)})
+SIZE = st.integers(min_value=0, max_value=2**40)
+MD5, SHA256 = st.from_regex(r"[0-9a-f]{32}", fullmatch=True), st.from_regex(r"[0-9a-f]{64}", fullmatch=True)
+# what the uploader writes ({bytes, sha256}), what an earlier version wrote ({bytes, md5}), or both
+ENTRY = st.one_of(st.fixed_dictionaries({"bytes": SIZE, "sha256": SHA256}), st.fixed_dictionaries({"bytes": SIZE, "md5": MD5}),
+                  st.fixed_dictionaries({"bytes": SIZE, "sha256": SHA256, "md5": MD5}))
 
 
 @CHECKS
@@ -41,6 +45,24 @@ def test_any_body_is_a_listing_or_one_error_naming_the_object(body):
 @given(files=st.dictionaries(st.text(min_size=1, max_size=20), ENTRY, max_size=5))
 def test_what_the_uploader_writes_reads_back(files):
     assert read_listing(json.dumps({"files": files, "uploaded_at": "x"}).encode(), URI)["files"] == files
+
+
+@CHECKS
+@given(entry=ENTRY, damage=st.sampled_from(["no digest", "short", "not hex", "not a string", "size"]),
+       key=st.sampled_from(["sha256", "md5"]))
+def test_an_entry_without_a_well_formed_digest_is_refused_naming_it(entry, damage, key):
+    """Each digest given must be well-formed, and one at least given: a restore checks every file by one."""
+    entry = dict(entry)
+    if damage == "no digest":
+        entry.pop("sha256", None), entry.pop("md5", None)
+    elif damage == "size":
+        entry["bytes"] = True
+    elif key in entry:
+        entry[key] = {"short": entry[key][:-1], "not hex": "X" + entry[key][1:], "not a string": 7}[damage]
+    else:
+        entry[key] = 0
+    with pytest.raises(StagingError, match="the entry of 'weights.bin' is not"):
+        read_listing(json.dumps({"files": {"weights.bin": entry}}).encode(), URI)
 
 
 @CHECKS

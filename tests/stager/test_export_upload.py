@@ -71,18 +71,17 @@ def test_an_upload_cut_off_never_shows_as_complete(s3, tmp_path, monkeypatch):
     upload_directory(uri, directory, lambda _: None)
     (directory / "a.bin").write_bytes(b"a changed")
 
-    class CutOff:  # the real client, whose second file upload is cut off
+    class CutOff:  # the real client, whose upload of b.bin is cut off
         def __init__(self, real):
-            self.real, self.uploads = real, 0
+            self.real = real
 
         def __getattr__(self, name):
             return getattr(self.real, name)
 
-        def upload_file(self, *args, **kwargs):
-            self.uploads += 1
-            if self.uploads == 2:
+        def put_object(self, **kwargs):
+            if kwargs["Key"].endswith("b.bin"):
                 raise ConnectionResetError("connection reset by peer")
-            return self.real.upload_file(*args, **kwargs)
+            return self.real.put_object(**kwargs)
 
     real_client = upload.client
     monkeypatch.setattr(upload, "client", lambda: CutOff(real_client()))
