@@ -8,7 +8,8 @@
 # NCCL (no GPU: one line and exit 1 at once); the MNIST worker under the launcher, ddp then fsdp, bf16, to 99%;
 # worker.finetune against Hugging Face's Trainer and worker.sft against TRL (bench/transformers.py at its gpu size);
 # examples/sft's settings as a full fine-tune under hsdp on NCCL, resumed from its shards; the checkpoint stall on
-# the GPU. Each training row gives its peak CUDA memory per rank. A failing step says why in
+# the GPU (its fsdp row: the asynchronous sharded save, every rank's shards staged in pinned host memory, each rank
+# hashing its own). Each training row gives its peak CUDA memory per rank. A failing step says why in
 # its row and the next one runs; the exit status is 1 if any row failed.
 #
 #   --json PATH   also write the table as JSON there (default: $OUT/gpu-check.json where $OUT is set, else beside

@@ -26,11 +26,17 @@ def alternate(measures: dict[str, Callable[[], float]], repeats: int) -> dict[st
 
     Alternating spreads the machine's noise (other load, frequency changes) over all contenders alike.
     """
+    return {name: statistics.median(values) for name, values in alternate_samples(measures, repeats).items()}
+
+
+def alternate_samples(measures: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Each measurement's samples, one a round, in turn: the i-th of each come from the same round (a ratio of
+    them cancels the load that changes from round to round)."""
     samples: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(repeats):
         for name, measure in measures.items():
             samples[name].append(measure())
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def in_scratch(main: Callable[..., int]) -> Callable[..., int]:

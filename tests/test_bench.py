@@ -113,3 +113,34 @@ def test_start_up_bench_measures_each_process_kind_both_ways(tmp_path):
     assert "CPU s of a process's imports, launcher (trainer_launcher.launch; exit: teardown)" in result.stdout
     figures = json.loads(out.read_text())
     assert list(figures) == ["launcher"] and all(figures["launcher"][way] > 0 for way in ("paused", "running"))
+
+
+def test_checkpoint_io_bench_rows_of_the_bucket_and_staging_against_their_baselines(tmp_path):
+    """python -m bench.checkpoint_io, one round of 6 MB: the mirror, the restore and S3 staging against boto3's
+    TransferManager, the Hub against snapshot_download(max_workers=8), https against one stream (and one stream
+    hashing), each with both throughputs and its target (no timing assertions)."""
+    pytest.importorskip("moto")
+    out = tmp_path / "io.json"
+    result = subprocess.run([sys.executable, "-m", "bench.checkpoint_io", "--quick", "--only", "bucket", "--only",
+                             "staging", "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [row["phase"] for row in results["bucket"]] == ["mirror upload", "restore", "s3 staging"]
+    assert [row["phase"].split(":")[0] for row in results["staging"]] == ["the Hub", "https", "https"]
+    rows = results["bucket"] + results["staging"]
+    assert all(row["ours_mb_s"] > 0 and row["baseline_mb_s"] > 0 and row["target"] == 0.9 for row in rows)
+    assert all(row["phase"] in result.stdout for row in rows)  # the table
+
+
+@pytest.mark.slow
+def test_checkpoint_io_bench_measures_what_a_save_costs_and_rank_0s_share_of_the_hashing(tmp_path):
+    """python -m bench.checkpoint_io --quick --only save: worker.sft's full fine-tune under fsdp, without saves
+    between, with asynchronous and with synchronous ones, against the floor; rank 0's hashing against its share."""
+    out = tmp_path / "save.json"
+    result = subprocess.run([sys.executable, "-m", "bench.checkpoint_io", "--quick", "--only", "save", "--json",
+                             str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    save = json.loads(out.read_text())["save"]
+    assert save["saves"] == 1 and save["floor_s"] > 0 and set(save["train_seconds"]) == {"none", "async", "sync"}
+    assert 0 < save["rank0_hashed_mb"] < save["hashed_total_mb"]  # its share, not every rank's
+    assert "training seconds a save costs, async" in result.stdout
