@@ -225,14 +225,17 @@ def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float
     if (marker := marker_of(place)) is not None:  # staged before: nothing to wait for, nothing to say
         return marker
     say(f"waiting for index 0 to stage {what} at {place}")
-    said, seen, changed = started, None, started
+    said, checked, seen, changed = started, started, None, started
     while (marker := marker_of(place)) is None:
         _raise_if_failed(place, since)
-        record, now = read_json_note(progress_file(place)), time.monotonic()
-        if record != seen:
-            seen, changed = record, now
-        elif now - changed >= stall:
-            raise LeaderStalled(_stalled(place, what, now - changed, stall))
+        now = time.monotonic()
+        # index 0's progress record, read this often rather than at every poll: every waiting pod reads the one file
+        if now - checked >= min(every, stall):
+            record, checked = read_json_note(progress_file(place)), now
+            if record != seen:
+                seen, changed = record, now
+            elif now - changed >= stall:
+                raise LeaderStalled(_stalled(place, what, now - changed, stall))
         if now - said >= every:
             said = now
             say(_waiting_line(place, what, now - started, now - changed))
