@@ -119,6 +119,9 @@ class AsyncCheckpointSettings:
         "Write checkpoints beside the training: it waits only while its state is copied (a second copy of this "
         "rank's state is held for the run), the write, hashing and publication go on beside the next steps; a "
         "stop's checkpoint is always written before the process exits. false: the training waits for each write.")
+    # its ranks move a sharded checkpoint to and from checkpoint.storage_uri themselves, each its own share
+    # (trainer_runtime/checkpoints/bucket_shares.py); the stage step leaves such a restore to them
+    restored_by_its_ranks: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

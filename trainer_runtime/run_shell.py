@@ -13,6 +13,7 @@ from typing import Any
 from trainer_contract import exit_codes
 from trainer_contract.progress import say
 from trainer_contract.settings import ConfigError
+from trainer_runtime.checkpoints.bucket_shares import BucketShares, bucket_of
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import NAMED, Refusal, exit_for
@@ -55,7 +56,7 @@ def run_logged(config: Any, env: DistEnv, train: Train, usage_at_once: bool = Tr
         usage = usage_log(config, env).start() if usage_at_once else None
         mirror = _mirror(config, env, log)
         store = CheckpointStore(config.checkpoint_dir, config.checkpoint_naming, keep=config.keep_checkpoints,
-                                log=log, mirror=mirror)
+                                log=log, mirror=mirror, shares=_shares(mirror, log))
         return train(config, env, log, store)
     except NAMED as failure:
         code = exit_for(failure, env.is_rank0, log)
@@ -67,6 +68,12 @@ def run_logged(config: Any, env: DistEnv, train: Train, usage_at_once: bool = Tr
             mirror.close()
         if usage is not None:
             usage.stop()
+
+
+def _shares(mirror: CheckpointMirror | None, log: Log) -> BucketShares | None:
+    """Every rank's part in the bucket's transfers (checkpoint.storage_uri; its library checked by rank 0's mirror)."""
+    uri = bucket_of(os.environ)
+    return None if uri is None else BucketShares(uri, log, mirror)
 
 
 def _mirror(config: Any, env: DistEnv, log: Log) -> CheckpointMirror | None:

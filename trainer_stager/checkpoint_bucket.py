@@ -7,11 +7,14 @@ is written last, listing every file with its size and SHA-256 (trainer_stager/up
 sharded checkpoint's from its manifest.json, the others' taken as they are read for the upload; a listing of an
 earlier version has MD5s instead, still restored). A checkpoint without it was cut off: it is never restored, and
 the next mirror removes it. Files go up and come down several at once, a large one in parts
-(trainer_stager/transfers.py), each verified as it arrives. Torch-free: the stager restores before training.
+(trainer_stager/transfers.py), each verified as it arrives. A sharded checkpoint can be moved by every rank at once,
+each a share (``shares``, ``upload_share`` and ``complete_shares`` up, ``fetch`` and ``placed`` down: the
+collectives are trainer_runtime/checkpoints/bucket_shares.py's). Torch-free: the stager restores before training.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import shutil
@@ -26,7 +29,15 @@ from trainer_stager import transfers
 from trainer_stager.errors import StagingError
 from trainer_stager.place import Progress, check_room
 from trainer_stager.transfers import classify, client, listing_pages
-from trainer_stager.upload import complete_record, listed_digest, regular_files, signed, signing_key, upload_files
+from trainer_stager.upload import (
+    complete_record,
+    listed_digest,
+    put_listing,
+    regular_files,
+    signed,
+    signing_key,
+    upload_files,
+)
 
 # a sharded checkpoint's record of its files' SHA-256s (trainer_runtime/checkpoints/sharded.py's MANIFEST, which
 # the stager, torch-free, does not import); a manifest of a million shards is far under this
@@ -114,42 +125,126 @@ def remove_except(uri: StorageUri, kept: set[str], naming: layout.Naming) -> lis
 def download(uri: StorageUri, name: str, directory: Path, progress: Progress) -> Path:
     """Fetch the complete checkpoint ``name`` into ``directory`` (beside, then renamed into place), every file
     checked against its listing; its path there."""
+    place = uri.below(name)
+    files = listing_of(place)
+    progress.total, progress.done = sum(item["bytes"] for item in files.values()), 0  # an attempt again: anew
+    temporary = restoring(directory, name)
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    check_room(temporary, progress.total)
+    fetch(place, files, temporary, progress.add)
+    return placed(temporary, directory, name, files)
+
+
+def restoring(directory: Path, name: str) -> Path:
+    """Where checkpoint ``name`` is fetched into, beside ``directory``'s checkpoints: a temporary, never read."""
+    return directory / f"{TEMP_PREFIX}restore-{name}"
+
+
+def listing_of(place: StorageUri) -> dict[str, dict]:
+    """The files of the complete checkpoint at ``place`` (its listing's, each {bytes, sha256 or md5}), its
+    signature checked where the run has a key."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    place = uri.below(name)
-    s3 = client()
-    temporary = directory / f"{TEMP_PREFIX}restore-{name}"
     try:
-        record = complete_record(s3, place)
-        if record is None:
-            raise StagingError(f"{place.describe}: no longer complete (removed while restoring?)", retryable=True)
-        key = signing_key()
-        if key is not None and not signed(record, place, key):
-            raise StagingError(f"{place.describe}: its listing is not signed with this run's key "
-                               f"(checkpoint.signing_secret): written by someone who does not hold it, or before the "
-                               "key was set; remove it from the bucket (or restore without the key)", retryable=False)
-        files = record["files"]
-        progress.total, progress.done = sum(item["bytes"] for item in files.values()), 0  # an attempt again: anew
-        directory.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
-        check_room(temporary, progress.total)
-        incoming = {}
-        for relative, listed_file in files.items():
-            algorithm, digest = listed_digest(listed_file)
-            incoming[relative] = transfers.Incoming(f"{place.prefix}/{relative}", _inside(place, temporary, relative),
-                                                    listed_file["bytes"], {algorithm: digest})
+        record = complete_record(client(), place)
     except (ClientError, BotoCoreError) as error:
         raise classify(place, error) from None
-    transfers.download(s3, place, incoming, progress.add)
-    # a single-file checkpoint is its one file; a sharded one the whole directory
-    if list(files) == [name]:
+    if record is None:
+        raise StagingError(f"{place.describe}: no longer complete (removed while restoring?)", retryable=True)
+    key = signing_key()
+    if key is not None and not signed(record, place, key):
+        raise StagingError(f"{place.describe}: its listing is not signed with this run's key "
+                           f"(checkpoint.signing_secret): written by someone who does not hold it, or before the "
+                           "key was set; remove it from the bucket (or restore without the key)", retryable=False)
+    return record["files"]
+
+
+def fetch(place: StorageUri, files: dict[str, dict], temporary: Path, progress: Callable[[int], None]) -> None:
+    """Fetch the listed ``files`` of the checkpoint at ``place`` into ``temporary``, each verified as it arrives."""
+    incoming = {}
+    for relative, listed_file in files.items():
+        algorithm, digest = listed_digest(listed_file)
+        incoming[relative] = transfers.Incoming(f"{place.prefix}/{relative}", _inside(place, temporary, relative),
+                                                listed_file["bytes"], {algorithm: digest})
+    transfers.download(client(), place, incoming, progress)
+
+
+def placed(temporary: Path, directory: Path, name: str, files: dict[str, dict]) -> Path:
+    """Checkpoint ``name``, every listed file of it fetched into ``temporary``, renamed into ``directory``."""
+    if list(files) == [name]:  # a single-file checkpoint is its one file; a sharded one the whole directory
         os.rename(temporary / name, directory / name)
         shutil.rmtree(temporary)
     else:
         os.rename(temporary, directory / name)
     fsync_directory(directory)
     return directory / name
+
+
+def shares(sizes: dict[str, int], ranks: int) -> list[list[str]]:
+    """The files (by name, with their ``sizes``) each of ``ranks`` ranks moves: the largest first, each to the rank
+    with the fewest bytes so far, so that the slowest rank moves at most one file more than its share of the bytes.
+    The same on every rank for the same files."""
+    loads = [(0, rank) for rank in range(ranks)]
+    moved: list[list[str]] = [[] for _ in range(ranks)]
+    for name in sorted(sizes, key=lambda name: (-sizes[name], name)):
+        load, rank = heapq.heappop(loads)
+        moved[rank].append(name)
+        heapq.heappush(loads, (load + sizes[name], rank))
+    return moved
+
+
+def withdraw(place: StorageUri) -> None:
+    """Before the ranks upload a checkpoint's files to ``place``: a listing there from before (a rerun's checkpoint
+    of the same name) removed first, so that nobody restores a mix of two."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client().delete_object(Bucket=place.bucket, Key=f"{place.prefix}/{COMPLETE_OBJECT}")
+    except (ClientError, BotoCoreError) as error:
+        raise classify(place, error) from None
+
+
+def upload_share(place: StorageUri, checkpoint: Path, sha256s: dict[str, str]) -> int:
+    """A rank's files of the published sharded ``checkpoint`` (by name, with the SHA-256 it took as it wrote each)
+    uploaded to ``place``; the bytes sent."""
+    outgoing = {name: transfers.Outgoing(checkpoint / name, f"{place.prefix}/{name}", (checkpoint / name).stat().st_size,
+                                         digest) for name, digest in sha256s.items()}
+    _send(place, outgoing)
+    return sum(item.size for item in outgoing.values())
+
+
+def complete_shares(place: StorageUri, checkpoint: Path, uploaded: set[str]) -> int:
+    """Rank 0, once every rank has uploaded its ``uploaded`` files of ``checkpoint``: the rest of its files (its
+    metadata, the manifest), then the listing, every file's SHA-256 from the manifest (the manifest's own taken
+    as it is read); the bytes sent here."""
+    files = files_of(checkpoint)
+    sizes = {name: path.stat().st_size for name, path in files.items()}
+    sha256s = manifest_sha256s(checkpoint)
+    missing = sorted(name for name in uploaded if name not in files or name not in sha256s)
+    if missing:
+        raise StagingError(f"{place.describe}: {missing[0]} was uploaded but is not in {checkpoint.name}'s manifest",
+                           retryable=True)
+    rest = {name: transfers.Outgoing(path, f"{place.prefix}/{name}", sizes[name], sha256s.get(name))
+            for name, path in files.items() if name not in uploaded}
+    sha256s.update(_send(place, rest))
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        put_listing(client(), place, sizes, sha256s, signing_key())
+    except (ClientError, BotoCoreError) as error:
+        raise classify(place, error) from None
+    return sum(item.size for item in rest.values())
+
+
+def _send(place: StorageUri, outgoing: dict[str, transfers.Outgoing]) -> dict[str, str]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return transfers.upload(client(), place, outgoing, lambda count: None)
+    except (ClientError, BotoCoreError, OSError) as error:
+        raise classify(place, error) from None
 
 
 def _inside(place: StorageUri, temporary: Path, relative: str) -> Path:

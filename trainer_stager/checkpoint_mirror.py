@@ -102,8 +102,7 @@ class CheckpointMirror:
 
         try:
             self.remote.upload(self.uri, checkpoint, say)
-            kept = {path.name for _, path in layout.list_checkpoints(self.directory, self.naming)} | {checkpoint.name}
-            removed = self.remote.remove_except(self.uri, kept, self.naming)
+            self.uploaded(checkpoint)
         except (StagingError, FileNotFoundError) as error:
             if not checkpoint.exists():  # pruned by newer checkpoints while it waited: the newest is what matters
                 say(f"{checkpoint.name} left the volume before it was uploaded; skipped")
@@ -115,7 +114,12 @@ class CheckpointMirror:
             with self.condition:
                 self.stopped = str(error)
             self.log(f"checkpoint mirror stopped: {error}; checkpoints stay on the volume only")
-            return
+
+    def uploaded(self, checkpoint: Path) -> None:
+        """``checkpoint`` is complete in the bucket (uploaded here, or by every rank: trainer_runtime's
+        bucket_shares): what the volume no longer keeps is removed from the bucket."""
         self.mirrored = checkpoint.name
+        kept = {path.name for _, path in layout.list_checkpoints(self.directory, self.naming)} | {checkpoint.name}
+        removed = self.remote.remove_except(self.uri, kept, self.naming)
         if removed:
-            say(f"removed {', '.join(removed)} from {self.uri.text} (no longer on the volume)")
+            self.log(f"checkpoint mirror: removed {', '.join(removed)} from {self.uri.text} (no longer on the volume)")

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from trainer_contract import datasets as staged_datasets
 from trainer_contract import exit_codes
@@ -39,12 +38,7 @@ from trainer_contract.storage import (
     shown,
 )
 from trainer_stager import place, restore
-from trainer_stager.errors import StagingError, missing_library, with_retries
-
-T = TypeVar("T")
-# How often index 0 tries a source before it gives up and lets the pod restart (retryable failures only), and
-# how long it waits first (doubling).
-ATTEMPTS_VARIABLE, DELAY_VARIABLE = "INDEXED_TRAINER_STAGING_ATTEMPTS", "INDEXED_TRAINER_STAGING_RETRY_SECONDS"
+from trainer_stager.errors import StagingError, exit_code, missing_library, retrying
 
 
 def say(message: str) -> None:
@@ -146,7 +140,7 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str],
             shutil.rmtree(temporary, ignore_errors=True)  # what a failed fetch left holds the volume's space
             raise
 
-    done = retrying(environ)(attempt)
+    done = retrying(environ, say)(attempt)
     record = {"uri": uri.source, "what": what, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **done["source"]}
     place.publish(done["temporary"], where, record)
@@ -155,12 +149,6 @@ def _stage(role: Role, uri: StorageUri, where: Path, environ: Mapping[str, str],
     say(f"{what} staged at {where} in {seconds:.1f} s" + (
         f"; {left_out['files']} files of the repository ({left_out['bytes']} bytes) left out by the patterns "
         f"{done['source']['patterns']}" if left_out.get("files") else ""))
-
-
-def retrying(environ: Mapping[str, str]) -> Callable[[Callable[[], T]], T]:
-    """``action()`` tried as index 0 tries a source: retryable failures again after a back-off."""
-    attempts, first_delay = int(environ.get(ATTEMPTS_VARIABLE, "4")), float(environ.get(DELAY_VARIABLE, "2"))
-    return lambda action: with_retries(action, attempts=attempts, first_delay=first_delay, say=say)
 
 
 def stall_bound(environ: Mapping[str, str]) -> float:
@@ -210,15 +198,6 @@ def unpack_limit(environ: Mapping[str, str], role: Role) -> int | None:
     if not text.isdigit() or int(text) == 0:
         raise StagingError(f"{name}={text!r}: write a positive number of bytes (e.g. 5000000000)", retryable=False)
     return int(text)
-
-
-def _code(error: Exception) -> int:
-    """Retryable: the pod is restarted (counted); not: the Job fails at once. A fault of no kind the stager names
-    is retried (it may be a network's, surfacing through a library as something else); the Job's backoffLimit
-    still ends a fault that comes back every time."""
-    if not isinstance(error, (StagingError, StorageUriError, OSError)):
-        return exit_codes.DATA_UNAVAILABLE
-    return exit_codes.DATA_UNAVAILABLE if getattr(error, "retryable", False) else exit_codes.BAD_CONFIG
 
 
 def unexpected(error: Exception) -> str:
@@ -280,7 +259,7 @@ def run(environ: Mapping[str, str], program: type) -> int:
     text = environ.get(URI_VARIABLES["checkpoint"])
     if text:
         with failure_recorded(restore.decision_place(environ, program)) if index == 0 else contextlib.nullcontext():
-            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ), program)
+            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ, say), program)
     return exit_codes.OK
 
 
@@ -312,7 +291,7 @@ def failure_recorded(where: Path) -> Iterator[None]:
         yield
     except Exception as error:  # any: an index waiting for a marker that never comes would wait forever
         place.record_failure(where, str(error) if isinstance(error, (StagingError, OSError)) else unexpected(error),
-                             _code(error))
+                             exit_code(error))
         raise
 
 
@@ -329,7 +308,7 @@ def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None
         write_termination_message(f"exit {exit_codes.STALLED}: staging stalled: {error}")
         return exit_codes.STALLED
     except (StorageUriError, StagingError) as error:
-        code = _code(error)
+        code = exit_code(error)
         say(f"error: {error}; exiting {code}")
         write_termination_message(f"exit {code}: staging failed: {error}")
         return code
@@ -341,7 +320,7 @@ def main(environ: Mapping[str, str] | None = None, argv: list[str] | None = None
         write_termination_message(f"exit {exit_codes.BAD_CONFIG}: staging failed: {message}")
         return exit_codes.BAD_CONFIG
     except Exception as error:  # a fault nothing above names: still one line and a contract code, no traceback
-        code = _code(error)
+        code = exit_code(error)
         say(f"error: {unexpected(error)}; exiting {code}")
         write_termination_message(f"exit {code}: staging failed: {unexpected(error)}")
         return code

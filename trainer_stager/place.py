@@ -119,7 +119,7 @@ class Progress:
     seconds with their rate and the time left at it. ``add`` may be called from several threads (files and
     parts are fetched a few at a time); ``clock`` is the monotonic clock rates are measured on."""
 
-    place: Path
+    place: Path | None  # None: said only, not published (a rank's share of a restore, which nobody waits on)
     what: str  # "model org/name@rev"
     say: Callable[[str], None]
     every: float = 10.0
@@ -151,6 +151,8 @@ class Progress:
                 self._said = now
 
     def _publish(self) -> None:
+        if self.place is None:
+            return
         record = {"what": self.what, "done": self.done, "total": self.total, "rate": self.rate, "at": time.time()}
         atomic_write(progress_file(self.place), json.dumps(record).encode())
 

@@ -7,7 +7,9 @@ INDEXED_TRAINER_CHECKPOINT_DIR) always resumes from what it finds there: its new
 order (checkpoint_layout.OWN_PROGRAM), and the decision marked beside the directory.
 
 Index 0 decides and fetches (beside the checkpoints directory, renamed into place); it writes its decision into
-OUTPUT_DIR (the marker), which the other indexes wait for, saying what they wait for. RESUME=false restores
+OUTPUT_DIR (the marker), which the other indexes wait for, saying what they wait for. A sharded checkpoint of a
+program whose ranks restore it themselves (the config's ``restored_by_its_ranks``: every rank fetches a share at
+its start, trainer_runtime/checkpoints/bucket_shares.py) is left to them. RESUME=false restores
 nothing, everywhere (the worker starts over). Torch-free.
 """
 
@@ -75,6 +77,10 @@ def _restore(uri: StorageUri, config: Any, decision: Path, say: Callable[[str], 
     name = retries(lambda: remote.newest_complete(uri, naming))
     if name is None:
         return f"{uri.describe} holds no complete checkpoint: training starts from the beginning"
+    files = retries(lambda: remote.listing_of(uri.below(name)))
+    if getattr(config, "restored_by_its_ranks", False) and list(files) != [name]:
+        return (f"checkpoint {name} of {uri.describe} is sharded ({len(files)} files): the program's ranks fetch it "
+                "at its start, each a share")
     started = time.monotonic()
     progress = place.Progress(decision, f"checkpoint {name}", say)
     retries(lambda: remote.download(uri, name, directory, progress))

@@ -153,15 +153,22 @@ def upload_files(uri: StorageUri, files: dict[str, Path], say: Callable[[str], N
         outgoing = {relative: transfers.Outgoing(path, _key(uri, relative), sizes[relative], sha256s.get(relative))
                     for relative, path in files.items()}
         sha256s = transfers.upload(s3, uri, outgoing, lambda count: None)
-        listing = {relative: {"bytes": sizes[relative], "sha256": sha256s[relative]} for relative in files}
-        record = {"files": listing, "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        if key is not None:
-            record["signature"] = signature(uri, listing, key)
-        s3.put_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT), Body=json.dumps(record, indent=2).encode())
+        record = put_listing(s3, uri, sizes, sha256s, key)
     except (ClientError, BotoCoreError, OSError) as error:  # OSError: a file that cannot be read, a connection cut
         raise classify(uri, error) from None
     total = sum(sizes.values())
     say(f"uploaded {len(files)} file{'s' if len(files) != 1 else ''} ({total / MB:.1f} MB) to {uri.describe}")
+    return record
+
+
+def put_listing(s3, uri: StorageUri, sizes: Mapping[str, int], sha256s: Mapping[str, str], key: str | None) -> dict:
+    """COMPLETE_OBJECT under ``uri``: every file (by name) with its size and SHA-256, signed with ``key`` when
+    given; written once every file is in the bucket, the upload's commit point. The record."""
+    listing = {relative: {"bytes": sizes[relative], "sha256": sha256s[relative]} for relative in sorted(sizes)}
+    record: dict = {"files": listing, "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if key is not None:
+        record["signature"] = signature(uri, listing, key)
+    s3.put_object(Bucket=uri.bucket, Key=_key(uri, COMPLETE_OBJECT), Body=json.dumps(record, indent=2).encode())
     return record
 
 

@@ -69,12 +69,15 @@ def test_mnist_from_a_bucket_is_staged_once_and_trains_to_the_documented_accurac
 
 
 def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_path):
+    """Under fsdp, 2 pods: each pod uploads its own rank's shard of every checkpoint, and on the empty volume each
+    fetches a share of the newest back (bucket_shares.py), which the stage step leaves to them."""
     s3 = S3Server()
     try:
         s3.client().create_bucket(Bucket="team-ckpt")
         secret = tmp_path / "s3-credentials.env"
         secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
-        manifests = gen_manifests("name=staged-mnist", "replicas=2", "config_map={EPOCHS: '3', DOWNLOAD: 'false'}",
+        manifests = gen_manifests("name=staged-mnist", "replicas=2",
+                                  "config_map={EPOCHS: '3', DOWNLOAD: 'false', STRATEGY: fsdp}",
                                   "checkpoint.storage_uri=s3://team-ckpt/mnist", "env_from_secrets=[s3-credentials]")
         env = {"AWS_ENDPOINT_URL": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
         extra = [f"--secret=s3-credentials={secret}"]
@@ -83,26 +86,31 @@ def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_
         fault = fault_env(f"sleep=3@batch=3.1,rank=0; exit={BAD_CONFIG}@batch=3.1,rank=0")
         killed, log, _ = run_local_job(tmp_path, manifests, first, CLAIM, env={**env, **fault}, extra=extra)
         assert killed.returncode != 0, log[-3000:]
-        assert re.search(r"^\[staged-mnist-0-\w{5}\] Rank 0: checkpoint mirror: uploaded 1 file \(.* MB\) to "
-                         r"s3://team-ckpt/mnist/ckpt-e0002-s000000\.pt$", log, re.M), log[-3000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}\] Rank 0: checkpoint mirror: ckpt-e0002-s000000\.dcp uploaded to "
+                         r"s3://team-ckpt/mnist/ckpt-e0002-s000000\.dcp by 2 ranks at once \(", log, re.M), log[-3000:]
         assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: s3://team-ckpt/mnist holds no complete "
                          r"checkpoint: training starts from the beginning$", log, re.M)
-        mirrored = s3.client().get_object(Bucket="team-ckpt", Key="mnist/ckpt-e0002-s000000.pt/ckpt-e0002-s000000.pt")
-        assert mirrored["Body"].read() == (first / "runs/staged-mnist/checkpoints/ckpt-e0002-s000000.pt").read_bytes()
+        written = first / "runs/staged-mnist/checkpoints/ckpt-e0002-s000000.dcp"
+        for shard in ("__0_0.distcp", "__1_0.distcp"):
+            mirrored = s3.client().get_object(Bucket="team-ckpt", Key=f"mnist/ckpt-e0002-s000000.dcp/{shard}")
+            assert mirrored["Body"].read() == (written / shard).read_bytes()
 
-        # another cluster, a new volume: the stager restores epoch 2's checkpoint, the run trains epoch 3 only
+        # another cluster, a new volume: each pod fetches a share of epoch 2's checkpoint, the run trains epoch 3 only
         second = volume(tmp_path, dataset_files(), "second-volume")
         resumed, log, status = run_local_job(tmp_path, manifests, second, CLAIM, env=env, extra=extra)
         assert resumed.returncode == 0, log[-4000:] + resumed.stderr.decode()[-2000:]
-        assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: checkpoint ckpt-e0002-s000000\.pt restored from "
-                         r"s3://team-ckpt/mnist into .*/runs/staged-mnist/checkpoints \(", log, re.M), log[-4000:]
+        assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: checkpoint ckpt-e0002-s000000\.dcp of "
+                         r"s3://team-ckpt/mnist is sharded \(\d+ files\): the program's ranks fetch it", log, re.M), \
+            log[-4000:]
         assert re.search(r"^\[staged-mnist-1-\w{5}/stage\] stage: index 0 decided: checkpoint ckpt-e0002", log, re.M)
-        assert "Rank 0: resuming from ckpt-e0002-s000000.pt" in log
+        assert re.search(r"^\[staged-mnist-0-\w{5}\] Rank 0: checkpoint ckpt-e0002-s000000\.dcp restored from "
+                         r"s3://team-ckpt/mnist into \S+ by 2 ranks at once", log, re.M), log[-4000:]
+        assert "Rank 0: resuming from ckpt-e0002-s000000.dcp" in log
         output = second / "runs/staged-mnist"
         assert recorded_epochs(output) == [3]  # no epoch twice, none missing: 1 and 2 are the first cluster's
         assert json.loads((output / "model.json").read_text())["accuracy"] >= 0.95
         listed = s3.client().list_objects_v2(Bucket="team-ckpt", Prefix="mnist/")["Contents"]
-        assert {item["Key"].split("/")[1] for item in listed} >= {"ckpt-e0002-s000000.pt", "ckpt-e0003-s000000.pt"}
+        assert {item["Key"].split("/")[1] for item in listed} >= {"ckpt-e0002-s000000.dcp", "ckpt-e0003-s000000.dcp"}
         assert "testing" not in log.replace("s3://", "")
     finally:
         s3.close()

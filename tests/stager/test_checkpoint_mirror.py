@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -362,28 +363,33 @@ def assert_the_bucket_holds_what_the_volume_holds(text: str, directory: Path, na
 
 
 def restored_then_resumed(run, module: str, uri: str, environ: dict, settings: dict, volume: Path, step: int,
-                          total: int):
+                          total: int, by_ranks: bool = False):
     """Another cluster, an empty ``volume``: the stage step, as gen-manifests renders it for built-in program
-    ``module``, restores the bucket's checkpoint of ``step``, then ``run(volume, settings)`` (the workload under the
+    ``module``, restores the bucket's checkpoint of ``step`` (``by_ranks``: a sharded one, left to the program's
+    ranks, each of which fetches a share as it starts), then ``run(volume, settings)`` (the workload under the
     launcher) resumes from it and trains to step ``total``; its result."""
     name = layout.step_checkpoint_name(step)
     staged = stager({**environ, "OUTPUT_DIR": str(volume), **settings}, args=rendered_stage_arguments(module, uri))
     assert staged.returncode == OK, staged.stdout + staged.stderr
-    assert f"stage: checkpoint {name} restored from {uri} into " in staged.stdout
+    restored = f"checkpoint {name} restored from {uri} into "
+    assert (f"stage: checkpoint {name} of {uri} is sharded (" if by_ranks else f"stage: {restored}") in staged.stdout
     resumed = run(volume, settings)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
+    if by_ranks:
+        assert re.search(rf"Rank 0: {re.escape(restored)}\S+ by 2 ranks at once", resumed.stdout), resumed.stdout[-3000:]
     assert f"Rank 0: resuming from {name}" in resumed.stdout
     assert f"Rank 0: training from step {step} of {total}" in resumed.stdout
     return resumed
 
 
 def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dict, tmp_path: Path, *, whole: dict,
-                                        fault_at: str, mirrored: int, total: int) -> Path:
+                                        fault_at: str, mirrored: int, total: int, by_ranks: bool = False) -> Path:
     """The bucket round trip of built-in program ``module`` (``run(volume, settings)`` under the launcher): first a
     run never killed, with ``whole``'s settings, into tmp_path/whole; then, mirroring to ``uri``, rank 0 stalls
     before batch ``fault_at`` (epoch.batch), while the mirror uploads step ``mirrored``, then dies; on another, empty
     volume the stage step restores that step and the run trains to ``total``. The bucket holds what each volume
-    holds at each end. The second volume, for the caller's comparison with tmp_path/whole."""
+    holds at each end (``by_ranks``: every rank uploads its shards, and fetches a share of them back). The second
+    volume, for the caller's comparison with tmp_path/whole."""
     # the newest checkpoint only is kept: the mirror uploads the newest offered and skips an older one still
     # waiting, so with more the bucket could lack one the volume has
     settings = {**whole, "KEEP_CHECKPOINTS": "1", storage.URI_VARIABLES["checkpoint"]: uri}
@@ -392,10 +398,12 @@ def killed_then_resumed_from_the_bucket(run, module: str, uri: str, environ: dic
     first, second = tmp_path / "first-volume", tmp_path / "second-volume"
     killed = run(first, {**settings, **fault_env(f"sleep=2@batch={fault_at},rank=0; sigkill@batch={fault_at},rank=0")})
     assert killed.returncode != 0
-    assert "Rank 0: checkpoint mirror: uploaded " in killed.stdout, killed.stdout[-3000:]
+    uploaded = (f"Rank 0: checkpoint mirror: {layout.step_checkpoint_name(mirrored)} uploaded to {uri}/"
+                if by_ranks else "Rank 0: checkpoint mirror: uploaded ")
+    assert uploaded in killed.stdout, killed.stdout[-3000:]
     assert assert_the_bucket_holds_what_the_volume_holds(uri, first / "checkpoints", layout.OPTIMIZER_STEP,
                                                          tmp_path / "scratch-1") == [layout.step_checkpoint_name(mirrored)]
-    restored_then_resumed(run, module, uri, environ, settings, second, step=mirrored, total=total)
+    restored_then_resumed(run, module, uri, environ, settings, second, step=mirrored, total=total, by_ranks=by_ranks)
     # the process ends with the newest checkpoint in the bucket, and what the volume pruned gone from it
     assert assert_the_bucket_holds_what_the_volume_holds(uri, second / "checkpoints", layout.OPTIMIZER_STEP,
                                                          tmp_path / "scratch-2") == [layout.step_checkpoint_name(total)]

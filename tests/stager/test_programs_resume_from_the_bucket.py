@@ -1,8 +1,9 @@
 """Each transformer program with checkpoint.storage_uri, against moto's S3 (testbed/storage_servers.py), two
-processes under the launcher: rank 0 mirrors each checkpoint beside the training (under FSDP a directory of every
-rank's shards, file by file) and the bucket holds what the volume holds; a run killed on one volume resumes on an
-empty one from the bucket, restored by the stage step as the render runs it (python -m worker.staging --program
-PROGRAM), and ends as a run that was never killed, bit for bit: the same weights, or the same adapters."""
+processes under the launcher: each checkpoint is mirrored beside the training (by rank 0, or by every rank its own
+shards where the program's loop writes them) and the bucket holds what the volume holds; a run killed on one volume
+resumes on an empty one from the bucket, restored by the stage step as the render runs it (python -m worker.staging
+--program PROGRAM) or, a sharded one of the program's loop, by every rank a share as it starts, and ends as a run
+that was never killed, bit for bit: the same weights, or the same adapters."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import qa_data, sft_data, text_data
+from testbed import qa_data, sft_data
 from tests.exports import same_weights
 from tests.mnist.launch import run_workload
 from tests.stager.test_checkpoint_mirror import killed_then_resumed_from_the_bucket
@@ -27,6 +28,11 @@ def _same_adapters(whole: Path, resumed: Path) -> bool:
 
     expected, got = adapter_of(whole), adapter_of(resumed)
     return expected.keys() == got.keys() and all((expected[key] == got[key]).all() for key in expected)
+
+
+def _same_full_model(whole: Path, resumed: Path) -> bool:
+    return same_weights(*(next(output.glob("llama_sft_trained/**/model.safetensors")).parent
+                          for output in (whole, resumed)))
 
 
 def _same_export(name: str) -> Callable[[Path, Path], bool]:
@@ -48,15 +54,16 @@ class Program:
     same: Callable[[Path, Path], bool]  # the never-killed run's OUTPUT_DIR and the resumed one's end alike
     step_lines: Callable[[dict], bool] | None = None  # metrics.jsonl's lines of training steps, where checked
     sharded: bool = False
+    by_ranks: bool = False  # a sharded checkpoint of the program's own loop: moved by every rank (bucket_shares.py)
 
 
 PROGRAMS = [
-    # 2 epochs of 16 steps, checkpoints every 5 and at each epoch's end: killed before step 24, resumed from 20
+    # a full fine-tune under FSDP, 2 epochs of 6 steps: every rank uploads its shards and, on the empty volume,
+    # fetches a share of them back; killed before step 11, resumed from 10
     pytest.param(Program(
-        "worker.finetune", lambda root: (qa_data.make_model(root / "model", dropout=0.1),
-                                         text_data.make_texts(root / "data", train=512, validation=64)),
-        "tests.finetune.test_finetune_training", {"EPOCHS": "2"}, "2.8", 20, 32,
-        _same_export("bert_classifier_trained"), lambda line: "accuracy" not in line), id="finetune"),
+        "worker.sft", lambda root: (sft_data.make_model(root / "model"), sft_data.make_chat_data(root / "data")),
+        "tests.sft.test_sft_training", {"EPOCHS": "2", "STRATEGY": "fsdp", "LORA_RANK": "0", "LEARNING_RATE": "0.001"},
+        "2.5", 10, 12, _same_full_model, by_ranks=True), id="sft-full-fsdp"),
     # 2 epochs of 8 steps under FSDP: killed before step 11, resumed from 10 (every rank's shards)
     pytest.param(Program(
         "worker.qa", lambda root: (qa_data.make_model(root / "model"),
@@ -71,16 +78,17 @@ PROGRAMS = [
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(program, checkpoint_s3, tmp_path):
+def test_a_killed_run_resumes_on_an_empty_volume_from_the_bucket_bit_identical(program, checkpoint_s3, tmp_path,
+                                                                              request):
     import importlib
 
     model, data = program.world(tmp_path / "world")
     settings = importlib.import_module(program.settings).SETTINGS
-    uri = f"s3://team-ckpt/{program.module}"
+    uri = f"s3://team-ckpt/{request.node.callspec.id}"  # the moto server lives as long as the session
     second = killed_then_resumed_from_the_bucket(
         lambda volume, extra: run_workload(program.module, settings, model, data, volume, extra), program.module, uri,
         checkpoint_s3.environ, tmp_path, whole=program.whole, fault_at=program.fault_at, mirrored=program.mirrored,
-        total=program.total)
+        total=program.total, by_ranks=program.by_ranks)
     assert program.same(tmp_path / "whole", second)
     if program.sharded:
         assert (tmp_path / "first-volume" / "checkpoints" / f"step-{program.mirrored:08d}.ckpt").is_dir()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_runtime.checkpoints import sharded, single_file, store
-from trainer_runtime.checkpoints.beside import WritesBeside, checkpoint_write
+from trainer_runtime.checkpoints.beside import CheckpointWrite, WritesBeside
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.state import TrainingState
@@ -72,7 +72,7 @@ class CheckpointManager:
         state is taken (CHECKPOINT_ASYNC), or written (else, and with ``wait``)."""
         if not (self.rank == 0 or self.format.EVERY_RANK_WRITES):
             return
-        self.wait()  # one write at a time, in order; a failed one raises here
+        self.beside.wait(whole=not wait)  # one write at a time, in order; a failed one raises here
         with self.clock.saving():  # the interval starts again once the training goes on
             self._save(state, strategy, wait)
 
@@ -85,11 +85,12 @@ class CheckpointManager:
                                    stage=self.beside.staging.copy if beside else None,
                                    group=self.beside.write_group() if beside and every_rank else None)
         waited = time.perf_counter() - started if beside else None
-        write = checkpoint_write(finish, path, self.rank, self.store, self.clock, started, waited)
+        write = CheckpointWrite(finish, path, self.rank, self.store, self.clock, started, waited,
+                                by_ranks=every_rank and (beside or wait))
         if beside:
             self.beside.start(write, every_rank)
         else:
-            write()
+            self.beside.written(write)
 
     def wait(self) -> None:
         """The write in flight is complete (or raises what it raised)."""

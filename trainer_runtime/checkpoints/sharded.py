@@ -48,9 +48,9 @@ def write_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
 
 def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, rank: int,
                  stage: Callable[[Any], Any] | None = None, group: Any = None,
-                 extra: dict[str, Any] | None = None) -> Callable[[], Hashed | None]:
+                 extra: dict[str, Any] | None = None) -> Callable[[], Hashed]:
     """Every rank calls this (a collective) and then the function it returns, which writes the shards (a
-    collective too) and, on rank 0, publishes them (manifest, rename). With ``stage`` (a copy) and ``group`` (a
+    collective too) and, on rank 0, publishes them (manifest, rename); it returns what the rank hashed. With ``stage`` (a copy) and ``group`` (a
     process group of the checkpoint writes' own: their collectives never interleave with the training's), the
     function can run beside the training, which goes on changing its tensors in place (what
     torch.distributed.checkpoint's async_save does, in a thread of the caller's: a daemon, which a process
@@ -69,7 +69,7 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
     if stage is not None:
         shards = stage(shards)
 
-    def finish() -> Hashed | None:
+    def finish() -> Hashed:
         dcp.save(shards, storage_writer=writer, process_group=group)  # returns when every rank's shards are in
         # each rank hashes the files it wrote (still in its page cache): rank 0 hashes 1/world of the bytes, not all
         written = sorted(temp.glob(f"{_shard_prefix(group)}*.distcp"))
@@ -81,18 +81,20 @@ def begin_shards(shards: dict[str, Any], record: dict[str, Any], final: Path, ra
             atomic_write_with(temp / EXTRA, lambda handle: torch.save(extra, handle))
         digests = _gathered(mine, group)
         if rank != 0:
-            return None
+            return Hashed(hashed_here, 0, mine)
         total = sum(path.stat().st_size for path in temp.iterdir())
-        return Hashed(hashed_here + _publish(temp, final, record, digests), total)
+        return Hashed(hashed_here + _publish(temp, final, record, digests), total, mine)
 
     return finish
 
 
 class Hashed(NamedTuple):
-    """Rank 0's share of a write's hashing: the bytes it hashed, of every file's."""
+    """A rank's share of a write's hashing: the bytes it hashed, of every file's (rank 0's count), and the files
+    it wrote with their SHA-256s, which it uploads (trainer_runtime/checkpoints/bucket_shares.py)."""
 
     here: int
     total: int
+    mine: dict[str, str]
 
     def said(self) -> str:
         return f"rank 0 hashed {self.here / 1e6:.1f} of {self.total / 1e6:.1f} MB"
@@ -128,7 +130,7 @@ def _publish(temp: Path, final: Path, record: dict[str, Any], digests: dict[str,
 
 
 def begin(strategy: Strategy, state: TrainingState, path: Path, rank: int,
-          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], Hashed | None]:
+          stage: Callable[[Any], Any] | None = None, group: Any = None) -> Callable[[], Hashed]:
     return begin_shards(strategy.sharded_state(), state.to_record(), path, rank, stage, group)
 
 

@@ -23,6 +23,8 @@ from trainer_runtime.goodput import goodput_account
 from trainer_runtime.metrics import live
 
 if TYPE_CHECKING:
+    from trainer_runtime.checkpoints.bucket_shares import BucketShares
+    from trainer_runtime.distenv import DistEnv
     from trainer_stager.checkpoint_mirror import CheckpointMirror
 
 Found = TypeVar("Found")
@@ -47,23 +49,31 @@ def newest(directory: Path, naming: layout.Naming, read: Callable[[Path], Found]
 
 class CheckpointStore:
     def __init__(self, directory: Path, naming: layout.Naming, *, keep: int, log: Callable[[str], None],
-                 mirror: CheckpointMirror | None = None):
+                 mirror: CheckpointMirror | None = None, shares: BucketShares | None = None):
         self.directory, self.naming, self.keep, self.log, self.mirror = directory, naming, keep, log, mirror
+        self.shares = shares  # every rank's, with checkpoint.storage_uri (bucket_shares.py)
         self.also_kept: frozenset[str] = frozenset()  # kept beside the newest: the best by a metric, by name
 
     def newest(self, read: Callable[[Path], Found]) -> tuple[Path, Found] | None:
         return newest(self.directory, self.naming, read, self.log)
 
-    def published(self, path: Path) -> None:
+    def published(self, path: Path, by_ranks: bool = False) -> None:
         """Rank 0's part once checkpoint ``path`` is whole on the volume: keep the newest ``keep`` there (and
         ``also_kept``), note it for the launchers (a round that published one made progress:
         trainer_contract.gang_rounds), show it in the live metrics (its step and time) and offer it to the mirror,
-        which uploads it beside the training and removes from the bucket what the volume no longer keeps."""
+        which uploads it beside the training and removes from the bucket what the volume no longer keeps; unless
+        every rank uploads its own part of it (``by_ranks``: bucket_shares.py)."""
         layout.prune(self.directory, self.keep, self.naming, self.also_kept)
         note_progress(path.name)
         live().checkpoint_written(path)
-        if self.mirror is not None:
+        if self.mirror is not None and not by_ranks:
             self.mirror.offer(path)
+
+    def restore_from_bucket(self, resume: bool, env: DistEnv) -> None:
+        """Every rank, at a start (with RESUME) before it takes up the volume: where the volume holds no checkpoint
+        and the run has a bucket, its newest checkpoint fetched, each rank a share (bucket_shares.py)."""
+        if resume and self.shares is not None:
+            self.shares.restore(self.directory, self.naming, env)
 
     def remove_stale_temporaries(self) -> None:
         """What a write cut short left behind (checkpoints themselves are whole or absent): removed at a start."""

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from trainer_contract import hooks
 from trainer_runtime import strategies
 from trainer_runtime.checkpoints import safe_load, sharded, single_file
-from trainer_runtime.checkpoints.beside import WritesBeside, checkpoint_write
+from trainer_runtime.checkpoints.beside import CheckpointWrite, WritesBeside
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
@@ -217,7 +217,7 @@ class Loop:
         CHECKPOINT_ASYNC the training waits only while its state is copied, the write going on beside the next
         steps (trainer_runtime/checkpoints/beside.py), the one before waited for first; else, and with ``wait`` (a
         stop's), no rank goes on (or exits) before it is whole."""
-        self.writes.wait()  # one write at a time, in order; a failed one raises here
+        self.writes.wait(whole=not wait)  # one write at a time, in order; a failed one raises here
         with self.clock.saving():  # the interval starts again once the training goes on
             self._save(store, record, wait)
 
@@ -239,11 +239,12 @@ class Loop:
                 payload = stage(payload) if stage is not None else payload
                 finish = functools.partial(single_file.write_payload, path, payload)
         waited = time.perf_counter() - started if beside else None
-        write = checkpoint_write(finish, path, self.rank, store, self.clock, started, waited)
+        write = CheckpointWrite(finish, path, self.rank, store, self.clock, started, waited,
+                                by_ranks=every_rank and (beside or wait))
         if beside:
             self.writes.start(write, every_rank)
         else:
-            write()
+            self.writes.written(write)
             dist.barrier()
 
     def run_epoch(self, epoch: int, run_log: RunLog, checkpoint: Callable[..., None],

@@ -105,6 +105,7 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     require_model(config.model_dir)  # before the record's digests of its files
     now, cache_key = from_rank0(env, lambda: _record_and_key(workload, config, env))
     tokenizing = token_cache.Tokenizing(config, env, gang.store, cache_key, log)
+    store.restore_from_bucket(config.resume, env)
     found = resume_from(config, now, store, log, env.is_rank0)
     # a checkpoint of a run that trains every weight holds the whole model: its weights are read once, from it
     whole_in_checkpoint = found is not None and workload.trains_every_weight(config)

@@ -120,6 +120,7 @@ class Trainer:
         """Rank 0 takes up what OUTPUT_DIR holds (trainer_runtime.resume) and every rank learns the checkpoint to
         resume, or the refusal; nothing is written before."""
         cfg, world_size = self.config, self.env.world_size
+        self.store.restore_from_bucket(cfg.resume, self.env)
         found = from_rank0(self.env, lambda: take_up(
             cfg, self.store, self.checkpoints.load_newest, lambda found: resume.refusals(cfg, world_size, found),
             (finished_run.MODEL_SUMMARY, finished_run.MODEL_WEIGHTS), self.log, True))
