@@ -82,7 +82,7 @@ def _stopped_while_an_upload_is_in_flight(rank: int, base: Path, shares, lines: 
 
     store = CheckpointStore(base / "checkpoints", layout.OPTIMIZER_STEP, keep=2, log=lines.append, shares=shares)
     store.directory.mkdir(parents=True, exist_ok=True)
-    writes, clock, ended = WritesBeside(60), CheckpointClock(0, votes=False), {}
+    writes, clock, ended = WritesBeside(), CheckpointClock(0, votes=False), {}
     upload_share = checkpoint_bucket.upload_share
 
     def slowed(place, checkpoint, sha256s):

@@ -1,7 +1,7 @@
 """Checkpoint writes beside the training (CHECKPOINT_ASYNC=true), every workload's: the training waits only while
 its state is copied into staging buffers (staging_buffers.py); the write (serialise, hash, fsync, publish) runs in
-a daemon thread, its collectives on a gloo process group of its own so that they never interleave with the
-training's. One write at a time, in order: the next save waits for the one in flight (and raises what it raised).
+a daemon thread, its collectives on a gloo process group of their own (side_group.py) so that they never
+interleave with the training's. One write at a time, in order: the next save waits for the one in flight (and raises what it raised).
 A process that exits on a failure does not wait for a write whose collectives may wait for a peer that is gone:
 that write stays a temporary, removed at the next start, and the previous checkpoint stays the newest. With
 checkpoint.storage_uri, a sharded write's thread then has every rank upload its own shards (bucket_shares.py),
@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_contract import hooks
 from trainer_runtime.checkpoints.sharded import Hashed
+from trainer_runtime.checkpoints.side_group import side_group
 from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 
 if TYPE_CHECKING:
@@ -91,21 +91,16 @@ class BackgroundWrite:
 
 
 class WritesBeside:
-    def __init__(self, collective_timeout: float):
-        self.collective_timeout = collective_timeout
+    def __init__(self) -> None:
         self.pending: BackgroundWrite | None = None
-        self.group: Any = None  # made on the first sharded write
         self.staging = StagingBuffers()
         self.every_rank_writes = False  # the write in flight runs collectives (sharded): see close
 
-    def write_group(self) -> Any:
-        """The gloo group of the writes' own collectives. Every rank of a sharded format saves at the same points,
-        so creating it at the first is collective."""
-        if self.group is None:
-            import torch.distributed as dist
-
-            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.collective_timeout))
-        return self.group
+    @staticmethod
+    def write_group() -> Any:
+        """The group of the writes' own collectives (side_group.py). Every rank of a sharded format saves at the
+        same points, so making it at the first is collective."""
+        return side_group()
 
     def start(self, write: CheckpointWrite, every_rank_writes: bool) -> None:
         """``write`` (then its upload) beside the training; the previous one must be complete (``wait``)."""

@@ -14,8 +14,8 @@
 
 A failed upload is said and left for the next checkpoint (the volume's is intact); a refused one (credentials, no
 such bucket) stops the uploads on every rank. A failed restore ends the start with the stage step's exit codes. The
-collectives run on a gloo group of their own, whose timeout allows for a transfer: a rank that finishes its share
-first waits there for the slowest.
+collectives run on the checkpoint writes' gloo group (side_group.py), whose timeout allows for a transfer: a rank
+that finishes its share first waits there for the slowest.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,11 @@ import torch.distributed as dist
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
+from trainer_runtime.checkpoints.side_group import side_group
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import from_rank0
 
-# How long a rank waits in the transfers' collectives for the slowest rank's share.
-TRANSFER_TIMEOUT = timedelta(hours=6)
 MB = 1_000_000
 
 
@@ -54,13 +52,6 @@ class BucketShares:
     def __init__(self, uri: StorageUri, log: Callable[[str], None], mirror: Any = None):
         self.uri, self.log, self.mirror = uri, log, mirror
         self.stopped = False  # a refused upload: the same on every rank (rank 0's verdict)
-        self._group: Any = None
-
-    def group(self) -> Any:
-        """The gloo group of the transfers' collectives, made when every rank first needs it (a collective)."""
-        if self._group is None and dist.is_initialized() and dist.get_world_size() > 1:
-            self._group = dist.new_group(backend="gloo", timeout=TRANSFER_TIMEOUT)
-        return self._group
 
     def upload(self, checkpoint: Path, mine: dict[str, str]) -> None:
         """Every rank, in the checkpoint write's thread, once rank 0 has published ``checkpoint``: ``mine`` (the
@@ -69,7 +60,7 @@ class BucketShares:
 
         if self.stopped:
             return
-        group, rank = self.group(), _rank()
+        group, rank = side_group(), _rank()
         place, started = self.uri.below(checkpoint.name), time.monotonic()
         withdrawn = _attempt(lambda: remote.withdraw(place)) if rank == 0 else None
         _told(None, group)  # published and withdrawn, before any rank uploads
@@ -109,7 +100,7 @@ class BucketShares:
         checkpoint of ``naming``, the bucket's newest complete one fetched into it, each rank a share."""
         from trainer_stager import checkpoint_bucket as remote
 
-        group = self.group()  # here, in the main thread of every rank: the checkpoint writes' uploads use it too
+        group = side_group()  # made here, in every rank's main thread, when the run has a bucket
         plan = from_rank0(env, lambda: _refused_as_start(lambda: self._plan(directory, naming)))
         if plan is None:
             return

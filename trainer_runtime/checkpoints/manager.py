@@ -51,7 +51,7 @@ def load_newest(directory: Path, log: Callable[[str], None] = print) -> Checkpoi
 
 class CheckpointManager:
     def __init__(self, run_store: store.CheckpointStore, *, every: int, epochs: int, rank: int, sharded_format: bool,
-                 asynchronous: bool = False, collective_timeout: float = 300.0, every_seconds: float | str = 0.0,
+                 asynchronous: bool = False, every_seconds: float | str = 0.0,
                  nodes: int = 1):
         """``run_store``: the run's (trainer_runtime.run_shell), its mirror closed by the shell."""
         self.store, self.directory, self.log = run_store, run_store.directory, run_store.log
@@ -59,7 +59,7 @@ class CheckpointManager:
         self.clock = CheckpointClock(every_seconds, votes=rank == 0, nodes=nodes, log=self.log)
         self.format = sharded if sharded_format else single_file
         self.asynchronous = asynchronous
-        self.beside = WritesBeside(collective_timeout)
+        self.beside = WritesBeside()
 
     def due(self, epochs_done: int, stopping: bool, time_agreed: bool = False) -> bool:
         """At the end of an epoch: save when stopping, after the last epoch, every CHECKPOINT_EVERY epochs, and

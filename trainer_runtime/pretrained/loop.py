@@ -83,7 +83,7 @@ class Loop:
         self.step = 0
         self.clock = CheckpointClock(config.checkpoint_every_seconds, votes=env.rank == 0, nodes=env.nodes, log=log)
         self.best = BestCheckpoint(config.metric_for_best_model)
-        self.writes = WritesBeside(config.collective_timeout)  # CHECKPOINT_ASYNC's
+        self.writes = WritesBeside()  # CHECKPOINT_ASYNC's
         self.evaluating_seconds = 0.0  # this start's evaluations: not training time
 
     @property

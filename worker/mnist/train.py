@@ -62,7 +62,7 @@ class Trainer:
         self.checkpoints = CheckpointManager(
             self.store, every=cfg.checkpoint_every, epochs=cfg.epochs, rank=self.env.rank,
             sharded_format=strategies.shards_parameters(cfg.strategy), asynchronous=cfg.checkpoint_async,
-            collective_timeout=cfg.collective_timeout, every_seconds=cfg.checkpoint_every_seconds, nodes=self.env.nodes)
+            every_seconds=cfg.checkpoint_every_seconds, nodes=self.env.nodes)
         self.checkpoint = self.decide_start()
         self.usage = usage_log(cfg, self.env).start()
         record_attempt(self.env, cfg.output_dir)
