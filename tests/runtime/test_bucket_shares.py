@@ -98,7 +98,7 @@ def _stopped_while_an_upload_is_in_flight(rank: int, base: Path, shares, lines: 
         writes.wait(whole=beside)  # a stop's waits for the write in flight only
         ended.setdefault(f"step {step} began", time.monotonic())
         finish = sharded.begin_shards(state, {"step": step}, path, rank, stage=writes.staging.copy if beside else None,
-                                      group=writes.write_group() if beside else None)
+                                      group=writes.write_group(store) if beside else None)
         write = CheckpointWrite(finish, path, rank, store, clock, time.perf_counter(), 0.0 if beside else None,
                                 by_ranks=True)
         if beside:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_contract import hooks
+from trainer_runtime.checkpoints import side_group
 from trainer_runtime.checkpoints.sharded import Hashed
-from trainer_runtime.checkpoints.side_group import side_group
 from trainer_runtime.checkpoints.staging_buffers import StagingBuffers
 
 if TYPE_CHECKING:
@@ -95,12 +95,17 @@ class WritesBeside:
         self.pending: BackgroundWrite | None = None
         self.staging = StagingBuffers()
         self.every_rank_writes = False  # the write in flight runs collectives (sharded): see close
+        self.group: Any = None  # without a bucket: made on the first sharded write
 
-    @staticmethod
-    def write_group() -> Any:
-        """The group of the writes' own collectives (side_group.py). Every rank of a sharded format saves at the
-        same points, so making it at the first is collective."""
-        return side_group()
+    def write_group(self, store: CheckpointStore) -> Any:
+        """The group of the writes' own collectives (side_group.py): the bucket shares' where the run has a bucket,
+        else this one's. Every rank of a sharded format saves at the same points, so making it at the first is
+        collective."""
+        if store.shares is not None:
+            return store.shares.group()
+        if self.group is None:
+            self.group = side_group.made()
+        return self.group
 
     def start(self, write: CheckpointWrite, every_rank_writes: bool) -> None:
         """``write`` (then its upload) beside the training; the previous one must be complete (``wait``)."""

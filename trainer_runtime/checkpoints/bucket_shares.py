@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.storage import URI_VARIABLES, StorageUri, parse
-from trainer_runtime.checkpoints.side_group import side_group
+from trainer_runtime.checkpoints import side_group
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
 from trainer_runtime.gang import from_rank0
@@ -52,6 +52,13 @@ class BucketShares:
     def __init__(self, uri: StorageUri, log: Callable[[str], None], mirror: Any = None):
         self.uri, self.log, self.mirror = uri, log, mirror
         self.stopped = False  # a refused upload: the same on every rank (rank 0's verdict)
+        self._group: Any = None
+
+    def group(self) -> Any:
+        """The run's side group (side_group.py), made at its first use by every rank (a collective)."""
+        if self._group is None:
+            self._group = side_group.made()
+        return self._group
 
     def upload(self, checkpoint: Path, mine: dict[str, str]) -> None:
         """Every rank, in the checkpoint write's thread, once rank 0 has published ``checkpoint``: ``mine`` (the
@@ -60,7 +67,7 @@ class BucketShares:
 
         if self.stopped:
             return
-        group, rank = side_group(), _rank()
+        group, rank = self.group(), _rank()
         place, started = self.uri.below(checkpoint.name), time.monotonic()
         withdrawn = _attempt(lambda: remote.withdraw(place)) if rank == 0 else None
         _told(None, group)  # published and withdrawn, before any rank uploads
@@ -100,7 +107,7 @@ class BucketShares:
         checkpoint of ``naming``, the bucket's newest complete one fetched into it, each rank a share."""
         from trainer_stager import checkpoint_bucket as remote
 
-        group = side_group()  # made here, in every rank's main thread, when the run has a bucket
+        group = self.group()  # made here, in every rank's main thread, when the run has a bucket
         plan = from_rank0(env, lambda: _refused_as_start(lambda: self._plan(directory, naming)))
         if plan is None:
             return
@@ -109,8 +116,8 @@ class BucketShares:
         place, temporary = self.uri.below(name), remote.restoring(directory, name)
         total = sum(item["bytes"] for item in files.values())
         self._refused(name, _told(_attempt(lambda: _prepare(temporary, total)) if env.is_rank0 else None, group))
-        mine = {name: files[name] for name in remote.shares({name: item["bytes"] for name, item in files.items()},
-                                                              env.world_size)[env.rank]}
+        sizes = {file: item["bytes"] for file, item in files.items()}
+        mine = {file: files[file] for file in remote.shares(sizes, env.world_size)[env.rank]}
         outcomes = _gathered(_attempt(lambda: self._fetch(place, mine, temporary, env)), group)
         verdict = None
         if env.is_rank0:  # every share in: the checkpoint renamed into place

@@ -83,7 +83,7 @@ class CheckpointManager:
         every_rank = self.format.EVERY_RANK_WRITES
         finish = self.format.begin(strategy, state, path, self.rank,
                                    stage=self.beside.staging.copy if beside else None,
-                                   group=self.beside.write_group() if beside and every_rank else None)
+                                   group=self.beside.write_group(self.store) if beside and every_rank else None)
         waited = time.perf_counter() - started if beside else None
         write = CheckpointWrite(finish, path, self.rank, self.store, self.clock, started, waited,
                                 by_ranks=every_rank and (beside or wait))

@@ -1,6 +1,9 @@
 """The gloo process group that checkpoint writes beside the training (beside.py) and every rank's transfers to and
-from the bucket (bucket_shares.py) run their collectives on, never the training's: one per process, so that a gang
-holds one more gloo mesh of its ranks, not one per use (at 8,192 ranks each mesh is 8,191 connections a rank).
+from the bucket (bucket_shares.py) run their collectives on, never the training's: one per run, held by the run's
+bucket shares where it has a bucket (else by its writes), so that a gang holds one more gloo mesh of its ranks, not
+one per use (at 8,192 ranks each mesh is 8,191 connections a rank). It is held by an object of the run, never by
+this module: a group still referenced when the interpreter shuts down can abort the process
+(trainer_runtime/process_group.py).
 
 Its timeout allows for a transfer: a rank that finishes its share first waits there for the slowest. A peer that
 dies is found by the training's own collectives (COLLECTIVE_TIMEOUT), and a process that exits on a failure does not
@@ -15,15 +18,8 @@ from typing import Any
 import torch.distributed as dist
 
 TIMEOUT = timedelta(hours=6)
-_made: tuple[Any, Any] | None = None  # (the default group it was made beside, the group)
 
 
-def side_group() -> Any:
-    """The group, or None without a process group. Every rank makes it at the same point the first time (a
-    collective): at a start with a bucket, else at the first sharded write beside the training."""
-    global _made
-    if not dist.is_initialized():
-        return None
-    if _made is None or _made[0] is not dist.group.WORLD:
-        _made = (dist.group.WORLD, dist.new_group(backend="gloo", timeout=TIMEOUT))
-    return _made[1]
+def made() -> Any:
+    """A new group (a collective: every rank makes it at the same point), or None without a process group."""
+    return dist.new_group(backend="gloo", timeout=TIMEOUT) if dist.is_initialized() else None

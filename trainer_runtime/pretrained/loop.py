@@ -230,7 +230,7 @@ class Loop:
         finish: Callable[[], Any] | None = None
         if every_rank:
             finish = sharded.begin_shards(self.strategy.sharded_state(), record, path, self.rank, stage=stage,
-                                          group=self.writes.write_group() if beside else None,
+                                          group=self.writes.write_group(store) if beside else None,
                                           extra=copy.deepcopy(self.progress()))
         else:
             state = self.state_dict()  # a collective
