@@ -52,18 +52,16 @@ def start(argv: list[str] | None, config_class: type, prog: str, what: str, chec
 
 
 def leave(code: int) -> None:
-    """Exit the process with ``code``. Finished (0): everything the run wrote is synced and closed and its process
-    group destroyed; leave without the interpreter's teardown, where gloo's threads can still free the last
-    collective's tensors and abort the process (SIGABRT), making a rank that finished its work a failed pod (seen
-    in CI under fsdp; trainer_runtime/process_group.py has the other half of this). A victim (75) has closed what it
-    wrote too and has nothing to tell: the interpreter's teardown (0.8 s with torch loaded) only delays the next
-    round of an in-place restart. A rank failing on its own keeps the usual exit: its peers read its verdict from
-    the store meanwhile, before torchrun stops them."""
-    if code in (exit_codes.OK, exit_codes.PEER_LOST):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """Exit the process with ``code`` without the interpreter's teardown. By then the run has synced and closed
+    everything it wrote (trainer_runtime.run_shell), and on success destroyed its process group; in the teardown
+    gloo's threads can still free the last collective's tensors and abort the process (SIGABRT, 134), making a
+    rank that finished its work, or one failing with a contract code, a pod that exits 134 (seen in CI under fsdp
+    and on a refused checkpoint; trainer_runtime/process_group.py has the other half of this). A failing rank's
+    peers lose nothing by it: what it tells them is in the rendezvous store (prepared_once.py), not in this
+    process; the teardown (0.8 s with torch loaded) only delays the next round of an in-place restart."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def missing_extras(prog: str, needs: dict[str, str], rank: int) -> bool:
