@@ -49,7 +49,7 @@ if [[ -z "${PYTHON:-}" && ! -x "$python" ]] && command -v python3 >/dev/null; th
     python="$(command -v python3)"
 fi
 if [[ ! -x "$python" ]]; then
-    echo "gpu.sh: no $python: install first (scripts/install.sh .venv/bin/python -e '.[worker,staging,lightning,hf,bench,test]')" >&2
+    echo "gpu.sh: no $python: install first (scripts/install.sh .venv/bin/python -e '.[worker,staging,lightning,hf,replicas,bench,test]')" >&2
     exit 1
 fi
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainer_contract import datasets as staged_datasets
-from trainer_contract import gang_rounds, metrics, pod_environment, program_settings, warm_start
+from trainer_contract import gang_rounds, metrics, pod_environment, program_settings, replica_groups, warm_start
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.config_reading import load_config
 from trainer_contract.launcher import BUILT_IN_WORKER, TorchrunFlag, torchrun_flags
@@ -133,12 +133,19 @@ class JobSpec:
     datasets: Mapping[str, StorageUri] = field(default_factory=dict)
     # the port each pod's local rank 0 serves its live metrics on (values metrics); None: no endpoint
     metrics_port: int | None = None
+    # fault_tolerance.replica_groups: each pod (node) one replica group, the fewest that step; None: one gang
+    min_replicas: int | None = None
     # each registered target's own options (generator/targets/), by target name
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
         return self.gpu.count
+
+    @property
+    def replica_groups(self) -> bool:
+        """Each pod (node) is a replica group of its own gang (trainer_contract/replica_groups.py)."""
+        return self.min_replicas is not None
 
     @property
     def shutdown_timeout(self) -> int:
@@ -212,9 +219,11 @@ class JobSpec:
 
     def torchrun_flags(self, *, node_rank: str, master_addr: str) -> tuple[TorchrunFlag, ...]:
         """torchrun's command line for this job, the node's rank and the rendezvous address in the target's
-        spelling."""
-        return torchrun_flags(nnodes=self.replicas, nproc_per_node=self.procs_per_node, node_rank=node_rank,
-                              master_addr=master_addr, master_port=self.master_port,
+        spelling. With replica groups each pod (node) is a gang of its own: node 0 of 1, its store on itself."""
+        if self.replica_groups:
+            node_rank, master_addr = "0", replica_groups.GROUP_STORE_ADDRESS
+        return torchrun_flags(nnodes=1 if self.replica_groups else self.replicas, nproc_per_node=self.procs_per_node,
+                              node_rank=node_rank, master_addr=master_addr, master_port=self.master_port,
                               join_timeout=self.join_timeout_seconds, shutdown_timeout=self.shutdown_timeout)
 
 
@@ -298,9 +307,12 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
                 gang_rounds.LEAVE_AFTER_VARIABLE: values["node_leaves_after_failures"],
                 warm_start.WARM_AFTER_VARIABLE: warm_start.OFF if warm_after is None else warm_after,
                 } if built_in else {}
+    tolerance = values["fault_tolerance"]
+    groups = {replica_groups.GROUPS: values["replicas"], replica_groups.MIN_REPLICAS: tolerance["min_replicas"]} \
+        if tolerance["replica_groups"] else {}
     network = pod_environment.NCCL_NETWORK_PRESETS.get(gpu["network"], {})
     nccl = {**NCCL_DEFAULTS, **network} if gpu["accelerator_count"] else {}
-    environment = {**nccl, **request, **uris, **in_place,
+    environment = {**nccl, **request, **uris, **in_place, **groups,
                    metrics.PORT_VARIABLE: metrics_port, **shown, **values["config_map"]}
     return dict(sorted((key, environment_text(value)) for key, value in environment.items() if value is not None))
 
@@ -345,5 +357,6 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
         datasets={name: parse_storage_uri(entry["storage_uri"], "dataset")
                   for name, entry in sorted((values["initializer"].get("datasets") or {}).items())},
         metrics_port=metrics_port,
+        min_replicas=values["fault_tolerance"]["min_replicas"] if values["fault_tolerance"]["replica_groups"] else None,
         options=dict(options or {}),
     )

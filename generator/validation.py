@@ -29,9 +29,11 @@ from generator.spec import (
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract import datasets as staged_datasets
+from trainer_contract import names
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.data_mixture import mixture_problem
 from trainer_contract.global_batch import accumulation_problem
+from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.pod_environment import RUNTIME_PREFIXES, reserved
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, FP16_NEEDS_CUDA, program_variables
@@ -285,7 +287,7 @@ def semantic_problems(values: dict, spec: JobSpec) -> list[str]:
     valid for all of them). Assumes the schema already passed; ``spec`` is the values' spec."""
     return neutral_problems(values) + list(_storage_use_problems(spec)) + list(_pattern_problems(values, spec)) + \
         list(_metrics_problems(spec)) + list(_batch_problems(spec)) + list(_mixture_problems(spec)) + \
-        list(_datasets_problems(spec)) + [
+        list(_datasets_problems(spec)) + list(_replica_group_problems(spec)) + [
         problem for target in targets().values() for problem in target.option_problems(spec)]
 
 
@@ -336,6 +338,29 @@ def _datasets_problems(spec: JobSpec) -> Iterable[str]:
     problem = staged_datasets.files_problem(config, list(spec.datasets))
     if problem:
         yield f"config_map.{problem}"
+
+
+def _replica_group_problems(spec: JobSpec) -> Iterable[str]:
+    """fault_tolerance.replica_groups: the built-in MNIST worker with a replicated strategy, a floor within the
+    groups, and a Lighthouse's name that fits a Service's."""
+    if spec.min_replicas is None:
+        return
+    if not spec.built_in_worker or spec.program[1] != BUILT_IN_WORKER:
+        program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
+        yield (f"fault_tolerance.replica_groups: the built-in MNIST worker (python -m {BUILT_IN_WORKER}) runs as "
+               f"replica groups, not yet {program}: set entrypoint.module to null, or replica_groups to false")
+    config = spec.program_config()
+    strategy = getattr(config, "strategy", None)
+    if strategy is not None and strategy not in ("allreduce", "ddp"):
+        yield (f"config_map.STRATEGY: {strategy} with fault_tolerance.replica_groups: the groups replicate the model; "
+               "use allreduce or ddp")
+    if spec.min_replicas > spec.replicas:
+        yield (f"fault_tolerance.min_replicas: {spec.min_replicas} is more than the groups there are (replicas "
+               f"{spec.replicas}): at most {spec.replicas}")
+    lighthouse = names.lighthouse_name(spec.name)
+    if len(lighthouse) > names.MAX_HOSTNAME:
+        yield (f"name: {spec.name!r} has {len(spec.name)} characters; with fault_tolerance.replica_groups at most "
+               f"{names.MAX_HOSTNAME - len(lighthouse) + len(spec.name)}: the Lighthouse's Service is {lighthouse}")
 
 
 def _metrics_problems(spec: JobSpec) -> Iterable[str]:

@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -77,13 +79,31 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     for line in _opening(job_plan, factory):
         controller.note(line)
     began = time.monotonic()
-    try:
+    with contextlib.closing(display), _lighthouse(job_plan, factory, controller):
         ended = controller.run()
-    finally:
-        display.close()
     if status_file:
         controller.write_status(status_file, controller.status())
     return _report(controller, claim_dirs, ended, time.monotonic() - began)
+
+
+@contextlib.contextmanager
+def _lighthouse(job_plan, factory, controller) -> Iterator[None]:
+    """The replica groups' Lighthouse while the Job runs, started before its pods (its Deployment is applied
+    before the Job); nothing without replica groups."""
+    if job_plan.lighthouse is None:
+        yield
+        return
+    from localjob.lighthouse import LocalLighthouse
+
+    name = f"Deployment {job_plan.lighthouse['metadata']['name']}"
+    lighthouse = LocalLighthouse(name, factory.lighthouse_command(), factory.root / "lighthouse.log", controller.note)
+    lighthouse.start()
+    controller.note(f"{name}: torchft's Lighthouse on 127.0.0.1 ({' '.join(lighthouse.command[1:])}; its log: "
+                    f"{lighthouse.log})")
+    try:
+        yield
+    finally:
+        lighthouse.stop()
 
 
 def _opening(job_plan, factory) -> list[str]:
@@ -112,9 +132,7 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=Fals
     claim_dirs = {claim: Path(directory).resolve() for claim, directory in _pairs("--volume", volumes).items()}
     _check_volumes(claim_dirs, job_plan)
     root = (volume_root or default_volume_root(job_plan.namespace, job_plan.name)).resolve()
-    service = job_plan.headless_service or {}
-    targets = [int(p.get("targetPort", p["port"])) for p in service.get("ports", [])]
-    ports = dict(zip(targets, free_ports(len(targets)), strict=True))
+    ports = _shared_ports(job_plan, free_ports)
     factory = PodFactory(job_plan, root, claim_dirs, extra_env, ports, image_dir)
     missing = factory.missing_script()
     if missing:
@@ -129,6 +147,19 @@ def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=Fals
             root.rmdir()  # refused: nothing of this run is left behind
         raise
     return job_plan, factory, claim_dirs
+
+
+def _shared_ports(job_plan, free_ports) -> dict[int, int]:
+    """The Services' ports, each one port of this machine for every pod: the headless Service's (the gang's
+    rendezvous on pod 0), and the replica groups' Lighthouse's, whose groups are each a gang of its own pod (their
+    rendezvous ports are each pod's own: PodFactory.pod_ports)."""
+    services = [] if job_plan.lighthouse is not None else [job_plan.headless_service or {}]
+    if job_plan.lighthouse is not None:
+        services.append(job_plan.services.get(job_plan.lighthouse["metadata"]["name"], {}))
+    # a Service's port as its pods bind it (a named targetPort is the same number in the render)
+    targets = [int(port["targetPort"]) if isinstance(port.get("targetPort"), int) else int(port["port"])
+               for service in services for port in service.get("ports", [])]
+    return dict(zip(targets, free_ports(len(targets)), strict=True))
 
 
 def _report(controller, claim_dirs: dict[str, Path], ended: tuple[bool, str, str], seconds: float) -> int:

@@ -10,6 +10,9 @@ from pathlib import Path
 import yaml
 
 from trainer_contract.pod_environment import reserved
+from trainer_contract.replica_groups import lighthouse_command
+
+LIGHTHOUSE_COMMAND = lighthouse_command(1)[0]
 
 SUPPORTED_VOLUMES = ("persistentVolumeClaim", "emptyDir", "configMap", "secret")
 SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
@@ -34,6 +37,8 @@ class JobPlan:
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # from --secret, never from the manifests
     # objects that change nothing of how the Job runs here (a NetworkPolicy: the pods are this machine's processes)
     not_enforced: list[str] = field(default_factory=list)
+    # the replica groups' Lighthouse (a Deployment beside the Job: trainer_contract/replica_groups.py), run here too
+    lighthouse: dict | None = None
 
     @property
     def name(self) -> str:
@@ -123,16 +128,24 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
             result.claims.add(name)
         elif kind == "NetworkPolicy":
             result.not_enforced.append(f"{kind} {name}")
+        elif kind == "Deployment" and _is_lighthouse(doc) and result.lighthouse is None:
+            result.lighthouse = doc
         elif kind == "Secret":
             raise ManifestError(f"Secret {name}: a Secret does not belong beside the manifests (its values would be in "
                                 f"plain text there); give it to local-job with --secret {name}=PATH")
         elif kind != "Job":
             raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services, claims "
-                                "and NetworkPolicies only")
+                                "and NetworkPolicies only (and one Deployment: replica groups' Lighthouse)")
     problems = _job_problems(result)
     if problems:
         raise ManifestError(*problems)
     return result
+
+
+def _is_lighthouse(deployment: dict) -> bool:
+    """A Deployment of one pod whose one container runs torchft's Lighthouse (the render's, for replica groups)."""
+    containers = (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    return len(containers) == 1 and (containers[0].get("command") or [None])[0] == LIGHTHOUSE_COMMAND
 
 
 def _job_problems(plan: JobPlan) -> list[str]:

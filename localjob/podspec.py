@@ -102,11 +102,21 @@ class PodFactory:
         if not subdomain:
             return {}
         names = {}
-        for index in range(self.plan.completions):
-            host = pod_address(job, index, subdomain)
+        hosts = [pod_address(job, index, subdomain) for index in range(self.plan.completions)]
+        if self.plan.lighthouse is not None:  # the replica groups' Lighthouse, through its Service
+            hosts.append(self.plan.lighthouse["metadata"]["name"])
+        for host in hosts:
             for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
                 names[host + suffix] = "127.0.0.1"
         return dict(sorted(names.items(), key=lambda item: -len(item[0])))
+
+    def lighthouse_command(self) -> list[str]:
+        """The Lighthouse Deployment's command as it runs here: its binary from local-job's environment, its port
+        this machine's."""
+        assert self.plan.lighthouse is not None
+        container = self.plan.lighthouse["spec"]["template"]["spec"]["containers"][0]
+        command = [*container["command"], *(container.get("args") or [])]
+        return [str(Path(self.bin_dir) / command[0]), *(self.rewrite(part, {}) for part in command[1:])]
 
     def rewrite(self, text: str, mounts: dict[str, Path], ports: dict[int, int] | None = None) -> str:
         """Map cluster names, ports (``ports``: the pod's; default the Service's) and mount paths inside one env
@@ -240,8 +250,8 @@ class PodFactory:
     # -- the pod ------------------------------------------------------------------------------------
     def pod_ports(self) -> dict[int, int]:
         """The pod's ports on this machine: the Service's, shared (only the pod that serves one binds it), and
-        each other port the container declares (its metrics), a free port of its own: on a cluster every pod
-        has its own network namespace, here they share one."""
+        each other port the container declares (its metrics; with replica groups its gang's own rendezvous too), a
+        free port of its own: on a cluster every pod has its own network namespace, here they share one."""
         ports = dict(self.ports)
         for declared in self.plan.pod_spec["containers"][0].get("ports") or []:
             ports.setdefault(int(declared["containerPort"]), free_port(frozenset(ports.values())))

@@ -32,7 +32,8 @@ def install(python, *args: str, **env: str) -> subprocess.CompletedProcess:
                           text=True, timeout=900, cwd=OUTSIDE, env={"PATH": "/usr/bin:/bin", **env})
 
 
-PINS = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+# a pin's environment marker (after ";") is not part of its version
+PINS = dict(line.split(";")[0].strip().split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
             if line and not line.startswith("#"))
 UNITS = {"kB": 10**3, "MB": 10**6, "GB": 10**9}
 

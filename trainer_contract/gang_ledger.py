@@ -25,14 +25,16 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from trainer_contract import exit_codes
+from trainer_contract import exit_codes, replica_groups
 from trainer_contract.atomic import atomic_write
 from trainer_contract.volume_notes import read_note
 
 DIRECTORY = ".gang"
+GROUPS_DIRECTORY = ".groups"  # each replica group's gang notes, under OUTPUT_DIR (notes_root)
 # How long index 0 waits for the other pods' notes: victims of one broken connection exit within seconds of
 # each other, and a root cause's launcher notes its failure as soon as torchrun reports it. Only a pod that
 # vanished whole (its launcher with it) leaves no note: then index 0 waits this long before exiting 75.
@@ -88,6 +90,17 @@ def volume_problem(output_dir: Path, node: int) -> str | None:
     if kept != "3\n":
         return f"the shared volume at {existing} did not keep a file rewritten in place (read back {kept!r})"
     return None
+
+
+def notes_root(output_dir: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where a gang keeps its notes (DIRECTORY under it): OUTPUT_DIR, or with replica groups each group's own folder
+    under it, OUTPUT_DIR/.groups/<G> (its notes in OUTPUT_DIR/.groups/<G>/.gang): each group is a gang of its own, with its own rounds and restart budget
+    (trainer_contract/replica_groups.py). A REPLICA_GROUP that is no whole number is the worker's configuration
+    error, never a path."""
+    group = environ.get(replica_groups.GROUP, "").strip()
+    if not environ.get(replica_groups.GROUPS, "").strip() or not group.isdigit() or len(group) > 6:
+        return Path(output_dir)
+    return Path(output_dir) / GROUPS_DIRECTORY / str(int(group))
 
 
 def record_attempt(output_dir: Path, tokens: dict[int, str]) -> None:

@@ -24,12 +24,13 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 WORKER_CONTAINER = "worker"
 
 
-def pod_hostname(job: str, index: int) -> str:
+def pod_hostname(job: str, index: int | str) -> str:
     return f"{job}-{index}"
 
 
-def pod_address(job: str, index: int, service: str) -> str:
-    """The DNS name of pod ``index`` inside the namespace (the Service is the pods' subdomain)."""
+def pod_address(job: str, index: int | str, service: str) -> str:
+    """The DNS name of pod ``index`` (or the kubelet's $(JOB_COMPLETION_INDEX)) inside the namespace (the Service is
+    the pods' subdomain)."""
     return f"{pod_hostname(job, index)}.{service}"
 
 
@@ -42,6 +43,11 @@ def longest_name(replicas: int) -> int:
 def rendezvous_address(job: str, service: str) -> str:
     """Where torchrun's static rendezvous listens: pod 0."""
     return pod_address(job, 0, service)
+
+
+def lighthouse_name(job: str) -> str:
+    """The replica groups' Lighthouse: its Deployment, and its Service, which the groups reach it by."""
+    return f"{job}-lighthouse"
 
 
 def claim_name(job: str) -> str:

@@ -50,9 +50,9 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
-from trainer_contract import exit_codes, launcher, pod_environment, storage
+from trainer_contract import exit_codes, launcher, pod_environment, replica_groups, storage
 from trainer_contract.exit_codes import signal_exit_code
-from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger, volume_problem
+from trainer_contract.gang_ledger import WAIT_SECONDS, GangLedger, notes_root, volume_problem
 from trainer_contract.gang_rounds import (
     SLURM_RESTART_VARIABLE,
     GangRounds,
@@ -140,10 +140,12 @@ def unwritable(path: Path) -> str | None:
 
 def check_before_rendezvous(args) -> int | None:
     """An exit code when the pod must not join the rendezvous at all; None to go on."""
-    index = os.environ.get("JOB_COMPLETION_INDEX")
-    if index is not None and str(args.node_rank) != index.strip():
+    index = os.environ.get("JOB_COMPLETION_INDEX", "").strip()
+    if index.isdigit() and str(args.node_rank) != str(replica_groups.node_rank_of(os.environ, int(index))):
+        expected = "0 (with REPLICA_GROUPS each pod is a gang of its own)" if replica_groups.node_rank_of(
+            os.environ, 1) == 0 else "$(JOB_COMPLETION_INDEX)"
         say(f"configuration error: --node-rank={args.node_rank} but JOB_COMPLETION_INDEX={index}: pods would "
-            "take each other's ranks; run with --node-rank=$(JOB_COMPLETION_INDEX)")
+            f"take each other's ranks; run with --node-rank={expected}")
         return exit_codes.BAD_CONFIG
     run = quiet_kept_run(args)
     if run is None:
@@ -175,7 +177,7 @@ def gang_ledger(args, environ=os.environ) -> GangLedger | None:
     if output is None:
         return None
     nodes = int(str(args.nnodes).split(":")[-1])
-    return GangLedger(output, int(args.node_rank), nodes)
+    return GangLedger(notes_root(output, environ), int(args.node_rank), nodes)
 
 
 def upload_export(args, environ=os.environ) -> int:

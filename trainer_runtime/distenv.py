@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainer_contract.replica_groups import node_rank_of
 from trainer_contract.settings import ConfigError
 
 
@@ -74,7 +75,7 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
             problems.append(f"RANK: {rank} must be below WORLD_SIZE ({world})")
         if local_world < 1 or local_rank >= local_world:
             problems.append(f"LOCAL_RANK: {local_rank} must be below LOCAL_WORLD_SIZE ({local_world})")
-        if job_index is not None and group_rank != job_index:
+        if job_index is not None and group_rank != node_rank_of(environ, job_index):
             problems.append(
                 f"GROUP_RANK: this pod is node {group_rank} of the rendezvous but JOB_COMPLETION_INDEX is "
                 f"{job_index}; torchrun must run with --node-rank=$(JOB_COMPLETION_INDEX)"

@@ -60,7 +60,7 @@ def record_attempt(env: DistEnv, output_dir) -> None:
     token = os.environ.get(gang_ledger.TOKEN_VARIABLE)
     if token is None or not env.under_launcher or env.local_rank != 0:
         return
-    gang_ledger.record_attempt(output_dir, {env.group_rank: token})
+    gang_ledger.record_attempt(gang_ledger.notes_root(output_dir), {env.group_rank: token})
 
 
 def from_rank0(env: DistEnv, compute: Callable[[], Any]) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 from trainer_contract import checkpoint_layout as layout
 from trainer_contract.atomic import atomic_write
 from trainer_contract.gang_ledger import DIRECTORY as GANG_DIRECTORY
+from trainer_contract.gang_ledger import notes_root
 from trainer_contract.gang_rounds import GangRounds, in_place_settings, job_identity
 from trainer_contract.gang_timeline import totals
 from trainer_contract.metrics import ADDRESS_VARIABLE, METRICS, PATH, PORT_VARIABLE, PREFIX
@@ -137,9 +138,10 @@ class Live:
         (trainer_contract/gang_rounds.py)."""
         in_place, limit = in_place_settings(environ)
         job = job_identity(environ)
-        if not in_place or job is None or not (output_dir / GANG_DIRECTORY).is_dir():
+        root = notes_root(output_dir, environ)
+        if not in_place or job is None or not (root / GANG_DIRECTORY).is_dir():
             return
-        rounds = GangRounds(output_dir, 0, "", job)
+        rounds = GangRounds(root, 0, "", job)
         verdicts = rounds.verdicts()
         self._set("failed_rounds", sum(verdicts), counted="true")
         self._set("failed_rounds", len(verdicts) - sum(verdicts), counted="false")

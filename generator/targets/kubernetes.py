@@ -25,7 +25,7 @@ from generator.targets import network_policy as netpol
 from generator.targets.labels import LABEL_NAME, label_key_problem, label_problems
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
-from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, storage
+from trainer_contract import exit_codes, gang_rounds, launcher, metrics, names, replica_groups, storage
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.program_settings import OUTPUT_VARIABLE
 from trainer_contract.quantities import cpu_quantity, gib_quantity, parse_quantity
@@ -43,11 +43,16 @@ NODE_RANK = "$(JOB_COMPLETION_INDEX)"
 # Apply order, which the file names' numbers give (kubectl apply -f DIR reads them sorted): the NetworkPolicy
 # first, so that no pod of the job runs without it (numbered 0 so the others keep their names); the claim and
 # the ConfigMap before pods reference them, the Service before pod 0's name must resolve.
+# With replica groups, the Lighthouse (its policy, Deployment and Service) is applied before the Job: a group that
+# starts first finds it.
 _TEMPLATES = (
     (0, "NetworkPolicy", "kubernetes/networkpolicy.yaml.j2"),
+    (0, "NetworkPolicy", "kubernetes/lighthouse-networkpolicy.yaml.j2"),
     (1, "PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
     (2, "ConfigMap", "kubernetes/configmap.yaml.j2"),
     (3, "Service", "kubernetes/service.yaml.j2"),
+    (3, "Service", "kubernetes/lighthouse-service.yaml.j2"),
+    (3, "Deployment", "kubernetes/lighthouse-deployment.yaml.j2"),
     (4, "Job", "kubernetes/job.yaml.j2"),
 )
 
@@ -272,6 +277,46 @@ def credential_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[s
 
 
 @dataclass(frozen=True)
+class Lighthouse:
+    """The replica groups' Lighthouse (torchft's): a Deployment of one pod beside the Job and its Service."""
+
+    name: str
+    labels: Mapping[str, str]
+    selector_labels: Mapping[str, str]
+    command: tuple[str, ...]
+    port: int = replica_groups.LIGHTHOUSE_PORT
+    cpu: str = "500m"  # a heartbeat from every group 10 times a second, and a quorum per step
+    memory: str = "256Mi"
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.name}:{self.port}"
+
+
+def _lighthouse(spec: JobSpec, labels: Mapping[str, Mapping[str, str]]) -> Lighthouse | None:
+    if spec.min_replicas is None:
+        return None
+    return Lighthouse(names.lighthouse_name(spec.name), labels["lighthouse"],
+                      {key: labels["lighthouse"][key] for key in SELECTOR_LABELS},
+                      tuple(replica_groups.lighthouse_command(spec.min_replicas)))
+
+
+def _worker_env(spec: JobSpec) -> tuple[dict[str, Any], ...]:
+    """The worker container's own variables: the Job's uid, under which the launchers count the rounds they restart
+    in place (gang_rounds), and the node it runs on, named where a node that keeps failing leaves the gang; with
+    replica groups, the group's index and the name the other groups reach its pod by."""
+    own: tuple[dict[str, Any], ...] = (
+        {"name": gang_rounds.JOB_UID_VARIABLE, "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},
+        {"name": gang_rounds.NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "spec.nodeName"}}})
+    if spec.min_replicas is None:
+        return own
+    return own + ({"name": replica_groups.GROUP, "value": NODE_RANK},
+                  {"name": replica_groups.HOST, "value": names.pod_address(spec.name, NODE_RANK, spec.name)})
+
+
+@dataclass(frozen=True)
 class JobObjects:
     """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
 
@@ -307,6 +352,8 @@ class JobObjects:
     exit_fail_job: tuple[int, ...]
     exit_ignored: tuple[int, ...]
     network_policy: netpol.NetworkPolicyOptions | None = None  # rendered when enabled
+    lighthouse: Lighthouse | None = None  # with replica groups
+    job_backoff_limit: int = 0  # the Job-wide backoffLimit: backoff_limit, or with replica groups every group's
     shared_mount: str = launcher.SHARED_MOUNT
     metrics_port_name: str = metrics.PORT_NAME
     worker_container: str = names.WORKER_CONTAINER
@@ -323,7 +370,7 @@ def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, st
     }
     labels = {
         component: {**common_labels, "app.kubernetes.io/component": component}
-        for component in ("storage", "config", "rendezvous", "network", "worker")
+        for component in ("storage", "config", "rendezvous", "network", "worker", "lighthouse")
     }
     # The Kueue queue label goes on the Job only: Kueue admits Jobs, not their pods.
     labels["job"] = dict(labels["worker"])
@@ -339,7 +386,9 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
     if spec.gpu.accelerator is not None:
         selector[options.accelerator_label] = spec.gpu.accelerator
     # data and results on the shared volume by default; config_map may override them
-    config = dict(sorted({**spec.placement(launcher.SHARED_MOUNT), **spec.environment}.items()))
+    lighthouse = _lighthouse(spec, labels)
+    reached = {replica_groups.LIGHTHOUSE: lighthouse.address} if lighthouse is not None else {}
+    config = dict(sorted({**spec.placement(launcher.SHARED_MOUNT), **reached, **spec.environment}.items()))
     master_addr = names.rendezvous_address(spec.name, spec.name)
     volume = options.shared_volume
     return JobObjects(
@@ -356,6 +405,9 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
         # costs one failure: max_restarts is both the Job-wide and the per-index limit (see kubernetes/job.yaml.j2).
         backoff_limit=spec.max_restarts,
+        # with replica groups each group has its own budget (its index's); the Job's is theirs together
+        job_backoff_limit=spec.max_restarts * (spec.replicas if lighthouse is not None else 1),
+        lighthouse=lighthouse,
         cpu=cpu_quantity(spec.cpu_cores),
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
@@ -365,12 +417,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
             (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
             if spec.checkpoint_signing is not None else ()),
         stage_env=tuple(_env_var(EnvVar(name, value_from=ref)) for name, ref in spec.secret_uris.items()),
-        # the Job's uid, under which the launchers count the rounds they restart in place (gang_rounds)
-        # and the node it runs on, named where a node that keeps failing leaves the gang
-        worker_env=({"name": gang_rounds.JOB_UID_VARIABLE, "valueFrom": {"fieldRef": {
-            "apiVersion": "v1", "fieldPath": f"metadata.labels['{names.JOB_UID_LABEL}']"}}},
-                    {"name": gang_rounds.NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {
-                        "apiVersion": "v1", "fieldPath": "spec.nodeName"}}}),
+        worker_env=_worker_env(spec),
         stage_secrets=(options.storage_secret,) if options.storage_secret else (),
         worker_secrets=(options.storage_secret,) if options.storage_secret and uploads(spec) else (),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
@@ -442,7 +489,9 @@ def render_manifests(spec: JobSpec, directory: Path | None = None, *, target: st
             raise TemplateError(f"templates/{template_name} rendered invalid YAML: {exc}") from None
         if not isinstance(document, dict) or document.get("kind") != kind:
             raise TemplateError(f"templates/{template_name} must render one {kind} object")
-        manifests.append(Manifest(kind, f"{order}-{kind.lower()}.yaml", text))
+        # the Lighthouse's objects are named after it: another of the same kind has the plain name
+        lighthouse = "lighthouse-" if "/lighthouse-" in template_name else ""
+        manifests.append(Manifest(kind, f"{order}-{lighthouse}{kind.lower()}.yaml", text))
     return manifests
 
 

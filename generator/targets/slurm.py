@@ -105,6 +105,9 @@ def slurm_problems(spec: JobSpec) -> Iterable[str]:
         yield "env_from_secrets: Slurm has no Secrets; export the variables in slurm.setup instead"
     if spec.extra_volumes:
         yield "extra_volumes: Slurm mounts no volumes; use the path of a shared filesystem instead"
+    if spec.replica_groups:
+        yield ("fault_tolerance.replica_groups: not on Slurm yet (its batch script would start the Lighthouse on the "
+               "batch host); Kubernetes and local-job run them. Set it to false for --target slurm")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ hook of trainer_contract.hooks: the worker itself knows nothing of it.
     FAULT_INJECT="sigkill-pod@download,rank=0"                 rank 0's pod dies while the others wait for the data
     FAULT_INJECT="sigterm-pod@batch=2.2,rank=0; sleep=30@checkpoint=2,rank=0"   preempted; the save is too slow
     FAULT_INJECT="sigkill-pod@completed,rank=0,attempt=0"      pod 0 dies after its followers have left
+    FAULT_INJECT="ledger@committed"                            every committed step's examples, into a file
 
 Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
 
@@ -19,20 +20,24 @@ Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` 
              written=N    once the N-th checkpoint of this start is on disk (asynchronous saves: while the
                           training has gone on), so a kill there is a kill after that checkpoint
              completed    after the run completed (model saved, every rank released), before the exit
+             committed    a replica group's step committed (worker.mnist.replicated); context: group, step, examples
     actions  sigkill      this process dies (SIGKILL)
              sigkill-pod  the pod dies: torchrun (the container's main process) and this process, SIGKILL
              sigterm-pod  the pod is preempted: SIGTERM to torchrun, as the kubelet sends it; training goes on
              exit=CODE    this process exits with CODE at once
              sleep=S      this process stalls S seconds
+             ledger       the point's context as a line of OUTPUT_DIR/.faults/ledger-group<G>-rank<R>.jsonl (with
+                          REPLICA_GROUP), so that a test can account for every example a committed step took
 
-``attempt`` is how many times this rank had started before in this OUTPUT_DIR (counted in
-OUTPUT_DIR/.faults/ only while FAULT_INJECT is set), so a fault can fire on the first start and not after the
+``attempt`` is how many times this rank (of its replica group, with REPLICA_GROUP) had started before in this
+OUTPUT_DIR (counted in OUTPUT_DIR/.faults/ only while FAULT_INJECT is set), so a fault can fire on the first start and not after the
 gang restarts: keyed on rank and restart count, as the Kubernetes Job and TorchElastic tests inject theirs.
 Never set it in production: it exists to prove that nothing is lost when these things happen for real.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -47,8 +52,8 @@ from trainer_contract.settings import ConfigError
 from trainer_contract.warm_start import launcher_pid
 
 ENV = "FAULT_INJECT"
-_ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|exit=\d+|sleep=\d+(\.\d+)?)"
-                    r"@(?P<point>start|batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed)"
+_ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|ledger|exit=\d+|sleep=\d+(\.\d+)?)"
+                    r"@(?P<point>start|batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed|committed)"
                     r"(?P<filters>(,(rank|attempt)=\d+)*)$")
 
 
@@ -82,7 +87,8 @@ def parse(text: str) -> list[Fault]:
 def count_start(directory: Path, rank: int) -> int:
     """This rank's earlier starts in ``directory``; records this one."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"rank-{rank}.starts"
+    group = os.environ.get("REPLICA_GROUP")  # a replica group's ranks are counted apart from another's
+    path = directory / (f"rank-{rank}.starts" if group is None else f"group{group}-rank-{rank}.starts")
     earlier = int(path.read_text()) if path.exists() else 0
     path.write_text(str(earlier + 1))
     return earlier
@@ -92,8 +98,8 @@ class FaultInjector:
     """The faults of FAULT_INJECT that apply to this rank on this start; ``on(point)`` fires them."""
 
     def __init__(self, faults: list[Fault], rank: int, attempt: int, log: Callable[[str], None],
-                 parent_is_launcher: bool = True):
-        self.rank, self.attempt, self.log = rank, attempt, log
+                 parent_is_launcher: bool = True, output_dir: Path | None = None):
+        self.rank, self.attempt, self.log, self.output_dir = rank, attempt, log, output_dir
         self.faults = [f for f in faults if f.rank in (None, rank) and f.attempt in (None, attempt)]
         # the "pod" actions signal torchrun (also from a warm worker, whose parent is the warm server); without it
         # (plain `python -m worker`) they act on this process
@@ -115,6 +121,12 @@ class FaultInjector:
         elif name == "checkpoint":
             self.checkpoints += 1
             self.in_checkpoint = True
+        elif name == "committed":
+            for fault in self.faults:
+                if fault.point == "committed" and fault.action == "ledger":
+                    self._ledger(context)
+                elif fault.point == "committed":
+                    self._fire(fault)
         elif name == "checkpoint-written":
             self.written += 1
             self.at(f"written={self.written}")
@@ -125,6 +137,13 @@ class FaultInjector:
                     self.at(point)
         else:
             self.at(name)
+
+    def _ledger(self, context: dict) -> None:
+        assert self.output_dir is not None, "ledger needs the run's OUTPUT_DIR"
+        group = os.environ.get("REPLICA_GROUP", "0")
+        path = self.output_dir / ".faults" / f"ledger-group{group}-rank{self.rank}.jsonl"
+        with path.open("a") as ledger:
+            ledger.write(json.dumps(context) + "\n")
 
     def _fire(self, fault: Fault) -> None:
         self.log(f"{ENV}: {fault.action} at {fault.point} (attempt {self.attempt})")
@@ -155,7 +174,7 @@ class FaultHook:
             faults = parse(self.text)
             attempt = count_start(Path(context["output_dir"]) / ".faults", context["rank"]) if faults else 0
             self.injector = FaultInjector(faults, context["rank"], attempt, context["log"],
-                                          context["under_launcher"])
+                                          context["under_launcher"], Path(context["output_dir"]))
             self.injector.at("start")
         elif self.injector is not None:
             self.injector.on(name, **context)

@@ -39,6 +39,9 @@ MATRIX = {
                     "{name: settings, mount_path: /etc/settings, config_map: team-settings}, "
                     "{name: datasets, mount_path: /datasets, claim: team-datasets, read_only: true}, "
                     "{name: scratch, mount_path: /scratch, empty_dir: {size: 10}}]"],
+    # every pod a replica group, its Lighthouse beside the Job, and the policies between them
+    "replica-groups": ["name=mnist-groups", "replicas=3", "fault_tolerance.replica_groups=true",
+                       "fault_tolerance.min_replicas=2", "network_policy.enabled=true", "priority_class_name=high"],
     "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
                                      "resources.gpu.accelerator_count=2"],
     # a built-in workload: its own --check-config and the defaults it shows, its variables checked

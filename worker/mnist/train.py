@@ -4,6 +4,7 @@ PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTE
 from __future__ import annotations
 
 import io
+import os
 import time
 import warnings
 
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer_contract import exit_codes, hooks
+from trainer_contract import exit_codes, hooks, replica_groups
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
@@ -259,6 +260,12 @@ class Trainer:
         """Training images processed by all ranks up to ``position``: the curves' x-axis."""
         return position.epoch * len(self.images) + self.batches.examples_before(position.step)
 
+    def evaluate_gang(self) -> tuple[int, int]:
+        """The gang's test images right and counted."""
+        correct, tested = self.evaluate()
+        total_correct, total_tested = self.all_sum([correct, tested])
+        return int(total_correct), int(total_tested)
+
     def save_model(self, result: dict) -> None:
         """Rank 0 writes model.pt, then model.json (the mark of a finished run); every rank waits for it, so no
         pod of the gang leaves before the model is on the volume (an index that succeeds never has to come back
@@ -267,21 +274,26 @@ class Trainer:
         # plain tensors on rank 0, gathered from every rank under fsdp
         weights = self.parallel.full_model_state() if self.env.is_rank0 or self.parallel.shards_parameters else None
         if self.env.is_rank0:
-            buffer = io.BytesIO()
-            torch.save(weights, buffer)
-            atomic_write(self.config.output_dir / finished_run.MODEL_WEIGHTS, buffer.getvalue())
-            write_summary(self.config.output_dir / finished_run.MODEL_SUMMARY, {
-                "accuracy": result.get("accuracy"), "loss": result.get("loss"), "epochs": self.config.epochs,
-                "world_size": self.env.world_size, "parameters": self.parameters, "model": "worker.mnist.model.MnistCNN",
-                "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
-                "config": finished_run.recorded_config(self.config)}, self.started_at)
-            self.log(f"model saved to {self.config.output_dir / finished_run.MODEL_WEIGHTS} (test accuracy "
-                     f"{result.get('accuracy') or 0:.4f})")
-            if self.config.export_dir is not None:
-                names = finished_run.write_export(self.config.output_dir, self.config.export_dir)
-                self.log(f"model exported to {self.config.export_dir} ({', '.join(names)})")
+            self.write_model(weights, result, self.env.world_size)
         if self.distributed:
             dist.barrier()
+
+    def write_model(self, weights: dict | None, result: dict, world_size: int, **recorded) -> None:
+        """model.pt, then model.json (the mark of a finished run) and the export, by the one process that writes
+        them; ``recorded``: more of the run for model.json."""
+        buffer = io.BytesIO()
+        torch.save(weights, buffer)
+        atomic_write(self.config.output_dir / finished_run.MODEL_WEIGHTS, buffer.getvalue())
+        write_summary(self.config.output_dir / finished_run.MODEL_SUMMARY, {
+            "accuracy": result.get("accuracy"), "loss": result.get("loss"), "epochs": self.config.epochs,
+            "world_size": world_size, "parameters": self.parameters, "model": "worker.mnist.model.MnistCNN",
+            "data": self.data_source,  # mnist, or mnist-sample (the digits shipped with the worker)
+            "config": finished_run.recorded_config(self.config), **recorded}, self.started_at)
+        self.log(f"model saved to {self.config.output_dir / finished_run.MODEL_WEIGHTS} (test accuracy "
+                 f"{result.get('accuracy') or 0:.4f})")
+        if self.config.export_dir is not None:
+            names = finished_run.write_export(self.config.output_dir, self.config.export_dir)
+            self.log(f"model exported to {self.config.export_dir} ({', '.join(names)})")
 
     def close(self, failed: bool) -> None:
         if hasattr(self, "checkpoints"):
@@ -300,7 +312,13 @@ def run(config: TrainConfig, env: DistEnv) -> int:
 
 def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     """The run inside the shell (``log`` is the shell's; the Trainer's progress writes the same lines): set up,
-    train, save the model; its exit code, or a failure the shell maps to one."""
+    train, save the model; its exit code, or a failure the shell maps to one. With REPLICA_GROUPS, as one replica
+    group of several (worker.mnist.replicated)."""
+    groups = replica_groups.from_environ(os.environ)
+    if groups is not None:
+        from worker.mnist import replicated
+
+        return replicated.train_run(config, env, log, store, groups)
     trainer = Trainer(config, env, store)
     failed = True
     try:

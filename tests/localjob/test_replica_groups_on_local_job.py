@@ -1,0 +1,60 @@
+"""Replica groups as gen-manifests renders them (fault_tolerance.replica_groups), under local-job: the Lighthouse's
+Deployment runs beside the Job, and a pod lost whole, index 0 included, costs only its own group."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import OUTSIDE
+from tests.localjob.test_gang_on_local_job import evict
+from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, volume
+from tests.mnist.launch import fault_env, read_until
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torchft", reason="replica groups need the [replicas] extra (torchft)")
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_pod_lost_whole_costs_its_group_and_the_other_keeps_stepping(tmp_path, lost):
+    """Two groups, each one pod; once the job is 20 steps in, `local-job delete` of index ``lost``'s pod (as
+    kubectl delete pod: SIGTERM, counted). The other group steps on alone with the whole step's examples while the
+    Job replaces the pod, whose new group joins a later quorum with the survivor's weights and step; the Job
+    completes, every group writes the model."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "fault_tolerance.replica_groups=true", "max_restarts=1",
+                       "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
+    (tmp_path / "job.yaml").write_bytes(manifests)
+    # every step lasts 0.05 s at least: the replacement's start (seconds) is many of the survivor's steps
+    env = fault_env("sleep=0.05@batch")
+    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml", env=env),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE,
+                               start_new_session=True)
+    seen: list[str] = []
+    try:
+        assert read_until(process, "Rank 0: step 20/192 (epoch 1)", 180, seen), "".join(seen[-50:])
+        assert "Deployment mnist-train-lighthouse: torchft's Lighthouse on 127.0.0.1" in "".join(seen)
+        asked = evict(tmp_path / "root", lost, "delete")
+        assert asked.returncode == 0, asked.stderr
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        process.kill() if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    survivor = 1 - lost
+    alone = [int(step) for step in re.findall(
+        rf"^\[mnist-train-{survivor}-\w{{5}}\] Rank 0: step (\d+)/192 \(epoch \d\), loss=\S+ on this rank's 16 "
+        r"examples, 1 of 2 groups stepping$", log, re.M)]
+    joined = [int(step) for step in re.findall(
+        rf"^\[mnist-train-{lost}-\w{{5}}\] Rank 0: group{lost} joined at step (\d+), its state from a peer", log, re.M)]
+    deleted_at = max(int(step) for step in re.findall(
+        rf"^\[mnist-train-{lost}-\w{{5}}\] Rank 0: step (\d+)/192", log, re.M) if int(step) < 60)
+    # the survivor stepped alone past where the lost group was, and the new group joined where it had got to
+    assert alone and joined and max(alone) > deleted_at + 5, (deleted_at, alone, joined)
+    assert joined[-1] >= max(alone), (alone, joined)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["condition"]["type"] == "Complete"
+    assert status["restarts"] == {str(lost): 1, str(survivor): 0}
+    summary = json.loads((claim / "runs" / "mnist-train" / "model.json").read_text())
+    assert summary["replica_groups"] == 2 and summary["accuracy"] > 0.9

@@ -1,0 +1,109 @@
+"""Replica groups on one machine, as a Job's pods would run them: torchft's real Lighthouse and one launcher per group
+(trainer_launcher, restarting its workers in place), the MNIST worker in each (worker/mnist/replicated.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, OUTSIDE
+from tests.mnist.launch import free_port, kill_tree, start, worker_env
+from trainer_contract import replica_groups
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torchft", reason="replica groups need the [replicas] extra (torchft)")
+
+
+class Lighthouse:
+    """torchft's Lighthouse as the Job's Deployment runs it (trainer_contract.replica_groups.lighthouse_command)."""
+
+    def __init__(self, min_replicas: int = 1):
+        self.port = free_port()
+        command = replica_groups.lighthouse_command(min_replicas, self.port)
+        self.process = subprocess.Popen([str(BIN / command[0]), *command[1:]], env={"RUST_LOG": "warn"},
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=OUTSIDE,
+                                        start_new_session=True)
+        self.address = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Lighthouse:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        kill_tree(self.process)
+        self.process.wait()
+
+
+def group_command(processes: int) -> list[str]:
+    """A group's pod: its launcher, restarting its workers in place up to 3 times."""
+    return [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={processes}",
+            "--max-restarts=3", "-m", "worker"]
+
+
+def run_groups(lighthouse: Lighthouse, data: Path, output: Path, faults: dict[int, str], groups: int = 2,
+               processes: int = 1, timeout: float = 300, **settings) -> list[tuple[int, str]]:
+    """Every group's launcher on one OUTPUT_DIR (the volume); each group's exit code and output."""
+    started = []
+    for group in range(groups):
+        # every step lasts 0.1 s at least, so that a group's restart (seconds) is many steps of the others
+        spec = "; ".join(part for part in ("ledger@committed; sleep=0.1@batch", faults.get(group)) if part)
+        env = worker_env(data, output, EPOCHS=2, BATCH_SIZE=16, LOG_INTERVAL=1, OMP_NUM_THREADS=1,
+                         REPLICA_GROUPS=groups, REPLICA_GROUP=group, TORCHFT_LIGHTHOUSE=lighthouse.address,
+                         FAULT_INJECT=spec, **settings)
+        started.append(start(group_command(processes), env))
+    results = []
+    try:
+        for process in started:
+            results.append((process.wait(timeout=timeout), process.stdout.read()))
+    finally:
+        for process in started:
+            kill_tree(process)
+    return results
+
+
+def ledger(output: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted((output / ".faults").glob("ledger-*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_a_killed_group_costs_that_group_and_every_example_is_taken_once_an_epoch(tmp_path, small_dir):
+    """Group 1's worker dies before its 10th step; its launcher restarts it in place and the restart takes 4 s
+    more to set up. Group 0 steps on alone meanwhile (with the whole step's examples), group 1 joins a later quorum
+    with group 0's weights and step, and both finish. Every committed step took exactly its examples: each epoch's
+    images once, whatever group took them."""
+    output = tmp_path / "out"
+    with Lighthouse() as lighthouse:
+        (code0, out0), (code1, out1) = run_groups(
+            lighthouse, small_dir, output, {1: "sigkill@batch=1.10,attempt=0; sleep=4@start,attempt=1"})
+    assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
+    assert "FAULT_INJECT: sigkill at batch=1.10" in out1
+    assert "Traceback" not in out0 + out1, out0[-3000:] + out1[-3000:]
+    # group 0 went on stepping alone while group 1 restarted, and group 1 joined where group 0 had got to (a group
+    # that starts first may also step alone until the other joins)
+    alone = [int(step) for step in re.findall(r"step (\d+)/\d+ \(epoch \d\), loss=\S+ on this rank's 32 examples, "
+                                               r"1 of 2 groups stepping", out0) if int(step) >= 10]
+    joins = [int(step) for step in re.findall(r"group1 joined at step (\d+), its state from a peer in [\d.]+ s: 2 of 2 "
+                                              r"groups stepping", out1)]
+    assert alone and joins, out0[-3000:] + out1[-3000:]
+    assert joins[-1] >= max(alone) > 10, (alone, joins)
+    assert "1 of 2 groups stepping from step" in out0 and "step 10 did not commit" in out0
+    # every committed step took its own examples once, every epoch took every image once
+    steps: dict[int, list[int]] = {}
+    for line in ledger(output):
+        steps.setdefault(line["step"], []).extend(line["examples"])
+    per_step = 16 * 2
+    images = 1024
+    assert sorted(steps) == list(range(2 * images // per_step))
+    for epoch in range(2):
+        taken = [example for step in range(epoch * 32, (epoch + 1) * 32) for example in steps[step]]
+        assert sorted(taken) == list(range(images)), f"epoch {epoch + 1}"
+        assert all(len(steps[step]) == per_step for step in range(epoch * 32, (epoch + 1) * 32))
+    # every group wrote the model (the Job succeeds with the first group to finish: none waits for another)
+    assert out0.count("model saved to") == out1.count("model saved to") == 1
+    summary = json.loads((output / "model.json").read_text())
+    assert summary["replica_groups"] == 2 and summary["world_size"] == 2
+    assert summary["accuracy"] > 0.9

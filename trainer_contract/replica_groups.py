@@ -1,0 +1,133 @@
+"""Replica groups, read without torch: the variables that make each pod (Kubernetes) or node (Slurm) one replica
+group of a job whose groups keep stepping when another fails (torchft), and how a step's examples are shared.
+
+Within a group its processes train as one gang, as without replica groups; across groups the model is replicated
+and a Lighthouse (torchft's) forms a quorum of the groups at every step. A group that fails costs that group: the
+others go on stepping, and it rejoins a later quorum taking the weights from a peer.
+
+    REPLICA_GROUP       this group's index (the pod's completion index), 0..REPLICA_GROUPS-1
+    REPLICA_GROUPS      the job's groups: a step's examples are BATCH_SIZE x processes per group x this many,
+                        shared by the groups in the step's quorum, whichever they are
+    MIN_REPLICAS        the fewest groups that step (default 1); fewer wait for the next quorum
+    TORCHFT_LIGHTHOUSE  the Lighthouse's address (torchft's own variable): http://HOST:PORT
+    REPLICA_GROUP_HOST  the name the other groups reach this group's pod by (its manager, its store, the state a
+                        joining group takes from it); default: the host's name, which a Kubernetes pod's peers
+                        cannot resolve (the render sets <job>-<index>.<service>)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from trainer_contract.settings import ConfigError
+
+GROUP = "REPLICA_GROUP"
+GROUPS = "REPLICA_GROUPS"
+MIN_REPLICAS = "MIN_REPLICAS"
+LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
+HOST = "REPLICA_GROUP_HOST"
+
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+# The Lighthouse's port: the render's Service, local-job and the Slurm script serve it there.
+LIGHTHOUSE_PORT = 29510
+# Each group is a gang of one pod (node): its torchrun's store is on itself, on every interface, where the other
+# groups reach it at REPLICA_GROUP_HOST.
+GROUP_STORE_ADDRESS = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ReplicaGroups:
+    group: int  # this group's index
+    groups: int  # the job's groups
+    min_replicas: int  # the fewest that step
+    lighthouse: str  # the Lighthouse's address
+    host: str | None = None  # how the other groups reach this one; None: the host's name
+
+    @property
+    def replica_id(self) -> str:
+        """This group's name at the Lighthouse: torchft reads a group's index from its name's trailing digits."""
+        return f"group{self.group}"
+
+
+def _whole(environ: Mapping[str, str], name: str, least: int, problems: list[str]) -> int:
+    raw = environ.get(name, "").strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        problems.append(f"{name}: {raw!r} must be a whole number of {least} or more")
+        return least
+    if value < least:
+        problems.append(f"{name}: {raw!r} must be {least} or more")
+    return value
+
+
+def from_environ(environ: Mapping[str, str]) -> ReplicaGroups | None:
+    """This process's replica groups; None where REPLICA_GROUPS is unset or empty (the job is one gang).
+    ConfigError naming each wrong variable."""
+    if not environ.get(GROUPS, "").strip():
+        return None
+    problems: list[str] = []
+    groups = _whole(environ, GROUPS, 1, problems)
+    group = _whole(environ, GROUP, 0, problems)
+    min_replicas = _whole(environ, MIN_REPLICAS, 1, problems) if environ.get(MIN_REPLICAS, "").strip() else 1
+    if not problems and group >= groups:
+        problems.append(f"{GROUP}: {group} must be below {GROUPS} ({groups})")
+    if not problems and min_replicas > groups:
+        problems.append(f"{MIN_REPLICAS}: {min_replicas} must be at most {GROUPS} ({groups})")
+    lighthouse = environ.get(LIGHTHOUSE, "").strip()
+    if not _is_address(lighthouse):
+        problems.append(f"{LIGHTHOUSE}: {lighthouse!r} must be the Lighthouse's http://HOST:PORT (set with {GROUPS})")
+    host = environ.get(HOST, "").strip() or None
+    if host is not None and not _is_host(host):
+        problems.append(f"{HOST}: {host!r} must be a host name (letters, digits, '-' and '.') or an IPv4 address")
+    if problems:
+        raise ConfigError(problems)
+    return ReplicaGroups(group, groups, min_replicas, lighthouse, host)
+
+
+def node_rank_of(environ: Mapping[str, str], index: int) -> int:
+    """The node rank of the pod of completion index ``index``: the index, or 0 in a replica group (each pod is a
+    gang of its own)."""
+    return 0 if environ.get(GROUPS, "").strip() else index
+
+
+def _is_host(text: str) -> bool:
+    """A DNS name or an IPv4 address (an IPv6 address would need brackets in torchft's URLs)."""
+    return len(text) <= 253 and all(_LABEL.match(label) for label in text.removesuffix(".").split("."))
+
+
+def _is_address(text: str) -> bool:
+    try:
+        parsed = urlparse(text)
+        return parsed.scheme in ("http", "https") and bool(parsed.hostname) and parsed.port is not None \
+            and parsed.path in ("", "/") and not (parsed.query or parsed.fragment or parsed.username)
+    except ValueError:  # a port out of range
+        return False
+
+
+def share_of(count: int, parts: int, part: int) -> tuple[int, int]:
+    """The ``[start, stop)`` of part ``part`` of ``parts`` of ``count`` examples: contiguous, in order, sizes that
+    differ by at most one (the first ``count % parts`` parts one larger). Every example is in exactly one part."""
+    if not 0 <= part < parts:
+        raise ValueError(f"part {part} of {parts}")
+    size, larger = divmod(count, parts)
+    start = part * size + min(part, larger)
+    return start, start + size + (1 if part < larger else 0)
+
+
+# A group whose process died stops heartbeating: after this long the Lighthouse forms quorums without it, so the
+# survivors of a two-group job wait about this long, not torchft's 5 s (heartbeats go every 100 ms).
+HEARTBEAT_TIMEOUT_MS = 1000
+# How long a quorum waits for a group that heartbeats but has not asked to join (it is still setting up): its
+# manager starts once its model is built, so this is short.
+JOIN_TIMEOUT_MS = 1000
+
+
+def lighthouse_command(min_replicas: int, port: int = LIGHTHOUSE_PORT) -> list[str]:
+    """torchft's Lighthouse, as the render's Deployment, local-job and the Slurm script run it."""
+    return ["torchft_lighthouse", f"--min_replicas={min_replicas}", f"--bind=[::]:{port}",
+            f"--join_timeout_ms={JOIN_TIMEOUT_MS}", f"--heartbeat_timeout_ms={HEARTBEAT_TIMEOUT_MS}"]

@@ -1,0 +1,148 @@
+"""This process's part in its replica group (trainer_contract/replica_groups.py) through torchft's Manager: the
+step's quorum of groups, this rank's share of the step's examples, the gradients summed across the groups that
+step, and whether the step commits.
+
+The quorum is taken at the start of every step, not beside its forward pass (torchft's use_async_quorum=False), so
+that a step's examples are shared by exactly the groups that step: a step's examples are fixed by its number
+whatever the quorum (trainer_contract.replica_groups.share_of), the gradient is their sum over every group divided
+by their count, and a step that does not commit (a group failed in it) is taken again by the next quorum with the
+same examples. So no example is skipped or seen twice across a fault or a resize, and the learning follows the
+committed steps alone, as the uninterrupted run's. A group that joins (a new pod, a restarted one) takes the
+weights, the optimizer's state and the step from a peer during that quorum (torchft's checkpoint transport), not
+from a checkpoint.
+
+Within a group, its processes first sum their gradients on the group's own process group (the training's), then
+the group's ranks of the same local rank sum them across the groups on torchft's process group, which it
+reconfigures at each new quorum.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from trainer_contract.replica_groups import ReplicaGroups, share_of
+from trainer_runtime.distenv import DistEnv
+
+# A collective across the groups, a peer's answer about the commit, a recovery's transfer: a dead peer's gloo
+# connection closes at once, so this bounds only a peer that hangs (a node lost without a reset).
+TIMEOUT = timedelta(seconds=60)
+# A group alone, below MIN_REPLICAS, waits this long for the others before it fails (its launcher restarts it).
+QUORUM_TIMEOUT = timedelta(minutes=15)
+
+
+class ReplicaGroup:
+    """The Manager of this rank's group; ``state()``/``load(state)`` give and take what a joining group recovers
+    from a peer (the model, the optimizer, the schedule)."""
+
+    def __init__(self, groups: ReplicaGroups, env: DistEnv, device: torch.device, state: Callable[[], dict],
+                 load: Callable[[dict], None], log: Callable[[str], None]):
+        os.environ.setdefault("RUST_LOG", "warn")  # torchft's servers say each quorum at info: ours say changes
+        import torchft  # an extra (indexed-trainer[replicas]); the caller checked it is there
+
+        _say_in_one_line(logging.getLogger("torchft"), env.rank)
+        # torchft's transport reads a recovered state from a bytes buffer; its tensors are copied on load
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        self.groups, self.env, self.log = groups, env, log
+        from torchft.checkpointing import HTTPTransport
+
+        cross = torchft.ProcessGroupNCCL(timeout=TIMEOUT) if device.type == "cuda" else \
+            torchft.ProcessGroupGloo(timeout=TIMEOUT)
+        host = groups.host or socket.gethostname()
+
+        class Reachable(HTTPTransport):
+            """torchft's transport of a joining group's state, at the name the other groups reach this pod by
+            (torchft's own says the host's name, which another pod cannot resolve)."""
+
+            def address(self) -> str:
+                return f"http://{host}:{self._server.socket.getsockname()[1]}/checkpoint/"
+
+        # the group's store is torchrun's (MASTER_PORT, on every interface); the other groups reach it by ``host``
+        self.manager = torchft.Manager(
+            pg=cross, load_state_dict=load, state_dict=state, min_replica_size=groups.min_replicas,
+            use_async_quorum=False, timeout=TIMEOUT, quorum_timeout=QUORUM_TIMEOUT, rank=env.rank,
+            world_size=env.world_size, replica_id=groups.replica_id, lighthouse_addr=groups.lighthouse,
+            hostname=host, store_addr=host, store_port=int(os.environ["MASTER_PORT"]),
+            checkpoint_transport=Reachable(timeout=TIMEOUT, num_chunks=0))
+        self.participants = 0  # in the last quorum
+        self.attempted = self.committed = 0  # steps this process took, and those that committed
+
+    @property
+    def step(self) -> int:
+        """The job's committed steps (a group that joined took them from its peer)."""
+        return self.manager.current_step()
+
+    def begin(self) -> tuple[int, int]:
+        """The step's quorum (a joining group recovers here): this group's part and the number of parts, for
+        ``share_of``. A change of the quorum's size is said in one line."""
+        before, started = self.manager.current_step(), time.perf_counter()
+        self.manager.start_quorum()
+        participants, part = self.manager.num_participants(), self.manager.participating_rank()
+        if self.manager.current_step() != before:
+            self.log(f"{self.groups.replica_id} joined at step {self.manager.current_step()}, its state from a peer "
+                     f"in {time.perf_counter() - started:.1f} s: {participants} of {self.groups.groups} groups "
+                     "stepping")
+        elif participants != self.participants and self.participants:
+            self.log(f"{participants} of {self.groups.groups} groups stepping from step {before} (were "
+                     f"{self.participants})")
+        self.participants = participants
+        self.attempted += 1
+        assert part is not None, "every group in a quorum taken at the step's start steps"
+        return part, participants
+
+    def mine(self, count: int, part: int, parts: int) -> tuple[int, int]:
+        """This rank's ``[start, stop)`` of the step's ``count`` examples: its group's part, then its own of that."""
+        start, stop = share_of(count, parts, part)
+        mine_start, mine_stop = share_of(stop - start, self.env.world_size, self.env.rank)
+        return start + mine_start, start + mine_stop
+
+    def sum_gradients(self, parameters: Sequence[torch.Tensor], examples: int) -> None:
+        """Every parameter's gradient becomes the sum over every group's ranks divided by the step's ``examples``
+        (each rank's backward summed its examples' losses). A failure across the groups is the Manager's: the
+        step then does not commit."""
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters])
+        if self.env.world_size > 1:
+            dist.all_reduce(flat)  # the group's own: a peer lost here fails this group (its launcher restarts it)
+        self.manager.allreduce(flat, reduce_op=dist.ReduceOp.SUM).wait()
+        flat /= max(examples, 1)
+        offset = 0
+        for parameter in parameters:
+            size = parameter.numel()
+            parameter.grad = flat[offset:offset + size].view_as(parameter).clone()
+            offset += size
+
+    def commit(self) -> bool:
+        """Whether every group's rank finished the step (then the caller steps its optimizer)."""
+        committed = self.manager.should_commit()
+        self.committed += int(committed)
+        return committed
+
+    def close(self) -> None:
+        self.manager.shutdown(wait=False)
+
+
+class _OneLine(logging.Handler):
+    """torchft's warnings and errors (a peer's failure it recovers from) as one line each, without the traceback
+    its logger adds: a group's failure is expected here, and said by the quorum's lines."""
+
+    def __init__(self, rank: int):
+        super().__init__(logging.WARNING)
+        self.rank = rank
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().strip().splitlines()
+        print(f"Rank {self.rank}: torchft: {text[0] if text else record.levelname}", flush=True)
+
+
+def _say_in_one_line(logger: logging.Logger, rank: int) -> None:
+    if not any(isinstance(handler, _OneLine) for handler in logger.handlers):
+        logger.addHandler(_OneLine(rank))
+    logger.propagate = False

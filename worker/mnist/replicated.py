@@ -1,0 +1,171 @@
+"""The MNIST worker as one replica group of several (REPLICA_GROUPS; trainer_runtime/replica_groups.py): the groups
+in each step's quorum share its examples, a failed group costs that group, and a group that joins takes the
+weights from a peer.
+
+A step takes the epoch's next BATCH_SIZE x processes per group x REPLICA_GROUPS examples, in the order of the
+uninterrupted run, whichever groups step; the learning rate follows the committed steps. Every group that
+finishes writes the model (the same weights, each file renamed into place whole), so that the Job, which succeeds
+with its first group to finish (successPolicy), never ends a pod that the model still waits for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainer_contract import exit_codes, hooks
+from trainer_contract.program_settings import TrainConfig
+from trainer_contract.replica_groups import ReplicaGroups
+from trainer_runtime.checkpoints.store import CheckpointStore
+from trainer_runtime.distenv import DistEnv
+from trainer_runtime.failures import Refusal
+from trainer_runtime.finished_run import finished_run_of
+from trainer_runtime.replica_groups import ReplicaGroup
+from trainer_runtime.sampler import RankBatches
+from worker.mnist.train import Trainer
+
+# What each group's processes combine their gradients with: one flat sum, whatever STRATEGY names (allreduce and
+# ddp are the same sum; a sharded strategy's replica-group form is not here yet).
+REPLICATED = ("allreduce", "ddp")
+
+
+class ReplicatedTraining:
+    """The Trainer's set-up, data, model and evaluation; the steps of the job's quorums."""
+
+    def __init__(self, trainer: Trainer, groups: ReplicaGroups):
+        self.trainer, self.groups = trainer, groups
+        config, env = trainer.config, trainer.env
+        trainer._load_data(trainer._join_gang())
+        trainer._build_model()  # every group starts from SEED's weights; a group that joins later takes its peer's
+        self.model, self.optimizer, self.log0 = trainer.model, trainer.optimizer, trainer.log0
+        self.step_examples = config.batch_size * env.world_size * groups.groups
+        self.steps_per_epoch = math.ceil(len(trainer.images) / self.step_examples)
+        self.total = config.epochs * self.steps_per_epoch
+        self.scheduler = trainer.make_scheduler(0)
+        self.order = RankBatches(len(trainer.images), self.step_examples, 0, 1, config.seed, True, pad=False)
+        self.epoch_order: tuple[int, torch.Tensor] | None = None
+        self.group = ReplicaGroup(groups, env, trainer.device, self.state, self.load, self.log0)
+        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.log0(f"{groups.replica_id} of {groups.groups} replica groups ({env.world_size} processes each): "
+                  f"{self.steps_per_epoch} steps per epoch of {self.step_examples} examples, strategy "
+                  f"{config.strategy}")
+
+    def state(self) -> dict[str, Any]:
+        """What a joining group takes from a peer."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
+
+    def load(self, recovered: dict[str, Any]) -> None:
+        self.model.load_state_dict(recovered["model"])
+        self.optimizer.load_state_dict(recovered["optimizer"])
+        self.scheduler.load_state_dict(recovered["scheduler"])
+
+    def examples(self, step: int) -> torch.Tensor:
+        """The examples of the job's step ``step``: the same whichever groups take it."""
+        epoch, within = divmod(step, self.steps_per_epoch)
+        if self.epoch_order is None or self.epoch_order[0] != epoch:
+            self.order.set_epoch(epoch)
+            self.epoch_order = epoch, torch.tensor(self.order.share(), device=self.trainer.device)
+        return self.epoch_order[1][within * self.step_examples:(within + 1) * self.step_examples]
+
+    def train(self) -> bool:
+        """Step with the quorums until the job's last step; False where the job had finished before this group
+        joined."""
+        while self.group.step < self.total:
+            part, parts = self.group.begin()
+            if self.group.attempted == 1 and parts < self.groups.groups and _finished(self.trainer.config):
+                self.log0(f"{self.groups.replica_id}: the job finished while this group set up; nothing to do")
+                return False
+            self.take_step(part, parts)
+        return True
+
+    def take_step(self, part: int, parts: int) -> None:
+        """This rank's share of the step, the gradients summed over every group, the optimizer's step if it
+        commits (else the next quorum takes the same step again)."""
+        step = self.group.step
+        examples = self.examples(step)
+        start, stop = self.group.mine(len(examples), part, parts)
+        chosen = examples[start:stop]
+        epoch, within = divmod(step, self.steps_per_epoch)
+        hooks.point("batch", epoch=epoch + 1, batch=within + 1)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss = None
+        if len(chosen):
+            loss = F.cross_entropy(self.model(self.trainer.images[chosen]), self.trainer.labels[chosen],
+                                   reduction="sum")
+            loss.backward()
+        self.group.sum_gradients(self.parameters, len(examples))
+        if not self.group.commit():
+            self.log0(f"step {step + 1} did not commit (a group failed in it): the next quorum takes it again")
+            return
+        self.optimizer.step()
+        self.scheduler.step()
+        hooks.point("committed", group=self.groups.group, rank=self.trainer.env.rank, step=step,
+                    examples=chosen.tolist())
+        self.report(step, epoch, within, loss, len(chosen), parts)
+
+    def report(self, step: int, epoch: int, within: int, loss: torch.Tensor | None, count: int, parts: int) -> None:
+        last_of_epoch = within + 1 == self.steps_per_epoch
+        if (step + 1) % self.trainer.config.log_interval == 0 or last_of_epoch:
+            mean = float(loss.detach()) / count if loss is not None else float("nan")
+            self.log0(f"step {step + 1}/{self.total} (epoch {epoch + 1}), loss={mean:.4f} on this rank's {count} "
+                      f"examples, {parts} of {self.groups.groups} groups stepping")
+        if last_of_epoch:
+            correct, tested = self.trainer.evaluate_gang()
+            self.log0(f"epoch {epoch + 1}/{self.trainer.config.epochs}, test accuracy={correct / max(tested, 1):.4f}")
+
+    def finish(self, seconds: float) -> None:
+        """Say what this group did, and write the model (every group's rank 0: the same weights)."""
+        trainer = self.trainer
+        self.log0(f"{self.groups.replica_id}: {self.group.committed} of {self.group.attempted} steps it took "
+                  f"committed ({seconds:.1f} s); the job's {self.total} steps are done")
+        correct, tested = trainer.evaluate_gang()
+        if trainer.env.is_rank0:
+            trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
+                                trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups)
+
+
+def _finished(config: TrainConfig) -> bool:
+    """Whether the job's model is written: a group that starts once the others have left finds itself alone at
+    its first quorum, and must not train the job again (one read of model.json, only then)."""
+    finished = finished_run_of(config)
+    return finished is not None and finished.finished()
+
+
+def _refusals(config: TrainConfig) -> list[str]:
+    if importlib.util.find_spec("torchft") is None:
+        return ["REPLICA_GROUPS needs torchft: pip install 'indexed-trainer[replicas]' (the image has it)"]
+    if "MASTER_PORT" not in os.environ:
+        return ["REPLICA_GROUPS: a group runs under its pod's launcher (python -m worker.launch, or torchrun), whose "
+                "store the other groups reach"]
+    if config.strategy not in REPLICATED:
+        return [f"STRATEGY: {config.strategy} with REPLICA_GROUPS: replica groups replicate the model across "
+                f"groups; use {' or '.join(REPLICATED)}"]
+    return []
+
+
+def train_run(config: TrainConfig, env: DistEnv, log, store: CheckpointStore, groups: ReplicaGroups) -> int:
+    """The run in every program's shell (trainer_runtime.run_shell), as one replica group: its exit code."""
+    problems = _refusals(config)
+    if problems:
+        raise Refusal(exit_codes.BAD_CONFIG, problems)
+    trainer = Trainer(config, env, store)
+    training = None
+    try:
+        training = ReplicatedTraining(trainer, groups)
+        started = time.perf_counter()
+        if training.train():
+            training.finish(time.perf_counter() - started)
+            trainer.log("training completed.")
+            hooks.point("completed")
+        return exit_codes.OK
+    finally:
+        if training is not None:
+            training.group.close()
+        trainer.close(False)
