@@ -354,6 +354,9 @@ def _replica_group_problems(spec: JobSpec) -> Iterable[str]:
     if strategy is not None and strategy not in ("allreduce", "ddp"):
         yield (f"config_map.STRATEGY: {strategy} with fault_tolerance.replica_groups: the groups replicate the model; "
                "use allreduce or ddp")
+    if "checkpoint" in spec.storage:
+        yield ("checkpoint.storage_uri: with fault_tolerance.replica_groups the checkpoints stay on the volume (a "
+               "bucket's mirror from several groups is not yet): remove it, or set replica_groups to false")
     if spec.min_replicas > spec.replicas:
         yield (f"fault_tolerance.min_replicas: {spec.min_replicas} is more than the groups there are (replicas "
                f"{spec.replicas}): at most {spec.replicas}")

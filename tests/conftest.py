@@ -163,6 +163,11 @@ def node_environment(directory: Path, wheel: Path) -> Path:
     torchrun = directory / "bin" / "torchrun"
     torchrun.write_text(f"#!{python}\nimport sys\nfrom torch.distributed.run import main\n\nsys.exit(main())\n")
     torchrun.chmod(0o755)
+    # torchft's Lighthouse likewise (the Slurm script of replica groups starts it), where torchft is installed
+    lighthouse = directory / "bin" / "torchft_lighthouse"
+    lighthouse.write_text(f"#!{python}\nimport sys\nfrom torchft._torchft import lighthouse_main\n\n"
+                          "sys.exit(lighthouse_main())\n")
+    lighthouse.chmod(0o755)
     return directory
 
 

@@ -51,6 +51,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fault_seconds": ("Seconds the Job's faults cost, by phase (detect, restart, restore, recompute)", ("phase",)),
     "peak_memory_bytes": ("This process's peak memory, by device (cpu: resident set; cuda: allocated)",
                           ("device",)),
+    "replica_groups_participating": ("Replica groups in the latest step's quorum (fault_tolerance.replica_groups)",
+                                     ()),
+    "replica_group_steps": ("Steps this replica group took since it started, by whether they committed (false: a "
+                            "group failed in the step, which the next quorum takes again)", ("committed",)),
 }
 
 Samples = Mapping[str, float]  # "name{labels}" (name without PREFIX) -> value

@@ -173,6 +173,12 @@ class Live:
     def throughput(self, per_second: float, unit: str) -> None:
         self._set("throughput_per_second", per_second, unit=unit)
 
+    def quorum(self, participants: int, attempted: int, committed: int) -> None:
+        """A replica group's step: the groups in its quorum, and this group's steps so far."""
+        self._set("replica_groups_participating", participants)
+        self._set("replica_group_steps", committed, committed="true")
+        self._set("replica_group_steps", attempted - committed, committed="false")
+
     def checkpoint(self, step: int) -> None:
         self._set("last_checkpoint_step", step)
         self._set("last_checkpoint_timestamp_seconds", time.time())

@@ -31,20 +31,25 @@ import torch.distributed as dist
 
 from trainer_contract.replica_groups import ReplicaGroups, share_of
 from trainer_runtime.distenv import DistEnv
+from trainer_runtime.metrics import live
 
 # A collective across the groups, a peer's answer about the commit, a recovery's transfer: a dead peer's gloo
 # connection closes at once, so this bounds only a peer that hangs (a node lost without a reset).
 TIMEOUT = timedelta(seconds=60)
 # A group alone, below MIN_REPLICAS, waits this long for the others before it fails (its launcher restarts it).
 QUORUM_TIMEOUT = timedelta(minutes=15)
+# A Lighthouse that is gone (its pod recreated) is asked again about once a second for as long: torchft's manager
+# waits QUORUM_TIMEOUT / (retries + 1) between tries; without retries a quorum asked of a Lighthouse that restarted
+# would wait out QUORUM_TIMEOUT.
+QUORUM_RETRIES = int(QUORUM_TIMEOUT.total_seconds())
 
 
 class ReplicaGroup:
     """The Manager of this rank's group; ``state()``/``load(state)`` give and take what a joining group recovers
-    from a peer (the model, the optimizer, the schedule)."""
+    from a peer (the model, the optimizer, the schedule); ``step``: where this group starts (a checkpoint's)."""
 
     def __init__(self, groups: ReplicaGroups, env: DistEnv, device: torch.device, state: Callable[[], dict],
-                 load: Callable[[dict], None], log: Callable[[str], None]):
+                 load: Callable[[dict], None], log: Callable[[str], None], step: int = 0):
         os.environ.setdefault("RUST_LOG", "warn")  # torchft's servers say each quorum at info: ours say changes
         import torchft  # an extra (indexed-trainer[replicas]); the caller checked it is there
 
@@ -70,8 +75,10 @@ class ReplicaGroup:
             pg=cross, load_state_dict=load, state_dict=state, min_replica_size=groups.min_replicas,
             use_async_quorum=False, timeout=TIMEOUT, quorum_timeout=QUORUM_TIMEOUT, rank=env.rank,
             world_size=env.world_size, replica_id=groups.replica_id, lighthouse_addr=groups.lighthouse,
-            hostname=host, store_addr=host, store_port=int(os.environ["MASTER_PORT"]),
+            hostname=host, store_addr=host, store_port=int(os.environ["MASTER_PORT"]), quorum_retries=QUORUM_RETRIES,
             checkpoint_transport=Reachable(timeout=TIMEOUT, num_chunks=0))
+        # the step a checkpoint restored: the group asks to join there, and the quorum goes on from the furthest
+        self.manager.load_state_dict({"step": step, "batches_committed": step * groups.groups})
         self.participants = 0  # in the last quorum
         self.attempted = self.committed = 0  # steps this process took, and those that committed
 
@@ -123,6 +130,7 @@ class ReplicaGroup:
         """Whether every group's rank finished the step (then the caller steps its optimizer)."""
         committed = self.manager.should_commit()
         self.committed += int(committed)
+        live().quorum(self.participants, self.attempted, self.committed)
         return committed
 
     def close(self) -> None:

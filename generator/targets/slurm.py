@@ -20,7 +20,8 @@ from generator.spec import SECRET_STORAGE_KEYS, JobSpec
 from generator.targets import Target, register
 from generator.templating import Manifest, environment, render_template
 from generator.values import describe_value
-from trainer_contract import exit_codes, gang_rounds, launcher, storage
+from trainer_contract import exit_codes, gang_rounds, launcher, replica_groups, storage
+from trainer_contract.launcher import TorchrunFlag
 
 LAUNCHERS = {"indexed-trainer": " ".join(launcher.LAUNCHER_COMMAND), "torchrun": "torchrun"}
 # Whether the nodes' environment (what slurm.setup activates) can start each launcher, and what to do if not: a
@@ -105,9 +106,6 @@ def slurm_problems(spec: JobSpec) -> Iterable[str]:
         yield "env_from_secrets: Slurm has no Secrets; export the variables in slurm.setup instead"
     if spec.extra_volumes:
         yield "extra_volumes: Slurm mounts no volumes; use the path of a shared filesystem instead"
-    if spec.replica_groups:
-        yield ("fault_tolerance.replica_groups: not on Slurm yet (its batch script would start the Lighthouse on the "
-               "batch host); Kubernetes and local-job run them. Set it to false for --target slurm")
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ class BatchScript:
     from_submitter: tuple[tuple[str, str], ...]
     launcher: str
     launcher_check: tuple[str, str]  # a shell test that the launcher can start, and what to do when it cannot
-    node_rank: str  # inside each task's shell
+    node_rank: str  # inside each task's shell (with replica groups, its rendezvous port too)
     torchrun_lines: tuple[str, ...]  # the other flags, a line per group
     program: str
     working_dir: str | None
@@ -140,6 +138,10 @@ class BatchScript:
     fail_codes: tuple[exit_codes.ExitCode, ...]
     stop_codes: tuple[exit_codes.ExitCode, ...]
     bad_config: int = exit_codes.BAD_CONFIG
+    stalled: int = exit_codes.STALLED
+    # with replica groups, the Lighthouse the script starts on the first node (its command)
+    lighthouse: str | None = None
+    lighthouse_port: int = replica_groups.LIGHTHOUSE_PORT
     # where the program's rank 0 notes each checkpoint it publishes, under OUTPUT_DIR: a step that published one
     # failed after progress, and its requeue is not counted (trainer_contract/gang_rounds.py)
     progress_path: str = gang_rounds.PROGRESS_PATH
@@ -160,6 +162,9 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
     if spec.gpu.accelerator is not None and spec.gpus:
         sbatch.append(f"--constraint={spec.gpu.accelerator}")
     flags = spec.torchrun_flags(node_rank=NODE_RANK, master_addr=MASTER_ADDR)
+    if spec.replica_groups:  # each node a gang of its own, on a port of its own (test clusters share a host)
+        flags = tuple(TorchrunFlag(flag.name, f'"$(({flag.value} + SLURM_NODEID))"', "node")
+                      if flag.name == "--master-port" else flag for flag in flags)
     return BatchScript(
         cpus=math.ceil(spec.cpu_cores),
         memory_mib=math.ceil(spec.memory_gib * 1024),
@@ -173,7 +178,9 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         from_submitter=_from_submitter(spec),
         launcher=LAUNCHERS[spec.launcher],
         launcher_check=LAUNCHER_CHECKS[spec.launcher],
-        node_rank=next(flag.text for flag in flags if flag.group == "node"),
+        node_rank=" ".join(flag.text for flag in flags if flag.group == "node"),
+        lighthouse=shlex.join(replica_groups.lighthouse_command(spec.min_replicas))
+        if spec.min_replicas is not None else None,
         torchrun_lines=tuple(" ".join(flag.text for flag in group)
                              for name, group in groupby(flags, key=lambda flag: flag.group) if name != "node"),
         program=shlex.join(spec.program),

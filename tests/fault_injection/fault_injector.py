@@ -9,7 +9,8 @@ hook of trainer_contract.hooks: the worker itself knows nothing of it.
     FAULT_INJECT="sigkill-pod@completed,rank=0,attempt=0"      pod 0 dies after its followers have left
     FAULT_INJECT="ledger@committed"                            every committed step's examples, into a file
 
-Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` and ``,attempt=N`` filters.
+Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N``, ``,attempt=N`` and ``,group=N``
+(the replica group, REPLICA_GROUP) filters.
 
     points   start        setup begins, before the process group forms (its peers then wait in its connect)
              batch=E.B    before batch B of epoch E (both counted from 1)
@@ -26,8 +27,8 @@ Entries are separated by ``;``, each ``ACTION@POINT`` with optional ``,rank=N`` 
              sigterm-pod  the pod is preempted: SIGTERM to torchrun, as the kubelet sends it; training goes on
              exit=CODE    this process exits with CODE at once
              sleep=S      this process stalls S seconds
-             ledger       the point's context as a line of OUTPUT_DIR/.faults/ledger-group<G>-rank<R>.jsonl (with
-                          REPLICA_GROUP), so that a test can account for every example a committed step took
+             ledger       the point's context and the attempt as a line of OUTPUT_DIR/.faults/ledger-group<G>-rank<R>.jsonl
+                          (with REPLICA_GROUP), so that a test can account for every example a committed step took
 
 ``attempt`` is how many times this rank (of its replica group, with REPLICA_GROUP) had started before in this
 OUTPUT_DIR (counted in OUTPUT_DIR/.faults/ only while FAULT_INJECT is set), so a fault can fire on the first start and not after the
@@ -54,7 +55,7 @@ from trainer_contract.warm_start import launcher_pid
 ENV = "FAULT_INJECT"
 _ENTRY = re.compile(r"^(?P<action>sigkill|sigkill-pod|sigterm-pod|ledger|exit=\d+|sleep=\d+(\.\d+)?)"
                     r"@(?P<point>start|batch(=\d+\.\d+)?|download|checkpoint(=\d+)?|written=\d+|completed|committed)"
-                    r"(?P<filters>(,(rank|attempt)=\d+)*)$")
+                    r"(?P<filters>(,(rank|attempt|group)=\d+)*)$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Fault:
     point: str
     rank: int | None = None
     attempt: int | None = None
+    group: int | None = None  # the replica group (REPLICA_GROUP) whose ranks it fires in
 
 
 def parse(text: str) -> list[Fault]:
@@ -72,13 +74,14 @@ def parse(text: str) -> list[Fault]:
             continue
         match = _ENTRY.match(entry)
         if not match:
-            problems.append(f"{ENV}: {entry!r} is not ACTION@POINT[,rank=N][,attempt=N] "
+            problems.append(f"{ENV}: {entry!r} is not ACTION@POINT[,rank=N][,attempt=N][,group=N] "
                             "(see tests/fault_injection/fault_injector.py)")
             continue
         filters = dict(item.split("=") for item in match.group("filters").split(",") if item)
         faults.append(Fault(match.group("action"), match.group("point"),
                             int(filters["rank"]) if "rank" in filters else None,
-                            int(filters["attempt"]) if "attempt" in filters else None))
+                            int(filters["attempt"]) if "attempt" in filters else None,
+                            int(filters["group"]) if "group" in filters else None))
     if problems:
         raise ConfigError(problems)
     return faults
@@ -100,7 +103,9 @@ class FaultInjector:
     def __init__(self, faults: list[Fault], rank: int, attempt: int, log: Callable[[str], None],
                  parent_is_launcher: bool = True, output_dir: Path | None = None):
         self.rank, self.attempt, self.log, self.output_dir = rank, attempt, log, output_dir
-        self.faults = [f for f in faults if f.rank in (None, rank) and f.attempt in (None, attempt)]
+        group = os.environ.get("REPLICA_GROUP", "").strip()
+        self.faults = [f for f in faults if f.rank in (None, rank) and f.attempt in (None, attempt)
+                       and (f.group is None or str(f.group) == group)]
         # the "pod" actions signal torchrun (also from a warm worker, whose parent is the warm server); without it
         # (plain `python -m worker`) they act on this process
         self.pod = launcher_pid() if parent_is_launcher else os.getpid()
@@ -143,7 +148,7 @@ class FaultInjector:
         group = os.environ.get("REPLICA_GROUP", "0")
         path = self.output_dir / ".faults" / f"ledger-group{group}-rank{self.rank}.jsonl"
         with path.open("a") as ledger:
-            ledger.write(json.dumps(context) + "\n")
+            ledger.write(json.dumps({**context, "attempt": self.attempt}) + "\n")
 
     def _fire(self, fault: Fault) -> None:
         self.log(f"{ENV}: {fault.action} at {fault.point} (attempt {self.attempt})")

@@ -30,6 +30,7 @@ SLURM_MATRIX = {
                                "initializer.model.storage_uri=hf://Qwen/Qwen2.5-0.5B-Instruct",
                                "initializer.dataset.storage_uri=hf://datasets/HuggingFaceTB/smoltalk",
                                "config_map={LORA_RANK: '16', PRECISION: bf16, PACKING: 'true'}"],
+    "replica-groups": ["replicas=3", "fault_tolerance.replica_groups=true", "fault_tolerance.min_replicas=2"],
     "own-program-with-a-checkpoint-bucket": ["entrypoint.module=my_pkg.train", "slurm.shared_dir=/scratch/team",
                                              "checkpoint.storage_uri=s3://team-checkpoints/own"],
     "staged": ["entrypoint.module=my_pkg.finetune", "slurm.shared_dir=/scratch/team",

@@ -2,7 +2,9 @@
 Deployment runs beside the Job, and a pod lost whole, index 0 included, costs only its own group."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -58,3 +60,40 @@ def test_a_pod_lost_whole_costs_its_group_and_the_other_keeps_stepping(tmp_path,
     assert status["restarts"] == {str(lost): 1, str(survivor): 0}
     summary = json.loads((claim / "runs" / "mnist-train" / "model.json").read_text())
     assert summary["replica_groups"] == 2 and summary["accuracy"] > 0.9
+
+
+def test_the_lighthouse_killed_is_started_again_and_the_groups_go_on_from_their_step(tmp_path):
+    """The Lighthouse's process dies (SIGKILL) once the job is 20 steps in: local-job starts it again, as its
+    Deployment would, the groups' quorums wait for it and go on from the step they reached (no group fails, no
+    step is redone), and the Job completes."""
+    claim = volume(tmp_path, SMALL)
+    manifests = render("replicas=2", "fault_tolerance.replica_groups=true", "max_restarts=0",
+                       "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
+    (tmp_path / "job.yaml").write_bytes(manifests)
+    process = subprocess.Popen(local_job_args(tmp_path, claim, source=tmp_path / "job.yaml",
+                                              env=fault_env("sleep=0.05@batch; ledger@committed")),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE,
+                               start_new_session=True)
+    seen: list[str] = []
+    try:
+        assert read_until(process, "Rank 0: step 20/192 (epoch 1)", 180, seen), "".join(seen[-50:])
+        port = re.search(r"torchft's Lighthouse on 127\.0\.0\.1 \(--min_replicas=1 --bind=\[::\]:(\d+) ",
+                         "".join(seen)).group(1)
+        pids = subprocess.run(["pgrep", "-f", f"torchft_lighthouse .*--bind=\\[::\\]:{port} "], capture_output=True,
+                              text=True).stdout.split()
+        assert len(pids) == 1, pids
+        os.kill(int(pids[0]), signal.SIGKILL)
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        process.kill() if process.poll() is None else None
+    log = "".join(seen) + rest
+    assert process.returncode == 0, log[-5000:]
+    assert "Deployment mnist-train-lighthouse: the Lighthouse exited with code -9; starting it again" in log
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["restarts"] == {"0": 0, "1": 0} and status["failed"] == 0  # no group failed
+    ledgers = sorted((claim / "runs" / "mnist-train" / ".faults").glob("ledger-*.jsonl"))
+    by_group = [[json.loads(line)["step"] for line in path.read_text().splitlines()] for path in ledgers]
+    assert len(by_group) == 2
+    for steps in by_group:  # no group committed a step twice (nothing rolled back), and none ended early
+        assert len(steps) == len(set(steps)) and steps[-1] == 191
+    assert set().union(*by_group) == set(range(192))

@@ -21,8 +21,18 @@ def test_parses_entries_with_their_filters():
 def test_a_malformed_entry_is_a_configuration_error_naming_it(text):
     with pytest.raises(ConfigError) as error:
         parse(f"sigkill@download; {text}")
-    assert error.value.problems == [f"FAULT_INJECT: {text!r} is not ACTION@POINT[,rank=N][,attempt=N] "
+    assert error.value.problems == [f"FAULT_INJECT: {text!r} is not ACTION@POINT[,rank=N][,attempt=N][,group=N] "
                                     "(see tests/fault_injection/fault_injector.py)"]
+
+
+def test_a_group_filter_fires_in_that_replica_group_only(monkeypatch):
+    faults = parse("sigkill@batch=1.2,group=1; sleep=1@batch")
+    monkeypatch.setenv("REPLICA_GROUP", "1")
+    assert [f.point for f in FaultInjector(faults, rank=0, attempt=0, log=print).faults] == ["batch=1.2", "batch"]
+    monkeypatch.setenv("REPLICA_GROUP", "0")
+    assert [f.point for f in FaultInjector(faults, rank=0, attempt=0, log=print).faults] == ["batch"]
+    monkeypatch.delenv("REPLICA_GROUP")
+    assert [f.point for f in FaultInjector(faults, rank=0, attempt=0, log=print).faults] == ["batch"]
 
 
 def test_only_faults_for_this_rank_and_this_attempt_apply():

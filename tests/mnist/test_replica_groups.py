@@ -107,3 +107,33 @@ def test_a_killed_group_costs_that_group_and_every_example_is_taken_once_an_epoc
     summary = json.loads((output / "model.json").read_text())
     assert summary["replica_groups"] == 2 and summary["world_size"] == 2
     assert summary["accuracy"] > 0.9
+
+
+def test_every_group_lost_at_once_resumes_from_the_checkpoint_of_the_quorums_first_group(tmp_path, small_dir):
+    """Both groups' pods die in the same step of epoch 2 (the Lighthouse with them); the next start of both finds
+    the newest checkpoint the quorum's first group wrote (CHECKPOINT_EVERY_SECONDS=1) and goes on from there:
+    the steps since it are taken again with the same examples, none before it, and the job completes."""
+    output = tmp_path / "out"
+    lost = {group: "sigkill-pod@batch=2.10,attempt=0" for group in (0, 1)}
+    with Lighthouse() as lighthouse:
+        first = run_groups(lighthouse, small_dir, output, lost, CHECKPOINT_EVERY_SECONDS=1)
+    assert [code for code, _ in first] == [-9, -9] or all(code != 0 for code, _ in first), first[0][1][-2000:]
+    written = sorted(path.name for path in (output / "checkpoints").glob("ckpt-*.pt"))
+    assert written, first[0][1][-3000:]
+    with Lighthouse() as lighthouse:
+        second = run_groups(lighthouse, small_dir, output, {}, CHECKPOINT_EVERY_SECONDS=1)
+    (code0, out0), (code1, out1) = second
+    assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
+    resumed = {re.search(r"resuming from (ckpt-e(\d{4})-s(\d{6})\.pt)", out).groups() for out in (out0, out1)}
+    assert len(resumed) == 1, resumed  # both groups found the same newest checkpoint
+    name, epoch, within = resumed.pop()
+    assert name == written[-1]
+    start = int(epoch) * 32 + int(within)
+    assert 32 < start <= 41
+    taken: dict[tuple[int, int], set[int]] = {}
+    for line in ledger(output):
+        taken.setdefault((line["attempt"], line["step"]), set()).update(line["examples"])
+    assert {step for attempt, step in taken if attempt == 0} == set(range(41))  # killed before step 42's commit
+    assert {step for attempt, step in taken if attempt == 1} == set(range(start, 64))  # nothing before the checkpoint
+    for step in range(start, 41):  # a step taken again took the same examples
+        assert taken[(0, step)] == taken[(1, step)] and len(taken[(0, step)]) == 32

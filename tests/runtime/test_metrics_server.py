@@ -97,3 +97,12 @@ def test_the_address_variable_binds_loopback_only(monkeypatch):
     finally:
         served.close()
         monkeypatch.setattr(metrics, "_live", None)
+
+
+def test_a_replica_groups_quorum_and_its_committed_and_taken_again_steps_are_served(live):
+    live.quorum(participants=2, attempted=12, committed=11)
+    live.quorum(participants=1, attempted=13, committed=12)
+    samples = contract.parse(scrape(live.port))
+    assert samples["replica_groups_participating"] == 1
+    assert samples['replica_group_steps{committed="true"}'] == 12
+    assert samples['replica_group_steps{committed="false"}'] == 1

@@ -174,6 +174,31 @@ def test_a_killed_worker_restarts_in_place_on_the_same_nodes_without_a_requeue(c
     assert not list(output.glob(".slurm-failures-*")) and recorded_epochs(output) == [1, 2]
 
 
+def test_replica_groups_a_node_killed_costs_its_group_and_the_other_node_finishes_the_job(cluster, tmp_path, digits,
+                                                                                          node_venv):
+    """fault_tolerance.replica_groups: each node one group, their Lighthouse on the first node. Node 1's launcher
+    and worker die whole in epoch 1 (nothing on Slurm replaces a task within a step): node 0 steps on alone with
+    the whole step's examples and writes the model. The step then reports node 1's code and the script requeues
+    it (counted); the next allocation finds the run finished, and the job completes."""
+    pytest.importorskip("torchft", reason="replica groups need the [replicas] extra (torchft)")
+    shared = shared_dir(tmp_path, digits)
+    prepare(tmp_path, shared, node_venv, "fault_tolerance.replica_groups=true", "config_map.EPOCHS='2'",
+            "config_map.BATCH_SIZE='32'", "config_map.LOG_INTERVAL='1'", *SHORT_EPOCHS)
+    job_id = submit(cluster, tmp_path, shared, fault_env("sigkill-pod@batch=1.8,group=1,attempt=0; sleep=0.05@batch"))
+    state = wait_for(cluster, job_id, timeout=600)
+    log = job_log(shared)
+    assert state["JobState"] == "COMPLETED", log[-4000:]
+    assert "Rank 0: FAULT_INJECT: sigkill-pod at batch=1.8 (attempt 0)" in log
+    alone = [int(step) for step in re.findall(r"Rank 0: step (\d+)/32 \(epoch \d\), loss=\S+ on this rank's 64 "
+                                               r"examples, 1 of 2 groups stepping", log)]
+    assert alone and max(alone) == 32, log[-4000:]  # node 0 finished the job alone
+    assert "group0: " in log and "the job's 32 steps are done" in log
+    output = shared / "runs" / "mnist-train"
+    summary = json.loads((output / "model.json").read_text())
+    assert summary["replica_groups"] == 2 and summary["accuracy"] is not None
+    assert "is already complete" in log, log[-4000:]  # the requeued allocation found the run finished
+
+
 def test_the_restart_budget_counts_crash_loops_not_faults_after_progress(cluster, tmp_path, digits, node_venv):
     """max_restarts 1. A node's processes killed whole after epoch 1's checkpoint (the step fails: the script's
     rule) and then workers killed in place after each newer checkpoint (the launchers' rule) cost nothing; a crash

@@ -6,6 +6,11 @@ A step takes the epoch's next BATCH_SIZE x processes per group x REPLICA_GROUPS 
 uninterrupted run, whichever groups step; the learning rate follows the committed steps. Every group that
 finishes writes the model (the same weights, each file renamed into place whole), so that the Job, which succeeds
 with its first group to finish (successPolicy), never ends a pod that the model still waits for.
+
+Checkpoints are for a loss of every group at once: the quorum's first group writes one every
+CHECKPOINT_EVERY_SECONDS (the MNIST worker's format and names, its world size the processes of every group, so a
+gang of that size resumes it too), and a group that starts finds the newest, at whose step it asks to join: the
+quorum goes on from the furthest of its groups.
 """
 
 from __future__ import annotations
@@ -20,14 +25,23 @@ import torch
 import torch.nn.functional as F
 
 from trainer_contract import exit_codes, hooks
+from trainer_contract.checkpoint_layout import Position
+from trainer_contract.gang_rounds import note_progress
 from trainer_contract.program_settings import TrainConfig
 from trainer_contract.replica_groups import ReplicaGroups
+from trainer_runtime.checkpoints.found import Checkpoint
+from trainer_runtime.checkpoints.manager import CheckpointManager
+from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
 from trainer_runtime.finished_run import finished_run_of
+from trainer_runtime.gang import from_rank0
+from trainer_runtime.metrics import live
 from trainer_runtime.replica_groups import ReplicaGroup
 from trainer_runtime.sampler import RankBatches
+from trainer_runtime.stop import Terminated
+from worker.mnist import finished_run, resume
 from worker.mnist.train import Trainer
 
 # What each group's processes combine their gradients with: one flat sum, whatever STRATEGY names (allreduce and
@@ -44,17 +58,56 @@ class ReplicatedTraining:
         trainer._load_data(trainer._join_gang())
         trainer._build_model()  # every group starts from SEED's weights; a group that joins later takes its peer's
         self.model, self.optimizer, self.log0 = trainer.model, trainer.optimizer, trainer.log0
-        self.step_examples = config.batch_size * env.world_size * groups.groups
+        self.world_size = env.world_size * groups.groups  # every group's processes: the checkpoints' world size
+        self.step_examples = config.batch_size * self.world_size
         self.steps_per_epoch = math.ceil(len(trainer.images) / self.step_examples)
         self.total = config.epochs * self.steps_per_epoch
-        self.scheduler = trainer.make_scheduler(0)
+        trainer.checkpoints = CheckpointManager(
+            trainer.store, every=0, epochs=config.epochs, rank=env.rank, sharded_format=False,
+            asynchronous=config.checkpoint_async, every_seconds=config.checkpoint_every_seconds)
+        first = self.resume()
+        self.scheduler = trainer.make_scheduler(first)
         self.order = RankBatches(len(trainer.images), self.step_examples, 0, 1, config.seed, True, pad=False)
         self.epoch_order: tuple[int, torch.Tensor] | None = None
-        self.group = ReplicaGroup(groups, env, trainer.device, self.state, self.load, self.log0)
+        self.group = ReplicaGroup(groups, env, trainer.device, self.state, self.load, self.log0, first)
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.log0(f"{groups.replica_id} of {groups.groups} replica groups ({env.world_size} processes each): "
                   f"{self.steps_per_epoch} steps per epoch of {self.step_examples} examples, strategy "
                   f"{config.strategy}")
+
+    def resume(self) -> int:
+        """The step this group starts at: the newest checkpoint's (restored), else 0. Rank 0 reads the volume for
+        its group; a refused checkpoint (another shaping setting) is every rank's configuration error."""
+        trainer, config = self.trainer, self.trainer.config
+        found = from_rank0(trainer.env, lambda: self._newest())
+        if found is None:
+            return 0
+        trainer.checkpoints.restore(found, trainer.parallel)
+        position = found.state.position
+        if position.step and found.state.steps_per_epoch != self.steps_per_epoch:
+            position = Position(position.epoch, 0)  # as a gang's resume: that epoch starts over
+        self.log0(f"resuming from {found.path.name}")
+        return min(position.epoch * self.steps_per_epoch + position.step, config.epochs * self.steps_per_epoch)
+
+    def _newest(self) -> Checkpoint | None:
+        """The volume's newest checkpoint this run may resume (another group may be writing the next one: its
+        temporaries are left to it, and RESUME=false is refused before)."""
+        found = self.trainer.checkpoints.load_newest()
+        problems = [] if found is None else resume.refusals(self.trainer.config, self.world_size, found)
+        if problems:
+            raise Refusal(exit_codes.BAD_CONFIG, problems)
+        return found
+
+    def save(self, step: int) -> None:
+        """A checkpoint after ``step`` steps (rank 0 of the quorum's first group, when CHECKPOINT_EVERY_SECONDS
+        have passed), written beside the training with CHECKPOINT_ASYNC."""
+        trainer = self.trainer
+        epoch, within = divmod(step, self.steps_per_epoch)
+        state = TrainingState(
+            position=Position(epoch, within), steps_per_epoch=self.steps_per_epoch, world_size=self.world_size,
+            config=finished_run.recorded_config(trainer.config), strategy=trainer.config.strategy,
+            scaler=trainer.parallel.precision.state_dict(), started_at=trainer.started_at)
+        trainer.checkpoints.save(state, trainer.parallel)
 
     def state(self) -> dict[str, Any]:
         """What a joining group takes from a peer."""
@@ -77,6 +130,9 @@ class ReplicatedTraining:
     def train(self) -> bool:
         """Step with the quorums until the job's last step; False where the job had finished before this group
         joined."""
+        self.trainer.checkpoints.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
+        live().started(self.group.step, output_dir=self.trainer.config.output_dir,
+                       node=self.groups.group, steps_per_epoch=self.steps_per_epoch)
         while self.group.step < self.total:
             part, parts = self.group.begin()
             if self.group.attempted == 1 and parts < self.groups.groups and _finished(self.trainer.config):
@@ -106,19 +162,31 @@ class ReplicatedTraining:
             return
         self.optimizer.step()
         self.scheduler.step()
+        clock = self.trainer.checkpoints.clock
+        if self.trainer.env.is_rank0 and step + 1 < self.total and clock.due():
+            if part == 0:
+                self.save(step + 1)
+            else:  # the others note the steps they took: a later failure of this group is a fault after progress
+                note_progress(f"step-{step + 1}")
+                clock.restart()
         hooks.point("committed", group=self.groups.group, rank=self.trainer.env.rank, step=step,
                     examples=chosen.tolist())
         self.report(step, epoch, within, loss, len(chosen), parts)
 
     def report(self, step: int, epoch: int, within: int, loss: torch.Tensor | None, count: int, parts: int) -> None:
         last_of_epoch = within + 1 == self.steps_per_epoch
+        metrics = live()
         if (step + 1) % self.trainer.config.log_interval == 0 or last_of_epoch:
             mean = float(loss.detach()) / count if loss is not None else float("nan")
             self.log0(f"step {step + 1}/{self.total} (epoch {epoch + 1}), loss={mean:.4f} on this rank's {count} "
                       f"examples, {parts} of {self.groups.groups} groups stepping")
+            metrics.progress(step + 1, steps=self.total, epoch=epoch + 1, epochs=self.trainer.config.epochs)
+            if loss is not None:
+                metrics.loss(mean)
         if last_of_epoch:
             correct, tested = self.trainer.evaluate_gang()
             self.log0(f"epoch {epoch + 1}/{self.trainer.config.epochs}, test accuracy={correct / max(tested, 1):.4f}")
+            metrics.evaluation("accuracy", correct / max(tested, 1))
 
     def finish(self, seconds: float) -> None:
         """Say what this group did, and write the model (every group's rank 0: the same weights)."""
@@ -126,6 +194,7 @@ class ReplicatedTraining:
         self.log0(f"{self.groups.replica_id}: {self.group.committed} of {self.group.attempted} steps it took "
                   f"committed ({seconds:.1f} s); the job's {self.total} steps are done")
         correct, tested = trainer.evaluate_gang()
+        trainer.checkpoints.wait()  # the last checkpoint is on disk before the model (the mark of a finished run)
         if trainer.env.is_rank0:
             trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
                                 trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups)
@@ -144,6 +213,9 @@ def _refusals(config: TrainConfig) -> list[str]:
     if "MASTER_PORT" not in os.environ:
         return ["REPLICA_GROUPS: a group runs under its pod's launcher (python -m worker.launch, or torchrun), whose "
                 "store the other groups reach"]
+    if not config.resume:
+        return ["RESUME: false with REPLICA_GROUPS: a group that restarts would set aside what the others train; "
+                "give the new run another OUTPUT_DIR instead"]
     if config.strategy not in REPLICATED:
         return [f"STRATEGY: {config.strategy} with REPLICA_GROUPS: replica groups replicate the model across "
                 f"groups; use {' or '.join(REPLICATED)}"]
@@ -165,6 +237,9 @@ def train_run(config: TrainConfig, env: DistEnv, log, store: CheckpointStore, gr
             trainer.log("training completed.")
             hooks.point("completed")
         return exit_codes.OK
+    except Terminated as stopped:  # a group holds nothing the others lack: it leaves at once
+        trainer.log(f"stopped: {stopped}; this group leaves, the others go on with the state")
+        return exit_codes.TERMINATED
     finally:
         if training is not None:
             training.group.close()
