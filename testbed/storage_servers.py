@@ -66,6 +66,7 @@ class _Server:
         self.faults = Faults()
         self.in_flight = self.most_in_flight = 0  # requests being answered at once: now, and the most so far
         self.counting = threading.Lock()
+        self._answering = threading.local()  # whether this thread's request is still counted
         self.httpd = ThreadingHTTPServer((host, 0), self._handler())
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
@@ -84,13 +85,21 @@ class _Server:
 
     @contextlib.contextmanager
     def answering(self) -> Iterator[None]:
-        """Inside: one request being answered (counted; an idle kept-alive connection is not)."""
+        """Inside: one request being answered (counted; an idle kept-alive connection is not), until its answer's
+        last bytes are handed to the socket (``answered``): the client cannot ask again before it has them."""
         with self.counting:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self._answering.counted = True
         try:
             yield
         finally:
+            self.answered()
+
+    def answered(self) -> None:
+        """This thread's request is answered but for its last write: no longer counted (once)."""
+        if getattr(self._answering, "counted", False):
+            self._answering.counted = False
             with self.counting:
                 self.in_flight -= 1
 
@@ -127,6 +136,8 @@ class _Common(BaseHTTPRequestHandler):
             return
         rate = self.owner.faults.slow_bytes_per_second
         for start in range(0, len(body), rate or len(body) or 1):
+            if start + (rate or len(body)) >= len(body):  # the last write: the request is answered
+                self.owner.answered()
             self.wfile.write(body[start:start + (rate or len(body))])
             self.wfile.flush()
             if rate and start + rate < len(body):  # not after the last: the answer is over (in_flight counts it)

@@ -478,7 +478,7 @@ class BuiltInProgram:
 
 
 PROGRAMS: tuple[BuiltInProgram, ...] = (
-    BuiltInProgram("worker", TrainConfig, "Train the MNIST CNN", "worker.mnist.train", {"torch": "worker"},
+    BuiltInProgram("worker", TrainConfig, "Train the MNIST CNN", "worker.mnist.program", {"torch": "worker"},
                    ("epochs", "batch_size", "learning_rate", "data_dir", "output_dir"),
                    "worker.mnist.finished_run:MnistRun", ("torch._dynamo",)),
     BuiltInProgram("worker.qa", QaConfig, "Fine-tune a model for SQuAD question answering", "worker.qa.train",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,7 +50,7 @@ def test_a_wrong_variable_is_named_with_what_it_must_be(changes, problem):
 def test_the_parts_of_a_step_take_every_example_once_in_order_and_evenly(count, parts):
     bounds = [share_of(count, parts, part) for part in range(parts)]
     assert bounds[0][0] == 0 and bounds[-1][1] == count
-    assert all(stop == start for (_, stop), (start, _) in zip(bounds, bounds[1:]))
+    assert all(stop == start for (_, stop), (start, _) in pairwise(bounds))
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 

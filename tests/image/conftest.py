@@ -91,6 +91,10 @@ def build_context(directory: Path, request: pytest.FixtureRequest) -> Path:
     return directory
 
 
+# Untagged layers (earlier builds' caches) older than this are pruned before the session's build.
+STALE_LAYERS_HOURS = 24
+
+
 @pytest.fixture(scope="session")
 def checkout(request) -> Path:
     """The session's user-like checkout (build_context); the image is built in it."""
@@ -99,7 +103,10 @@ def checkout(request) -> Path:
 
 @pytest.fixture(scope="session")
 def image(podman, python_image, checkout, request):
-    """`podman build --tag IMAGE .` in the checkout: the README's command with the tests' tag."""
+    """`podman build --tag IMAGE .` in the checkout: the README's command with the tests' tag. Before it, the
+    untagged layers of builds older than a day go (each change of constraints.txt leaves a dependency layer of
+    gigabytes per image format behind, and a machine's disk fills in a few); a day's keep the cache."""
+    podman("image", "prune", "--force", "--filter", f"until={STALE_LAYERS_HOURS}h", check=False, timeout=600)
     with long_setup(request, f"image tests: podman build {IMAGE} in {checkout} on {python_image} (the dependency "
                     "layer is cached between runs)", BUILD_TIMEOUT):
         result = podman("build", "--tag", IMAGE, ".", cwd=checkout, timeout=BUILD_TIMEOUT, check=False)

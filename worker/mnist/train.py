@@ -4,7 +4,6 @@ PRECISION), evaluate, checkpoint, and stop cleanly (all ranks together) on SIGTE
 from __future__ import annotations
 
 import io
-import os
 import time
 import warnings
 
@@ -12,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer_contract import exit_codes, hooks, replica_groups
+from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.program_settings import TrainConfig
@@ -27,7 +26,7 @@ from trainer_runtime.gang import from_rank0, join, record_attempt
 from trainer_runtime.gradsync import StepAgreement
 from trainer_runtime.progress import Progress
 from trainer_runtime.resume import take_up
-from trainer_runtime.run_shell import run_logged, usage_log
+from trainer_runtime.run_shell import usage_log
 from trainer_runtime.run_summary import write_summary
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.sharded_evaluation import evaluating, gang_sum, rank_batches
@@ -304,21 +303,9 @@ class Trainer:
         process_group.destroy_process_group()
 
 
-def run(config: TrainConfig, env: DistEnv) -> int:
-    """Train in every program's shell (trainer_runtime.run_shell); the process exit code (trainer_contract.exit_codes)."""
-    # its usage log starts once its checkpoint is taken up (Trainer.setup): a refused resume writes nothing
-    return run_logged(config, env, train, usage_at_once=False)
-
-
 def train(config: TrainConfig, env: DistEnv, log, store: CheckpointStore) -> int:
     """The run inside the shell (``log`` is the shell's; the Trainer's progress writes the same lines): set up,
-    train, save the model; its exit code, or a failure the shell maps to one. With REPLICA_GROUPS, as one replica
-    group of several (worker.mnist.replicated)."""
-    groups = replica_groups.from_environ(os.environ)
-    if groups is not None:
-        from worker.mnist import replicated
-
-        return replicated.train_run(config, env, log, store, groups)
+    train, save the model; its exit code, or a failure the shell maps to one (worker.mnist.program runs it)."""
     trainer = Trainer(config, env, store)
     failed = True
     try:
