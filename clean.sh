@@ -65,10 +65,18 @@ require_kubectl
 # Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
 kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml"
-# The NetworkPolicy (network_policy.enabled) goes once no pod of the job is left under it.
-if [[ -f "$BUILD_DIR/0-networkpolicy.yaml" ]]; then
-  kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/0-networkpolicy.yaml"
-fi
+# Replica groups: the Lighthouse (its Deployment, then its Service), once no group is left to ask it.
+for lighthouse in 3-lighthouse-deployment.yaml 3-lighthouse-service.yaml; do
+  if [[ -f "$BUILD_DIR/$lighthouse" ]]; then
+    kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/$lighthouse"
+  fi
+done
+# The NetworkPolicies (network_policy.enabled) go once no pod of the job is left under them.
+for policy in 0-networkpolicy.yaml 0-lighthouse-networkpolicy.yaml; do
+  if [[ -f "$BUILD_DIR/$policy" ]]; then
+    kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/$policy"
+  fi
+done
 # The ConfigMaps of earlier renders too: they carry the job's instance label and the config component.
 name="$(job_field metadata name)"
 namespace="$(job_field metadata namespace)"

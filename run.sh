@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm | --status | --slurm --status]
+Usage: ./run.sh [--local [LOCAL-JOB OPTIONS] | --slurm | --status | --slurm --status | --scale N]
 
 Applies $BUILD_DIR/ (rendered by ./prepare.sh) with kubectl, in the namespace the values name, and
 says how to follow the training.
@@ -25,12 +25,19 @@ says how to follow the training.
   --local --status
             the same for the running (or last) local run: progress and ETA, each index's pods, warnings
             and the last error
+  --scale N
+            a running Job of replica groups (fault_tolerance.max_replicas) to N groups: its completions and
+            parallelism patched together (Kubernetes 1.27 or later); new indexes join the next quorum,
+            removed ones (the highest) leave between two steps
+  --local --scale N
+            the same for the running local run (local-job scale N)
 USAGE
 }
 
 local_run=false
 slurm_run=false
 local_args=()
+scale_to=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
@@ -48,9 +55,29 @@ while [[ $# -gt 0 ]]; do
       require_kubectl
       bin_dir="$(dirname "$(find_generator)")"
       exec "$bin_dir/python" -m status_views.kubernetes "$(job_field metadata namespace)" "$(job_field metadata name)" ;;
+    --scale)
+      [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--scale needs the number of groups: ./run.sh --scale N"
+      scale_to="$2"; shift 2 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
+
+if [[ -n "$scale_to" && "$local_run" == true ]]; then
+  local_args=(--scale "$scale_to")
+elif [[ -n "$scale_to" ]]; then
+  [[ "$slurm_run" == false ]] || die "--scale: a Slurm allocation does not grow or shrink while it runs"
+  require_build
+  require_kubectl
+  bin_dir="$(dirname "$(find_generator)")"
+  # the patch and its bounds from the rendered Job (generator/scale.py): it says why when it cannot
+  patch="$("$bin_dir/python" -m generator.scale "$BUILD_DIR" "$scale_to")" || exit 2
+  name="$(job_field metadata name)"
+  namespace="$(job_field metadata namespace)"
+  kubectl -n "$namespace" patch job "$name" --type=merge -p "$patch" ||
+    die "Job $namespace/$name was not scaled (see above): it must exist and not have finished; a cluster older than Kubernetes 1.27 refuses a change of completions"
+  info "Job $namespace/$name scaled to $scale_to replica groups: new indexes' pods join the next quorum with a peer's state, removed indexes' pods leave between two steps (exit 82, not counted)"
+  exit 0
+fi
 
 if [[ "$slurm_run" == true ]]; then
   require_batch_script
@@ -85,6 +112,9 @@ if [[ "$local_run" == true ]]; then
   root="$RUNS_DIR/$name"
   if [[ "${local_args[0]:-}" == --status ]]; then
     exec "$bin_dir/local-job" status --volume-root "$root"
+  fi
+  if [[ "${local_args[0]:-}" == --scale ]]; then
+    exec "$bin_dir/local-job" scale --volume-root "$root" "${local_args[@]:1}"
   fi
   if ! "$bin_dir/python" -c 'import torch, torchvision' >/dev/null 2>&1; then
     info "installing the worker (PyTorch) into $(dirname "$bin_dir") for the local pods (first run only)"

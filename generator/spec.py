@@ -135,6 +135,8 @@ class JobSpec:
     metrics_port: int | None = None
     # fault_tolerance.replica_groups: each pod (node) one replica group, the fewest that step; None: one gang
     min_replicas: int | None = None
+    # fault_tolerance.max_replicas: the most groups the running Job may be scaled to (replicas when not set)
+    max_replicas: int | None = None
     # each registered target's own options (generator/targets/), by target name
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -146,6 +148,11 @@ class JobSpec:
     def replica_groups(self) -> bool:
         """Each pod (node) is a replica group of its own gang (trainer_contract/replica_groups.py)."""
         return self.min_replicas is not None
+
+    @property
+    def most_replicas(self) -> int:
+        """The most pods the Job may have: fault_tolerance.max_replicas for replica groups, else replicas."""
+        return self.max_replicas or self.replicas if self.replica_groups else self.replicas
 
     @property
     def shutdown_timeout(self) -> int:
@@ -308,7 +315,8 @@ def _environment(values: Mapping[str, Any], sources: Mapping[Role, StorageUri], 
                 warm_start.WARM_AFTER_VARIABLE: warm_start.OFF if warm_after is None else warm_after,
                 } if built_in else {}
     tolerance = values["fault_tolerance"]
-    groups = {replica_groups.GROUPS: values["replicas"], replica_groups.MIN_REPLICAS: tolerance["min_replicas"]} \
+    groups = {replica_groups.GROUPS: values["replicas"], replica_groups.MIN_REPLICAS: tolerance["min_replicas"],
+              replica_groups.MAX_REPLICAS: tolerance["max_replicas"] or values["replicas"]} \
         if tolerance["replica_groups"] else {}
     network = pod_environment.NCCL_NETWORK_PRESETS.get(gpu["network"], {})
     nccl = {**NCCL_DEFAULTS, **network} if gpu["accelerator_count"] else {}
@@ -358,5 +366,6 @@ def build_spec(values: Mapping[str, Any], options: Mapping[str, Any] | None = No
                   for name, entry in sorted((values["initializer"].get("datasets") or {}).items())},
         metrics_port=metrics_port,
         min_replicas=values["fault_tolerance"]["min_replicas"] if values["fault_tolerance"]["replica_groups"] else None,
+        max_replicas=values["fault_tolerance"]["max_replicas"],
         options=dict(options or {}),
     )

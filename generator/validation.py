@@ -344,7 +344,13 @@ def _replica_group_problems(spec: JobSpec) -> Iterable[str]:
     """fault_tolerance.replica_groups: the built-in MNIST worker with a replicated strategy, a floor within the
     groups, and a Lighthouse's name that fits a Service's."""
     if spec.min_replicas is None:
+        if spec.max_replicas is not None:
+            yield ("fault_tolerance.max_replicas: only a job of replica groups can be scaled while it runs; set "
+                   "fault_tolerance.replica_groups to true, or max_replicas to null")
         return
+    if spec.max_replicas is not None and spec.max_replicas < spec.replicas:
+        yield (f"fault_tolerance.max_replicas: {spec.max_replicas} is fewer than the groups the job starts with "
+               f"(replicas {spec.replicas}): at least {spec.replicas}, or null")
     if not spec.built_in_worker or spec.program[1] != BUILT_IN_WORKER:
         program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
         yield (f"fault_tolerance.replica_groups: the built-in MNIST worker (python -m {BUILT_IN_WORKER}) runs as "

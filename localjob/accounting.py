@@ -2,8 +2,8 @@
 backoffLimitPerIndex, which index has failed for good, and when the counts end the Job.
 
 A failed pod is counted by the action its podFailurePolicy rule gave it: FailJob ends the Job at once (and
-counts); Ignore does not count against the limits but does count for the back-off; Count counts against the
-Job-wide limit and its index's own. Past the Job-wide limit the Job fails (BackoffLimitExceeded); an index past
+counts); FailIndex fails the pod's index at once (and counts); Ignore does not count against the limits but does
+count for the back-off; Count counts against the Job-wide limit and its index's own. Past the Job-wide limit the Job fails (BackoffLimitExceeded); an index past
 its own limit has failed for good and shows in failedIndexes even when the Job-wide limit ends the Job in the
 same step (the controller computes both from the same pods); more failed indexes than maxFailedIndexes fail the
 Job (MaxFailedIndexesExceeded), and so does every index having either succeeded or failed (FailedIndexes).
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from localjob import backoff
-from localjob.failure_policy import FAIL_JOB, IGNORE
+from localjob.failure_policy import FAIL_INDEX, FAIL_JOB, IGNORE
 from localjob.manifests import JobPlan
 
 
@@ -56,7 +56,8 @@ class Accounting:
                    None if maximum is None else int(maximum))
 
     def pod_succeeded(self, index: int) -> None:
-        self.succeeded.add(index)
+        if index < self.completions:  # a pod of an index scaled away counts for nothing
+            self.succeeded.add(index)
         self.failures_since_success = 0
 
     def pod_failed(self, index: int, action: str, matched: str, now: float) -> Ended | bool:
@@ -73,7 +74,8 @@ class Accounting:
             return True
         self.failed += 1
         self.index_failures[index] += 1
-        index_failed = self.per_index_limit is not None and self.index_failures[index] > self.per_index_limit
+        index_failed = self.per_index_limit is not None and (
+            action == FAIL_INDEX or self.index_failures[index] > self.per_index_limit)
         if index_failed:
             self.failed_indexes.add(index)
         if self.failed > self.backoff_limit:
@@ -93,6 +95,13 @@ class Accounting:
         if self.failed_indexes and len(self.failed_indexes) + len(self.succeeded) >= self.completions:
             return Ended(False, "FailedIndexes", "Job has failed indexes")
         return None
+
+    def resize(self, completions: int, max_failed_indexes: int | None) -> None:
+        """completions changed (an Elastic Indexed Job): indexes out of range no longer count as succeeded, and an
+        index that comes back runs again."""
+        self.completions, self.max_failed_indexes = completions, max_failed_indexes
+        self.succeeded = {index for index in self.succeeded if index < completions}
+        self.__post_init__()
 
     def replacing(self, index: int) -> int:
         """A new pod of ``index`` is created: its attempt number (1 for the first pod)."""

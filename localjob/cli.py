@@ -68,7 +68,8 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     run faithfully here.
 
     Beside it: `local-job status` (the running or last run), `local-job evict` (preempt a pod), `local-job
-    delete` (delete one), `local-job clean` (remove what local-job keeps for the Job); each has --help.
+    delete` (delete one), `local-job scale` (replica groups: more or fewer pods), `local-job clean` (remove what
+    local-job keeps for the Job); each has --help.
     """
     from localjob.controller import JobController
     from localjob.display import display_for
@@ -218,20 +219,22 @@ def _request(kind: str, volume_root: Path, timeout: float, index: int) -> int:
     return 0
 
 
-def _pod_request(function):
-    """The options and argument `local-job evict` and `local-job delete` share."""
-    for decorator in reversed((
-            click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}),
-            click.option("--volume-root", required=True, type=click.Path(file_okay=False, path_type=Path),
-                         help="The --volume-root of the running local-job."),
-            click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-                         help="Seconds to wait for the running local-job to take the request."),
-            click.argument("index", type=click.IntRange(min=0)))):
-        function = decorator(function)
-    return function
+def _control_request(argument: str):
+    """The options and argument `local-job evict`, `delete` (INDEX) and `scale` (COUNT) share."""
+    def decorate(function):
+        for decorator in reversed((
+                click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}),
+                click.option("--volume-root", required=True, type=click.Path(file_okay=False, path_type=Path),
+                             help="The --volume-root of the running local-job."),
+                click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+                             help="Seconds to wait for the running local-job to take the request."),
+                click.argument(argument, type=click.IntRange(min=0)))):
+            function = decorator(function)
+        return function
+    return decorate
 
 
-@_pod_request
+@_control_request("index")
 def evict(volume_root, timeout, index):
     """Evict the running pod of completion INDEX, as a preemption or `kubectl drain` would.
 
@@ -243,7 +246,7 @@ def evict(volume_root, timeout, index):
     return _request("evict", volume_root, timeout, index)
 
 
-@_pod_request
+@_control_request("index")
 def delete(volume_root, timeout, index):
     """Delete the running pod of completion INDEX, as `kubectl delete pod` would.
 
@@ -252,6 +255,18 @@ def delete(volume_root, timeout, index):
     `local-job evict`.
     """
     return _request("delete", volume_root, timeout, index)
+
+
+@_control_request("count")
+def scale(volume_root, timeout, count):
+    """Scale the running Job of replica groups to COUNT pods, as `./run.sh --scale` patches it on a cluster.
+
+    Its completions and parallelism become COUNT together (an Elastic Indexed Job), maxFailedIndexes the groups
+    above MIN_REPLICAS; COUNT from MIN_REPLICAS to MAX_REPLICAS (fault_tolerance.max_replicas). New indexes get
+    pods, whose groups join the next quorum; the pods of indexes now out of range (the highest) are terminated and
+    never replaced. Exit codes as for `local-job evict`.
+    """
+    return _request("scale", volume_root, timeout, count)
 
 
 def job_root(source: str | None, volume_root: Path | None) -> Path:
@@ -315,7 +330,7 @@ def clean(source, volume_root, keep_data):
     return 0
 
 
-SUBCOMMANDS = {"evict": evict, "delete": delete, "status": status, "clean": clean}
+SUBCOMMANDS = {"evict": evict, "delete": delete, "scale": scale, "status": status, "clean": clean}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from localjob import eviction, failure_policy, success_policy
+from localjob import elastic, eviction, failure_policy, success_policy
 from localjob.accounting import Accounting, Ended
 from localjob.display import Display
 from localjob.manifests import JobPlan
@@ -177,7 +177,7 @@ class JobController:
         while True:
             ended = self._stopped(running, started)
             if ended is None:
-                self._serve_requests(running)
+                self._serve_requests(running, pending)
                 self.display.tick()
                 ended = self._reap(running, pending) or self._settled()
             if ended is not None:
@@ -210,7 +210,7 @@ class JobController:
             outcome = self.accounting.pod_failed(index, action, matched, now)
             if isinstance(outcome, Ended):
                 return outcome
-            if outcome:  # replaced, after the back-off; else the index has failed for good
+            if outcome and index < self.plan.completions:  # replaced, after the back-off, while still in range
                 pending.append(index)
                 self._note_backoff(index, now)
         return None
@@ -226,10 +226,15 @@ class JobController:
                 yield index, pod
 
     def _settled(self) -> Ended | None:
-        """The successPolicy met, or every index succeeded (or failed for good)."""
+        """Every index succeeded or failed for good with some failed (judged first, as the controller does: a Job
+        whose other indexes have failed fails when its last one succeeds), else the successPolicy met, else every
+        index succeeded."""
+        settled = self.accounting.settled()
+        if settled is not None and not settled.complete:
+            return settled
         rules = (self.plan.spec.get("successPolicy") or {}).get("rules")
         met = success_policy.met(rules, self.accounting.succeeded) if rules else None
-        return Ended(True, "SuccessPolicy", met) if met else self.accounting.settled()
+        return Ended(True, "SuccessPolicy", met) if met else settled
 
     def _start_ready(self, running: dict[int, LocalPod], pending: list[int]) -> None:
         """A pod for each pending index whose back-off is over, within parallelism."""
@@ -258,10 +263,14 @@ class JobController:
             self.note(f"index {index}: its next pod starts in {format_duration(wait)} (the Job controller's "
                       f"back-off: {self.backoff_seconds:g} s, doubling per failure, at most 10 min)")
 
-    def _serve_requests(self, running: dict[int, LocalPod]) -> None:
-        """`local-job evict` (the DisruptionTarget condition, then SIGTERM) and `local-job delete` (SIGTERM alone,
-        as a plain `kubectl delete pod`: no condition, so the podFailurePolicy may count the pod's failure)."""
+    def _serve_requests(self, running: dict[int, LocalPod], pending: list[int]) -> None:
+        """`local-job evict` (the DisruptionTarget condition, then SIGTERM), `local-job delete` (SIGTERM alone,
+        as a plain `kubectl delete pod`: no condition, so the podFailurePolicy may count the pod's failure) and
+        `local-job scale` (localjob/elastic.py)."""
         for kind, index in self.control.requests():
+            if kind == eviction.SCALE:
+                self.control.answer(kind, index, *self._scale(running, pending, index))
+                continue
             pod = running.get(index)
             if pod is None or pod.evicted:
                 self.control.answer(kind, index, False, f"no running pod with index {index}")
@@ -272,6 +281,27 @@ class JobController:
                       f"({self.plan.grace_seconds:g} s)")
             pod.evict(self.plan.grace_seconds, "EvictionByEvictionAPI" if evicting else None)
             self.control.answer(kind, index, True, f"pod {pod.record.name} {'evicted' if evicting else 'deleted'}")
+
+    def _scale(self, running: dict[int, LocalPod], pending: list[int], count: int) -> tuple[bool, str]:
+        """The Job to ``count`` pods: pods for the new indexes, the pods of indexes out of range deleted (SIGTERM
+        with the grace period) and never replaced; (done, the answer)."""
+        try:
+            changed = elastic.fields(self.plan, count)
+        except elastic.Refused as refused:
+            return False, str(refused)
+        before = self.plan.completions
+        self.plan.spec.update(changed)
+        self.accounting.resize(count, changed["maxFailedIndexes"])
+        pending[:] = [index for index in pending if index < count]
+        pending.extend(index for index in range(before, count) if index not in running and index not in pending)
+        for index, pod in sorted(running.items()):
+            if index >= count and not pod.evicted:
+                pod.evict(self.plan.grace_seconds, None)
+        removed = f"; deleting the pods of indexes {count} to {before - 1}" if count < before else ""
+        self.note(f"Job scaled from {before} to {count} pods (completions, parallelism {count}, maxFailedIndexes "
+                  f"{changed['maxFailedIndexes']}){removed}")
+        self.publish()
+        return True, f"Job {self.plan.name} scaled from {before} to {count} pods"
 
     def _interrupt(self, signum, frame) -> None:
         self.interrupted = signal.Signals(signum).name

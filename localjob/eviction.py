@@ -4,9 +4,11 @@ would (evict), or as `kubectl delete pod` would (delete).
     local-job build/ --volume-root runs/job            # terminal 1: the Job runs
     local-job evict --volume-root runs/job 1           # terminal 2: pod 1 gets DisruptionTarget and SIGTERM
     local-job delete --volume-root runs/job 0          # or: pod 0 gets SIGTERM alone (its failure may count)
+    local-job scale --volume-root runs/job 4           # replica groups: completions and parallelism to 4
 
 The running local-job owns ``VOLUME_ROOT/control/``: its PID in ``controller.pid``; a request is a file
-``<evict|delete>-<index>.request``, which the controller answers with ``<kind>-<index>.answer`` (JSON) and removes.
+``<evict|delete>-<index>.request`` (``scale-<count>.request``), which the controller answers with
+``<kind>-<number>.answer`` (JSON) and removes.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from pathlib import Path
 
 from trainer_contract.atomic import atomic_write
 
-EVICT, DELETE = "evict", "delete"
-_REQUEST = re.compile(rf"^({EVICT}|{DELETE})-(\d+)\.request$")
+EVICT, DELETE, SCALE = "evict", "delete", "scale"
+_REQUEST = re.compile(rf"^({EVICT}|{DELETE}|{SCALE})-(\d+)\.request$")
 
 
 class EvictionError(Exception):
@@ -39,7 +41,7 @@ class ControlDirectory:
 
     def open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for kind in (EVICT, DELETE):
+        for kind in (EVICT, DELETE, SCALE):
             for stale in self.directory.glob(f"{kind}-*"):
                 stale.unlink(missing_ok=True)
         atomic_write(self.directory / "controller.pid", f"{os.getpid()}\n".encode())
@@ -48,7 +50,7 @@ class ControlDirectory:
         (self.directory / "controller.pid").unlink(missing_ok=True)
 
     def requests(self) -> list[tuple[str, int]]:
-        """The requests waiting: (evict or delete, index)."""
+        """The requests waiting: (evict or delete, index), (scale, count)."""
         try:
             names = os.listdir(self.directory)
         except OSError:
@@ -80,8 +82,8 @@ def running_controller(root: Path) -> int | None:
 
 
 def request(root: Path, kind: str, index: int, timeout: float = 30.0) -> str:
-    """Ask the local-job running with ``--volume-root root`` to evict or delete (``kind``) index's pod; its answer,
-    or EvictionError."""
+    """Ask the local-job running with ``--volume-root root`` to evict or delete (``kind``) index's pod, or to scale the
+    Job to ``index`` pods; its answer, or EvictionError."""
     directory = root / "control"
     try:
         pid = int((directory / "controller.pid").read_text())

@@ -4,14 +4,15 @@ no rule matching counts it.
 
 A rule matches on the pod's conditions (onPodConditions: any of them, with its status) or on its containers'
 exit codes (onExitCodes: In or NotIn a list, optionally of one container; a container that exited 0 never
-matches). What matched is worded as the controller's own FailJob message words it.
+matches). FailIndex (with backoffLimitPerIndex) fails the pod's index at once, counted. What matched is worded as the
+controller's own FailJob message words it.
 """
 
 from __future__ import annotations
 
 from localjob.records import PodRecord
 
-COUNT, FAIL_JOB, IGNORE = "Count", "FailJob", "Ignore"
+COUNT, FAIL_JOB, FAIL_INDEX, IGNORE = "Count", "FailJob", "FailIndex", "Ignore"
 
 
 def match(rules: list[dict], record: PodRecord, namespace: str) -> tuple[str, str]:

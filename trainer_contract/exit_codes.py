@@ -9,8 +9,9 @@ Actions:
     stop   stopped on request (SIGTERM) after the checkpoint: restarted without counting where the engine can
            tell a disruption (Kubernetes: the DisruptionTarget condition; Slurm: always)
     fail   retrying cannot help: the whole job fails at once
-    leave  the pod's node keeps failing the gang: the pod ends, not counted, and the engine replaces it (the launcher
-           gives this code: trainer_launcher/recovery.py)
+    leave  the pod ends, not counted, and the engine replaces it where its index is still wanted: its node keeps
+           failing the gang (the launcher gives this code: trainer_launcher/recovery.py), or a replica group stopped
+           on request, holding nothing the other groups lack
     done   the index completed
 """
 
@@ -49,12 +50,17 @@ STALLED = 76
 # false: a node without working GPUs; the Job fails at once rather than train on the CPU for days.
 GPU_MISSING = 79
 # More of the gang's rounds failed than max_restarts allows, counted by the launchers that restarted them in place
-# (trainer_contract.gang_rounds): the Job fails at once, as it would have had every round cost a pod.
+# (trainer_contract.gang_rounds): the Job fails at once, as it would have had every round cost a pod. With replica
+# groups it is one group's crash loop: its index fails (the Job's FailIndex), the other groups go on.
 RESTARTS_EXHAUSTED = 80
 # The launcher ends its pod because its own node was the root cause of the gang's last rounds, one after another,
 # with the same code (values node_leaves_after_failures): a broken GPU fails every round on the node it sits in. The
 # Job ignores it and replaces the pod (on a cluster, elsewhere once the node is cordoned: the message names it).
 NODE_LEFT = 81
+# A replica group stopped on request (SIGTERM: a scale-down's removed index, a deletion, a preemption) between two of
+# the job's steps: the other groups hold everything it had, so its leave costs nothing and is never counted; the Job
+# replaces its pod where its index is still in range.
+GROUP_LEFT = 82
 
 
 def signal_exit_code(signum: int) -> int:
@@ -78,11 +84,15 @@ CODES = (
              "fewer GPUs than asked for and resources.gpu.cpu_fallback is false"),
     ExitCode(RESTARTS_EXHAUSTED, "fail",
              "more of the gang's rounds failed without progress than max_restarts allows (restarted in place; a "
-             "round that published a newer checkpoint is not counted): the Job fails",
+             "round that published a newer checkpoint is not counted): the Job fails (with replica groups: this "
+             "group's index, while enough groups remain)",
              "more failed rounds than max_restarts"),
     ExitCode(NODE_LEFT, "leave",
              "this pod's node failed the gang's rounds with the same code since its last checkpoint: the pod leaves, not "
              "counted, and the Job replaces it (cordon the node the message names)", "the node keeps failing"),
+    ExitCode(GROUP_LEFT, "leave",
+             "a replica group stopped on request between two steps (a scale-down, deletion, preemption): the other "
+             "groups hold its state; not counted, replaced while its index is in range", "a replica group left"),
     ExitCode(TERMINATED, "stop", "stopped by SIGTERM after its checkpoint (preemption, deletion); not counted",
              "stopped by SIGTERM after checkpointing"),
 )

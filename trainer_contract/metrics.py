@@ -77,8 +77,8 @@ def parse(text: str) -> dict[str, float]:
 
 def summary(samples: Samples, now: float | None = None) -> str | None:
     """A scrape as one line: ``step 120/500 (epoch 2/5), loss 0.3124, accuracy 0.9712, 1850 samples/s, about
-    3 min 05 s left, last checkpoint step 100 (12 s ago), 1 restart, peak memory 1.2 GiB (cpu)``; None when it
-    holds none of ours."""
+    3 min 05 s left, last checkpoint step 100 (12 s ago), 1 restart, 2 replica groups stepping, this group's steps:
+    118 of 120 committed, peak memory 1.2 GiB (cpu)``; None when it holds none of ours."""
     samples = {name: value for name, value in samples.items() if math.isfinite(value)}  # NaN: not known
     if not samples:
         return None
@@ -106,14 +106,7 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
     if "restarts" in samples:
         restarts = int(samples["restarts"])
         parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
-    counted = samples.get('failed_rounds{counted="true"}')
-    after_progress = samples.get('failed_rounds{counted="false"}')
-    if counted is not None or after_progress is not None:
-        limit, in_a_row = samples.get("max_restarts"), samples.get("failed_rounds_in_a_row")
-        budget = (f"{in_a_row:.0f} in a row" if in_a_row is not None else "") + (
-            f" of {limit:.0f} allowed" if limit is not None else "")
-        parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" ({budget.strip()})" if budget else "")
-                     + f", {after_progress or 0:.0f} after progress not counted")
+    parts += _rounds_and_groups(samples)
     faults = sum(value for name, value in samples.items() if name.startswith("faults{"))
     lost = sum(value for name, value in samples.items() if name.startswith("fault_seconds{"))
     if "goodput_ratio" in samples:
@@ -122,6 +115,26 @@ def summary(samples: Samples, now: float | None = None) -> str | None:
     parts += [f"peak memory {value / 2**30:.1f} GiB ({_label(name, 'device')})" for name, value in sorted(samples.items())
               if name.startswith("peak_memory_bytes{")]
     return ", ".join(parts) or None
+
+
+def _rounds_and_groups(samples: Samples) -> list[str]:
+    """The restart budget's part of the line (rounds restarted in place) and the replica groups' quorum."""
+    parts = []
+    counted = samples.get('failed_rounds{counted="true"}')
+    after_progress = samples.get('failed_rounds{counted="false"}')
+    if counted is not None or after_progress is not None:
+        limit, in_a_row = samples.get("max_restarts"), samples.get("failed_rounds_in_a_row")
+        budget = (f"{in_a_row:.0f} in a row" if in_a_row is not None else "") + (
+            f" of {limit:.0f} allowed" if limit is not None else "")
+        parts.append(f"failed rounds: {counted or 0:.0f} counted" + (f" ({budget.strip()})" if budget else "")
+                     + f", {after_progress or 0:.0f} after progress not counted")
+    if "replica_groups_participating" in samples:
+        committed = samples.get('replica_group_steps{committed="true"}', 0.0)
+        taken = committed + samples.get('replica_group_steps{committed="false"}', 0.0)
+        stepping = int(samples["replica_groups_participating"])
+        parts.append(f"{stepping} replica group{'s' if stepping != 1 else ''} stepping, this group's steps: "
+                     f"{committed:.0f} of {taken:.0f} committed")
+    return parts
 
 
 def _label(sample: str, label: str) -> str:

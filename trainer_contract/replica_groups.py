@@ -5,9 +5,11 @@ Within a group its processes train as one gang, as without replica groups; acros
 and a Lighthouse (torchft's) forms a quorum of the groups at every step. A group that fails costs that group: the
 others go on stepping, and it rejoins a later quorum taking the weights from a peer.
 
-    REPLICA_GROUP       this group's index (the pod's completion index), 0..REPLICA_GROUPS-1
-    REPLICA_GROUPS      the job's groups: a step's examples are BATCH_SIZE x processes per group x this many,
-                        shared by the groups in the step's quorum, whichever they are
+    REPLICA_GROUP       this group's index (the pod's completion index), 0..MAX_REPLICAS-1
+    REPLICA_GROUPS      the job's groups as submitted: a step's examples are BATCH_SIZE x processes per group x this
+                        many, shared by the groups in the step's quorum, whichever and however many they are (a
+                        job scaled to more or fewer groups keeps its steps, so its schedule and its data)
+    MAX_REPLICAS        the most groups the job may be scaled to (default REPLICA_GROUPS): REPLICA_GROUP is below it
     MIN_REPLICAS        the fewest groups that step (default 1); fewer wait for the next quorum
     TORCHFT_LIGHTHOUSE  the Lighthouse's address (torchft's own variable): http://HOST:PORT
     REPLICA_GROUP_HOST  the name the other groups reach this group's pod by (its manager, its store, the state a
@@ -27,6 +29,7 @@ from trainer_contract.settings import ConfigError
 GROUP = "REPLICA_GROUP"
 GROUPS = "REPLICA_GROUPS"
 MIN_REPLICAS = "MIN_REPLICAS"
+MAX_REPLICAS = "MAX_REPLICAS"
 LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 HOST = "REPLICA_GROUP_HOST"
 
@@ -46,6 +49,7 @@ class ReplicaGroups:
     min_replicas: int  # the fewest that step
     lighthouse: str  # the Lighthouse's address
     host: str | None = None  # how the other groups reach this one; None: the host's name
+    max_replicas: int = 0  # the most groups the job may be scaled to (from_environ: MAX_REPLICAS, else groups)
 
     @property
     def replica_id(self) -> str:
@@ -71,11 +75,13 @@ def from_environ(environ: Mapping[str, str]) -> ReplicaGroups | None:
     if not environ.get(GROUPS, "").strip():
         return None
     problems: list[str] = []
-    groups = _whole(environ, GROUPS, 1, problems)
+    groups, min_replicas, most = _sizes(environ, problems)
     group = _whole(environ, GROUP, 0, problems)
-    min_replicas = _whole(environ, MIN_REPLICAS, 1, problems) if environ.get(MIN_REPLICAS, "").strip() else 1
-    if not problems and group >= groups:
-        problems.append(f"{GROUP}: {group} must be below {GROUPS} ({groups})")
+    if not problems and most < groups:
+        problems.append(f"{MAX_REPLICAS}: {most} must be at least {GROUPS} ({groups})")
+    if not problems and group >= most:
+        problems.append(f"{GROUP}: {group} must be below {MAX_REPLICAS} ({most})" if most > groups
+                        else f"{GROUP}: {group} must be below {GROUPS} ({groups})")
     if not problems and min_replicas > groups:
         problems.append(f"{MIN_REPLICAS}: {min_replicas} must be at most {GROUPS} ({groups})")
     lighthouse = environ.get(LIGHTHOUSE, "").strip()
@@ -86,7 +92,40 @@ def from_environ(environ: Mapping[str, str]) -> ReplicaGroups | None:
         problems.append(f"{HOST}: {host!r} must be a host name (letters, digits, '-' and '.') or an IPv4 address")
     if problems:
         raise ConfigError(problems)
-    return ReplicaGroups(group, groups, min_replicas, lighthouse, host)
+    return ReplicaGroups(group, groups, min_replicas, lighthouse, host, most)
+
+
+def scaled(count: int, min_replicas: int, max_replicas: int) -> dict[str, int]:
+    """The Job's fields for ``count`` groups, set together (an Elastic Indexed Job: completions equal to
+    parallelism) with the indexes that may fail: the groups above min_replicas, and never all but one, since the
+    Job controller judges failed indexes before its success policy (a Job whose every other index has failed fails
+    when its last group succeeds). ValueError naming the bound ``count`` is outside."""
+    if not min_replicas <= count <= max_replicas:
+        raise ValueError(f"{count} groups is outside the job's bounds: from fault_tolerance.min_replicas "
+                         f"({min_replicas}) to fault_tolerance.max_replicas ({max_replicas})")
+    return {"completions": count, "parallelism": count,
+            "maxFailedIndexes": max(0, count - max(min_replicas, 2))}
+
+
+def bounds_of(environment: Mapping[str, str]) -> tuple[int, int] | None:
+    """(MIN_REPLICAS, MAX_REPLICAS) of a job's environment (its ConfigMap), or None where it is not replica groups;
+    ConfigError where they are not numbers."""
+    if not environment.get(GROUPS, "").strip():
+        return None
+    problems: list[str] = []
+    _, least, most = _sizes(environment, problems)
+    if problems:
+        raise ConfigError(problems)
+    return least, most
+
+
+def _sizes(environ: Mapping[str, str], problems: list[str]) -> tuple[int, int, int]:
+    """REPLICA_GROUPS, MIN_REPLICAS (default 1) and MAX_REPLICAS (default REPLICA_GROUPS), each wrong one in
+    ``problems``."""
+    groups = _whole(environ, GROUPS, 1, problems)
+    least = _whole(environ, MIN_REPLICAS, 1, problems) if environ.get(MIN_REPLICAS, "").strip() else 1
+    most = _whole(environ, MAX_REPLICAS, 1, problems) if environ.get(MAX_REPLICAS, "").strip() else groups
+    return groups, least, most
 
 
 def node_rank_of(environ: Mapping[str, str], index: int) -> int:

@@ -364,6 +364,10 @@ def stopped_by(args, stopped: SignalException, otherwise: str) -> int:
     if run is not None and run.finished():
         say(f"{sig.name} received after the run completed; exiting 0")
         return exit_codes.OK
+    if os.environ.get(replica_groups.GROUPS, "").strip():
+        say(f"{sig.name} received: this replica group leaves between two steps, the others hold its state; exiting "
+            f"{exit_codes.GROUP_LEFT} (not counted)")
+        return exit_codes.GROUP_LEFT
     say(f"{sig.name} received{otherwise}")
     return signal_exit_code(sig.value)
 

@@ -38,7 +38,7 @@ import os
 import time
 from collections.abc import Callable
 
-from trainer_contract import exit_codes
+from trainer_contract import exit_codes, replica_groups
 from trainer_contract.gang_ledger import (
     ENDED_AS_VICTIMS,
     EXPLAINED,
@@ -79,6 +79,9 @@ class InPlaceRecovery:
         # a node leaves after this many rounds since the last checkpoint it failed first with one code (0: never;
         # never where nothing would replace it)
         self.leave_after = leave_after(environ) if replaced else 0
+        # a replica group's crash loop ends that group (its index), not the Job
+        self.exhaustion_ends = "this replica group ends (the Job fails its index; the other groups go on)" \
+            if environ.get(replica_groups.GROUPS, "").strip() else "the Job fails"
         self.host = node_name(environ)
         # (code, rounds) this node failed first with that code since the gang last published a newer checkpoint
         self.own_failures: tuple[int, int] = (0, 0)
@@ -246,7 +249,8 @@ class InPlaceRecovery:
         if verdict.failures > self.limit:
             self.say(f"round {self.generation} failed: {why}; {verdict.failures} rounds of this Job have failed in a "
                      f"row without a newer checkpoint, more than max_restarts ({self.limit}) allows (a round that "
-                     f"published one starts the count anew): exiting {exit_codes.RESTARTS_EXHAUSTED}, the Job fails")
+                     f"published one starts the count anew): exiting {exit_codes.RESTARTS_EXHAUSTED}, "
+                     f"{self.exhaustion_ends}")
             return self.end(exit_codes.RESTARTS_EXHAUSTED)
         self.tell(f"round {self.generation} failed: {why}; restarting in place ({verdict.failures} of at most "
                   f"{self.limit} restarts; no newer checkpoint in this round)")

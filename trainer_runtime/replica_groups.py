@@ -95,11 +95,9 @@ class ReplicaGroup:
         participants, part = self.manager.num_participants(), self.manager.participating_rank()
         if self.manager.current_step() != before:
             self.log(f"{self.groups.replica_id} joined at step {self.manager.current_step()}, its state from a peer "
-                     f"in {time.perf_counter() - started:.1f} s: {participants} of {self.groups.groups} groups "
-                     "stepping")
+                     f"in {time.perf_counter() - started:.1f} s: {stepping(participants, self.groups.groups)}")
         elif participants != self.participants and self.participants:
-            self.log(f"{participants} of {self.groups.groups} groups stepping from step {before} (were "
-                     f"{self.participants})")
+            self.log(f"{stepping(participants, self.groups.groups)} from step {before} (were {self.participants})")
         self.participants = participants
         self.attempted += 1
         assert part is not None, "every group in a quorum taken at the step's start steps"
@@ -135,6 +133,12 @@ class ReplicaGroup:
 
     def close(self) -> None:
         self.manager.shutdown(wait=False)
+
+
+def stepping(participants: int, groups: int) -> str:
+    """How many groups a step's quorum has, against the job's as submitted (a scaled job may have more)."""
+    return f"{participants} of {groups} groups stepping" if participants <= groups else \
+        f"{participants} groups stepping (submitted with {groups})"
 
 
 class _OneLine(logging.Handler):

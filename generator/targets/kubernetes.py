@@ -13,7 +13,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import yaml
 
@@ -336,6 +336,7 @@ class JobObjects:
     shm: str
     storage: str
     pod_annotations: Mapping[str, str]  # the values' annotations, and the scrape annotations with metrics
+    job_annotations: Mapping[str, str]  # the values' annotations, and Kueue's elastic-job for a Job that may scale
     env: tuple[dict[str, Any], ...]
     stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
     worker_env: tuple[dict[str, Any], ...]  # the worker container's alone
@@ -351,8 +352,10 @@ class JobObjects:
     # counted (the peer's pod counts the cause); a "stop" (SIGTERM) is free where the pod was disrupted.
     exit_fail_job: tuple[int, ...]
     exit_ignored: tuple[int, ...]
+    exit_fail_index: tuple[int, ...] = ()  # with replica groups: a group's end, not the Job's
     network_policy: netpol.NetworkPolicyOptions | None = None  # rendered when enabled
     lighthouse: Lighthouse | None = None  # with replica groups
+    max_failed_indexes: int = 0  # with replica groups, the groups above min_replicas
     job_backoff_limit: int = 0  # the Job-wide backoffLimit: backoff_limit, or with replica groups every group's
     shared_mount: str = launcher.SHARED_MOUNT
     metrics_port_name: str = metrics.PORT_NAME
@@ -402,17 +405,14 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         config_map_name=names.config_map_name(spec.name, config),
         claim_name=volume.existing_claim or names.claim_name(spec.name),
         create_claim=volume.existing_claim is None,
-        # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart
-        # costs one failure: max_restarts is both the Job-wide and the per-index limit (see kubernetes/job.yaml.j2).
-        backoff_limit=spec.max_restarts,
-        # with replica groups each group has its own budget (its index's); the Job's is theirs together
-        job_backoff_limit=spec.max_restarts * (spec.replicas if lighthouse is not None else 1),
+        **_failure_budgets(spec),
         lighthouse=lighthouse,
         cpu=cpu_quantity(spec.cpu_cores),
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
         storage=gib_quantity(volume.size_gib),
         pod_annotations=_pod_annotations(spec, options),
+        job_annotations=_job_annotations(spec, options),
         env=tuple(_env_var(variable) for variable in spec.env) + (
             (_env_var(EnvVar(storage.SIGNING_KEY_VARIABLE, value_from=spec.checkpoint_signing)),)
             if spec.checkpoint_signing is not None else ()),
@@ -423,7 +423,10 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
         extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
-        exit_fail_job=exit_codes.codes_taking("fail"),
+        # with replica groups a group's crash loop (80) fails its index, not the Job
+        exit_fail_job=tuple(code for code in exit_codes.codes_taking("fail")
+                            if lighthouse is None or code != exit_codes.RESTARTS_EXHAUSTED),
+        exit_fail_index=(exit_codes.RESTARTS_EXHAUSTED,) if lighthouse is not None else (),
         exit_ignored=exit_codes.codes_taking("free", "leave"),
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
@@ -431,10 +434,41 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
     )
 
 
+class FailureBudgets(TypedDict):
+    backoff_limit: int  # backoffLimitPerIndex
+    job_backoff_limit: int  # backoffLimit
+    max_failed_indexes: int  # maxFailedIndexes
+
+
+def _failure_budgets(spec: JobSpec) -> FailureBudgets:
+    """The Job's limits on counted failures (see kubernetes/job.yaml.j2)."""
+    if spec.min_replicas is None:
+        # Only a root cause counts (a victim exits 75, ignored; a preemption is ignored), so a gang restart costs
+        # one failure: max_restarts is both the Job-wide and the per-index limit, and no index may fail.
+        return {"backoff_limit": spec.max_restarts, "job_backoff_limit": spec.max_restarts, "max_failed_indexes": 0}
+    # replica groups: each group has its own budget (its index's), the Job's is theirs together (of every group it
+    # may grow to), and the groups above min_replicas may fail
+    return {"backoff_limit": spec.max_restarts, "job_backoff_limit": spec.max_restarts * spec.most_replicas,
+            "max_failed_indexes": replica_groups.scaled(spec.replicas, spec.min_replicas,
+                                                        spec.most_replicas)["maxFailedIndexes"]}
+
+
 def uploads(spec: JobSpec) -> bool:
     """Whether the worker container writes to storage: the checkpoint mirror (rank 0 of a built-in program, or
     the launcher for a program of its own) or the export's upload (the launcher)."""
     return bool({"checkpoint", "export"} & set(spec.storage))
+
+
+# Kueue admits a queued Job's change of parallelism as a new workload slice (its ElasticJobsViaWorkloadSlices
+# feature) only for a Job that says it may scale.
+KUEUE_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+
+
+def _job_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
+    """The values' annotations; a queued Job of replica groups that may grow (fault_tolerance.max_replicas) also
+    opts into Kueue's elastic jobs."""
+    elastic = options.queue_name is not None and spec.most_replicas > spec.replicas
+    return {**options.annotations, **({KUEUE_ELASTIC_JOB: "true"} if elastic else {})}
 
 
 def _pod_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:

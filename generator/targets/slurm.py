@@ -106,6 +106,9 @@ def slurm_problems(spec: JobSpec) -> Iterable[str]:
         yield "env_from_secrets: Slurm has no Secrets; export the variables in slurm.setup instead"
     if spec.extra_volumes:
         yield "extra_volumes: Slurm mounts no volumes; use the path of a shared filesystem instead"
+    if spec.replica_groups and spec.most_replicas > spec.replicas:
+        yield (f"fault_tolerance.max_replicas: a Slurm allocation does not grow to {spec.most_replicas} nodes while it "
+               "runs; set it to null (or to replicas) for --target slurm")
 
 
 @dataclass(frozen=True)

@@ -40,3 +40,11 @@ def test_the_restart_budget_reads_as_one_part_of_the_line():
               'indexed_trainer_failed_rounds{counted="false"} 4.0\nindexed_trainer_max_restarts 3.0\n')
     assert metrics.summary(metrics.parse(scrape)) == ("failed rounds: 2 counted (1 in a row of 3 allowed), 4 after "
                                                       "progress not counted")
+
+
+def test_the_replica_groups_quorum_reads_as_one_part_of_the_line():
+    scrape = ('indexed_trainer_replica_groups_participating 2.0\n'
+              'indexed_trainer_replica_group_steps{committed="true"} 118.0\n'
+              'indexed_trainer_replica_group_steps{committed="false"} 2.0\n')
+    assert metrics.summary(metrics.parse(scrape)) == ("2 replica groups stepping, this group's steps: 118 of 120 "
+                                                      "committed")

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer_contract.replica_groups import ReplicaGroups, from_environ, lighthouse_command, share_of
+from trainer_contract.replica_groups import (
+    ReplicaGroups,
+    bounds_of,
+    from_environ,
+    lighthouse_command,
+    scaled,
+    share_of,
+)
 from trainer_contract.settings import ConfigError
 
 GOOD = {"REPLICA_GROUPS": "3", "REPLICA_GROUP": "2", "TORCHFT_LIGHTHOUSE": "http://lighthouse.ns.svc:29510"}
@@ -21,7 +28,7 @@ def test_without_replica_groups_the_job_is_one_gang():
 
 def test_a_group_reads_its_index_the_groups_and_the_lighthouse():
     groups = from_environ({**GOOD, "MIN_REPLICAS": "2"})
-    assert groups == ReplicaGroups(2, 3, 2, "http://lighthouse.ns.svc:29510")
+    assert groups == ReplicaGroups(2, 3, 2, "http://lighthouse.ns.svc:29510", max_replicas=3)
     assert groups.replica_id == "group2"  # torchft reads the index from the name's trailing digits
     assert from_environ(GOOD).min_replicas == 1
 
@@ -34,6 +41,9 @@ def test_a_group_reads_its_index_the_groups_and_the_lighthouse():
     ({"REPLICA_GROUP": "3"}, "REPLICA_GROUP: 3 must be below REPLICA_GROUPS (3)"),
     ({"MIN_REPLICAS": "4"}, "MIN_REPLICAS: 4 must be at most REPLICA_GROUPS (3)"),
     ({"MIN_REPLICAS": "0"}, "MIN_REPLICAS: '0' must be 1 or more"),
+    ({"MAX_REPLICAS": "2"}, "MAX_REPLICAS: 2 must be at least REPLICA_GROUPS (3)"),
+    ({"MAX_REPLICAS": "six"}, "MAX_REPLICAS: 'six' must be a whole number of 1 or more"),
+    ({"MAX_REPLICAS": "6", "REPLICA_GROUP": "6"}, "REPLICA_GROUP: 6 must be below MAX_REPLICAS (6)"),
     ({"TORCHFT_LIGHTHOUSE": ""}, "TORCHFT_LIGHTHOUSE: '' must be the Lighthouse's http://HOST:PORT"),
     ({"TORCHFT_LIGHTHOUSE": "lighthouse:29510"}, "TORCHFT_LIGHTHOUSE: 'lighthouse:29510' must be"),
     ({"TORCHFT_LIGHTHOUSE": "http://lighthouse"}, "TORCHFT_LIGHTHOUSE: 'http://lighthouse' must be"),
@@ -44,6 +54,34 @@ def test_a_wrong_variable_is_named_with_what_it_must_be(changes, problem):
     with pytest.raises(ConfigError) as refused:
         from_environ({**GOOD, **changes})
     assert len(refused.value.problems) == 1 and refused.value.problems[0].startswith(problem), refused.value.problems
+
+
+def test_a_group_of_an_index_the_job_grew_to_is_one_of_its_groups():
+    groups = from_environ({**GOOD, "REPLICA_GROUP": "5", "MAX_REPLICAS": "6"})
+    assert (groups.group, groups.groups, groups.max_replicas) == (5, 3, 6)
+
+
+@given(st.integers(1, 1024), st.integers(0, 1024), st.integers(0, 1024))
+def test_a_scale_sets_the_jobs_size_and_its_failure_floor_together_within_the_bounds(least, extra, count):
+    most = least + extra
+    if least <= count <= most:
+        # the groups above the floor may fail, never all but one (the last one's success would fail the Job)
+        assert scaled(count, least, most) == {"completions": count, "parallelism": count,
+                                              "maxFailedIndexes": max(0, count - max(least, 2))}
+    else:
+        with pytest.raises(ValueError, match=rf"^{count} groups is outside the job's bounds: from "
+                                             rf"fault_tolerance.min_replicas \({least}\) to "
+                                             rf"fault_tolerance.max_replicas \({most}\)$"):
+            scaled(count, least, most)
+
+
+@pytest.mark.parametrize("environment, bounds", [
+    ({}, None),
+    ({"REPLICA_GROUPS": "3"}, (1, 3)),
+    ({"REPLICA_GROUPS": "3", "MIN_REPLICAS": "2", "MAX_REPLICAS": "8"}, (2, 8)),
+])
+def test_the_bounds_of_a_rendered_environment(environment, bounds):
+    assert bounds_of(environment) == bounds
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))

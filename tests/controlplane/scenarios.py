@@ -19,6 +19,10 @@ class Scenario:
     sets: tuple[str, ...]
     plan: dict[int, list]
     expected: dict = field(default_factory=dict)  # what both executors must report
+    # the rendered gang's Job made as fault_tolerance.replica_groups renders one (which it does for the built-in
+    # worker only): each pod a gang of its own, a crash loop (80) fails its index, the first success completes the
+    # Job; with these indexes allowed to fail
+    replica_groups_failing: int | None = None
 
 
 PLAN_VALUES = ("replicas=2", "entrypoint.module=null", "entrypoint.script=plan.py",
@@ -58,6 +62,23 @@ SCENARIOS = [
         "conditions": [("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
                        ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
         "failed": 3, "succeeded": 0, "failedIndexes": "1", "completedIndexes": ""}),
+]
+# Replica groups: a group's crash loop fails its index (FailIndex on 80), the first group to succeed completes the Job.
+SCENARIOS += [
+    # the controller judges failed indexes before its successPolicy: with every other index failed, the last one's
+    # success fails the Job (why maxFailedIndexes never lets all but one group fail: trainer_contract.replica_groups)
+    Scenario("a FailIndex exit code, then the other index's success, fails the Job", ("max_restarts=3",),
+             {0: [[0, 8]], 1: [[80, 2]]}, {
+        "conditions": [("FailureTarget", "FailedIndexes", "Job has failed indexes"),
+                       ("Failed", "FailedIndexes", "Job has failed indexes")],
+        "failed": 1, "succeeded": 1, "failedIndexes": "1", "completedIndexes": "0"}, replica_groups_failing=1),
+    Scenario("FailIndex on more indexes than maxFailedIndexes fails the Job", ("replicas=3", "max_restarts=3"),
+             {0: ["run"], 1: [[80, 2]], 2: [[80, 4]]}, {
+        "conditions": [("FailureTarget", "MaxFailedIndexesExceeded",
+                        "Job has exceeded the specified maximal number of failed indexes"),
+                       ("Failed", "MaxFailedIndexesExceeded",
+                        "Job has exceeded the specified maximal number of failed indexes")],
+        "failed": 3, "succeeded": 0, "failedIndexes": "1,2", "completedIndexes": ""}, replica_groups_failing=1),
 ]
 # Not here: index 0 succeeding while another index still runs. Under torchrun it cannot: a finished agent waits in
 # torchrun's exit barrier for the others (the built-in worker's followers finish first, by design).

@@ -23,8 +23,31 @@ JOB_CONTROLLER_BACKOFF = 10.0  # the controller's first back-off; local-job runs
 
 
 def render(scenario: Scenario, namespace: str = "default") -> str:
-    return gen_manifests(*PLAN_VALUES, *scenario.sets, f"config_map.PLAN={json.dumps(json.dumps(scenario.plan))}",
-                         namespace=namespace).decode()
+    stream = gen_manifests(*PLAN_VALUES, *scenario.sets, f"config_map.PLAN={json.dumps(json.dumps(scenario.plan))}",
+                           namespace=namespace).decode()
+    if scenario.replica_groups_failing is None:
+        return stream
+    documents = list(yaml.safe_load_all(stream))
+    for document in documents:
+        if document and document["kind"] == "Job":
+            as_replica_groups(document["spec"], scenario.replica_groups_failing)
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def as_replica_groups(spec: dict, failing: int) -> None:
+    """A gang's Job spec made as the replica groups' render makes theirs: the same policies (FailIndex on 80 after
+    FailJob, successPolicy succeededCount 1, ``failing`` indexes allowed to fail) and each pod a gang of its own (no
+    torchrun exit barrier waits for another pod; REPLICA_GROUPS tells the launcher so)."""
+    rules = spec["podFailurePolicy"]["rules"]
+    rules[0]["onExitCodes"]["values"].remove(80)
+    rules.insert(1, {"action": "FailIndex", "onExitCodes": {"containerName": "worker", "operator": "In",
+                                                            "values": [80]}})
+    spec.update(successPolicy={"rules": [{"succeededCount": 1}]}, maxFailedIndexes=failing)
+    worker = next(c for c in spec["template"]["spec"]["containers"] if c["name"] == "worker")
+    worker["args"] = ["--standalone"] + [arg for arg in worker["args"] if not arg.startswith(
+        ("--nnodes=", "--node-rank=", "--master-addr=", "--master-port="))]
+    worker["env"] = [*worker.get("env", []), {"name": "REPLICA_GROUPS", "value": str(spec["completions"])},
+                     {"name": "REPLICA_GROUP", "value": "$(JOB_COMPLETION_INDEX)"}]
 
 
 def run_on_local_job(scenario: Scenario, tmp_path: Path) -> tuple[dict, dict[int, list[float]]]:

@@ -39,9 +39,10 @@ MATRIX = {
                     "{name: settings, mount_path: /etc/settings, config_map: team-settings}, "
                     "{name: datasets, mount_path: /datasets, claim: team-datasets, read_only: true}, "
                     "{name: scratch, mount_path: /scratch, empty_dir: {size: 10}}]"],
-    # every pod a replica group, its Lighthouse beside the Job, and the policies between them
+    # every pod a replica group, its Lighthouse beside the Job, and the policies between them; it may grow to 6
     "replica-groups": ["name=mnist-groups", "replicas=3", "fault_tolerance.replica_groups=true",
-                       "fault_tolerance.min_replicas=2", "network_policy.enabled=true", "priority_class_name=high"],
+                       "fault_tolerance.min_replicas=2", "fault_tolerance.max_replicas=6", "network_policy.enabled=true",
+                       "priority_class_name=high"],
     "own-module-with-the-launcher": ["entrypoint.module=my_pkg.train", "entrypoint.launcher=indexed-trainer",
                                      "resources.gpu.accelerator_count=2"],
     # a built-in workload: its own --check-config and the defaults it shows, its variables checked
@@ -146,7 +147,7 @@ def test_job_is_an_indexed_gang_with_the_launcher_as_main_process():
     # bad configuration from any container fails the Job; disruptions and a peer's victims are not counted
     assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [78, 79, 80]}}
     assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75, 81]}}
+    assert rules[2] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [75, 81, 82]}}
     assert len(rules) == 3
     # the leader decides: index 0 succeeding completes the Job
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}

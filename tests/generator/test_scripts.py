@@ -194,6 +194,40 @@ def test_run_explains_a_job_that_exists_with_other_settings(tmp_path):
     assert "Job default/mnist-train already exists" in result.stderr and "./clean.sh first" in result.stderr
 
 
+@pytest.mark.parametrize(("sets", "args", "code", "said"), [
+    (["fault_tolerance.max_replicas=4"], ["--scale", "4"], 0, "Job default/mnist-train scaled to 4 replica groups"),
+    (["fault_tolerance.max_replicas=4"], ["--scale", "5"], 2,
+     "scale: 5 groups is outside the job's bounds: from fault_tolerance.min_replicas (1) to "
+     "fault_tolerance.max_replicas (4)"),
+    ([], ["--scale", "3"], 2, "scale: 3 groups is outside the job's bounds: from fault_tolerance.min_replicas (1) to "
+     "fault_tolerance.max_replicas (2)"),
+    (["fault_tolerance.max_replicas=4"], ["--scale", "x"], 1, "--scale needs the number of groups"),
+    (["fault_tolerance.max_replicas=4"], ["--slurm", "--scale", "3"], 1, "a Slurm allocation does not grow"),
+])
+def test_run_scale_patches_the_job_of_replica_groups_within_its_bounds(tmp_path, fake_kubectl, sets, args, code, said):
+    """./run.sh --scale N: one merge patch of completions, parallelism and maxFailedIndexes (generator/scale.py);
+    outside min_replicas..max_replicas, or not a number, it says why and nothing is sent."""
+    bin_dir, log = fake_kubectl
+    build = tmp_path / "build"
+    sets = ["replicas=2", "fault_tolerance.replica_groups=true", *sets]
+    assert script("prepare.sh", *[part for item in sets for part in ("--set", item)], build=build).returncode == 0
+    result = script("run.sh", *args, build=build, path_prefix=bin_dir)
+    assert result.returncode == code and said in result.stderr.strip().splitlines()[-1], result.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    patches = [call for call in calls if " patch " in f" {call} "]
+    assert patches == (['-n default patch job mnist-train --type=merge -p '
+                        '{"spec": {"completions": 4, "maxFailedIndexes": 2, "parallelism": 4}}'] if code == 0 else [])
+
+
+def test_run_scale_refuses_a_job_that_is_one_gang(tmp_path, fake_kubectl):
+    bin_dir, log = fake_kubectl
+    build = tmp_path / "build"
+    script("prepare.sh", build=build)
+    result = script("run.sh", "--scale", "3", build=build, path_prefix=bin_dir)
+    assert result.returncode == 2 and "is one gang, whose size is fixed" in result.stderr, result.stderr
+    assert not log.exists() or " patch " not in log.read_text()
+
+
 def test_clean_keeps_the_volume_unless_all(tmp_path, fake_kubectl):
     bin_dir, log = fake_kubectl
     build = tmp_path / "build"

@@ -1,4 +1,4 @@
-"""examples/rbac/submitter.yaml grants what ./run.sh, ./run.sh --status, the commands run.sh prints for following the
+"""examples/rbac/submitter.yaml grants what ./run.sh, ./run.sh --status, ./run.sh --scale, the commands run.sh prints for following the
 job and ./clean.sh ask of the API server, and nothing more: each kubectl call (recorded by a kubectl that logs its
 arguments and answers the status view as a cluster would), translated to the RBAC requests it makes, must be
 allowed by the Role (namespaced) or the ClusterRole (the pre-checks' cluster-scoped reads), and every verb they
@@ -15,8 +15,10 @@ from tests.generator.test_scripts import script
 ROLE_FILE = ROOT / "examples" / "rbac" / "submitter.yaml"
 # the rendered objects' kinds as RBAC names them, for apply and delete -f
 APPLIED = {"0-networkpolicy.yaml": ("networking.k8s.io", "networkpolicies"),
+           "0-lighthouse-networkpolicy.yaml": ("networking.k8s.io", "networkpolicies"),
            "1-persistentvolumeclaim.yaml": ("", "persistentvolumeclaims"), "2-configmap.yaml": ("", "configmaps"),
-           "3-service.yaml": ("", "services"), "4-job.yaml": ("batch", "jobs")}
+           "3-service.yaml": ("", "services"), "4-job.yaml": ("batch", "jobs"),
+           "3-lighthouse-service.yaml": ("", "services"), "3-lighthouse-deployment.yaml": ("apps", "deployments")}
 # (verb, API group, resource, name or None, namespaced): what each kubectl command line the scripts run needs
 GETS = {"namespace": ("", "namespaces", False), "serviceaccount": ("", "serviceaccounts", True),
         "priorityclass": ("scheduling.k8s.io", "priorityclasses", False),
@@ -57,9 +59,12 @@ def scripted_requests(tmp_path) -> list[tuple[str, str, str, str | None, bool]]:
     (bin_dir / "kubectl").chmod(0o755)
     assert script("prepare.sh", "--set", "namespace=team-a", "--set", "service_account_name=trainer",
                   "--set", "priority_class_name=urgent", "--set", "queue_name=team-a", "--set", "network_policy.enabled=true", "--set", "metrics.enabled=true",
+                  "--set", "fault_tolerance.replica_groups=true", "--set", "fault_tolerance.max_replicas=4",
                   build=build).returncode == 0
     run = script("run.sh", build=build, path_prefix=bin_dir)
     assert run.returncode == 0, run.stderr
+    scaled = script("run.sh", "--scale", "3", build=build, path_prefix=bin_dir)
+    assert scaled.returncode == 0, scaled.stderr
     status = script("run.sh", "--status", build=build, path_prefix=bin_dir)
     assert status.returncode == 0 and "index 0: mnist-train-0-abcde Running" in status.stdout, status.stdout + status.stderr
     assert script("clean.sh", "--all", build=build, path_prefix=bin_dir).returncode == 0
@@ -101,6 +106,9 @@ def requests_of(call: str, build) -> list[tuple[str, str, str, str | None, bool]
     if words[0] == "logs":  # the pod read by name, or listed (-l); -f follows (still a get of the log)
         found = ("list", "", "pods", None, True) if "-l" in flags else ("get", "", "pods", None, True)
         return [found, ("get", "", "pods/log", None, True)]
+    if words[0] == "patch":  # ./run.sh --scale: the Job by its name
+        group, resource, namespaced = GETS[words[1]]
+        return [("patch", group, resource, words[2], namespaced)]
     if words[0] == "wait":  # job/NAME: read, then listed and watched by its name
         return [(verb, "batch", "jobs", None, True) for verb in ("get", "list", "watch")]
     if words[0] == "apply":

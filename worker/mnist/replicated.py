@@ -38,15 +38,29 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.gang import from_rank0
 from trainer_runtime.metrics import live
-from trainer_runtime.replica_groups import ReplicaGroup
+from trainer_runtime.replica_groups import ReplicaGroup, stepping
 from trainer_runtime.sampler import RankBatches
-from trainer_runtime.stop import Terminated
+from trainer_runtime.stop import Terminated, agreed
 from worker.mnist import finished_run, resume
 from worker.mnist.train import Trainer
 
+# A Job's groups other than the last step's first wait this long after writing the model, for the Job to complete
+# with the first one's success (its successPolicy then terminates them: SIGTERM ends the wait): the Job controller
+# judges failed indexes before its successPolicy, so with an index failed (a group's crash loop) every other group
+# succeeding in one look of the controller's would fail the Job (FailedIndexes).
+SUCCESS_STAGGER_SECONDS = 30.0
 # What each group's processes combine their gradients with: one flat sum, whatever STRATEGY names (allreduce and
 # ddp are the same sum; a sharded strategy's replica-group form is not here yet).
 REPLICATED = ("allreduce", "ddp")
+
+
+class Left(Exception):
+    """Every process of this group has agreed to leave on a SIGTERM (a scale-down, a deletion), between two steps: the
+    step ``step`` it would take next is the other groups' to take."""
+
+    def __init__(self, step: int):
+        super().__init__(f"left before step {step + 1}")
+        self.step = step
 
 
 class ReplicatedTraining:
@@ -69,11 +83,12 @@ class ReplicatedTraining:
         self.scheduler = trainer.make_scheduler(first)
         self.order = RankBatches(len(trainer.images), self.step_examples, 0, 1, config.seed, True, pad=False)
         self.epoch_order: tuple[int, torch.Tensor] | None = None
+        self.last_part = 0  # this group's part of the last step it committed (0: the quorum's first group)
         self.group = ReplicaGroup(groups, env, trainer.device, self.state, self.load, self.log0, first)
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.log0(f"{groups.replica_id} of {groups.groups} replica groups ({env.world_size} processes each): "
-                  f"{self.steps_per_epoch} steps per epoch of {self.step_examples} examples, strategy "
-                  f"{config.strategy}")
+        self.log0(f"{groups.replica_id}, {env.world_size} processes, of a job submitted with {groups.groups} replica "
+                  f"groups (at most {groups.max_replicas or groups.groups}): {self.steps_per_epoch} steps per epoch of "
+                  f"{self.step_examples} examples, strategy {config.strategy}")
 
     def resume(self) -> int:
         """The step this group starts at: the newest checkpoint's (restored), else 0. Rank 0 reads the volume for
@@ -133,7 +148,10 @@ class ReplicatedTraining:
         self.trainer.checkpoints.clock.restart()  # CHECKPOINT_EVERY_SECONDS count training time, from here
         live().started(self.group.step, output_dir=self.trainer.config.output_dir,
                        node=self.groups.group, steps_per_epoch=self.steps_per_epoch)
+        self.trainer.stop.defer()  # from here a SIGTERM ends the group between two steps, not inside one
         while self.group.step < self.total:
+            if agreed((self.trainer.stop.requested,), self.trainer.device)[0]:
+                raise Left(self.group.step)
             part, parts = self.group.begin()
             if self.group.attempted == 1 and parts < self.groups.groups and _finished(self.trainer.config):
                 self.log0(f"{self.groups.replica_id}: the job finished while this group set up; nothing to do")
@@ -162,6 +180,7 @@ class ReplicatedTraining:
             return
         self.optimizer.step()
         self.scheduler.step()
+        self.last_part = part
         clock = self.trainer.checkpoints.clock
         if self.trainer.env.is_rank0 and step + 1 < self.total and clock.due():
             if part == 0:
@@ -179,7 +198,7 @@ class ReplicatedTraining:
         if (step + 1) % self.trainer.config.log_interval == 0 or last_of_epoch:
             mean = float(loss.detach()) / count if loss is not None else float("nan")
             self.log0(f"step {step + 1}/{self.total} (epoch {epoch + 1}), loss={mean:.4f} on this rank's {count} "
-                      f"examples, {parts} of {self.groups.groups} groups stepping")
+                      f"examples, {stepping(parts, self.groups.groups)}")
             metrics.progress(step + 1, steps=self.total, epoch=epoch + 1, epochs=self.trainer.config.epochs)
             if loss is not None:
                 metrics.loss(mean)
@@ -198,6 +217,12 @@ class ReplicatedTraining:
         if trainer.env.is_rank0:
             trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
                                 trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups)
+        if self.last_part != 0 and "JOB_COMPLETION_INDEX" in os.environ:
+            self.log0(f"{self.groups.replica_id}: waiting up to {SUCCESS_STAGGER_SECONDS:g} s for the Job to complete "
+                      "with the last step's first group (the Job then ends this pod)")
+            deadline = time.monotonic() + SUCCESS_STAGGER_SECONDS
+            while not trainer.stop.requested and time.monotonic() < deadline:
+                time.sleep(0.2)
 
 
 def _finished(config: TrainConfig) -> bool:
@@ -237,9 +262,13 @@ def train_run(config: TrainConfig, env: DistEnv, log, store: CheckpointStore, gr
             trainer.log("training completed.")
             hooks.point("completed")
         return exit_codes.OK
-    except Terminated as stopped:  # a group holds nothing the others lack: it leaves at once
-        trainer.log(f"stopped: {stopped}; this group leaves, the others go on with the state")
-        return exit_codes.TERMINATED
+    except Terminated as stopped:  # set-up: the group holds nothing yet
+        trainer.log(f"stopped: {stopped} while setting up; this group leaves (exit {exit_codes.GROUP_LEFT})")
+        return exit_codes.GROUP_LEFT
+    except Left as left:
+        trainer.log(f"stopped on request after step {left.step}: this group leaves, the others go on with its state "
+                    f"(exit {exit_codes.GROUP_LEFT})")
+        return exit_codes.GROUP_LEFT
     finally:
         if training is not None:
             training.group.close()
