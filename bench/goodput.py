@@ -3,8 +3,10 @@
 
     python -m bench.goodput                    # the figures of docs/performance.md (a fault per 60 s and per 20 s)
     python -m bench.goodput --quick            # a short run with a fault every few seconds (the test suite runs it)
+    python -m bench.goodput --replica-groups   # 3 pods as one gang and as 3 replica groups, side by side
 
-Faults come in turn, from the first training step on, every ``--interval`` seconds, on index 1 then index 0:
+Faults come in turn, from the first training step on, every ``--interval`` seconds, on each index in turn from the
+highest (index 1 then index 0 for 2 pods):
 
 - ``worker``: the pod's worker processes SIGKILLed (out of memory, a segfault); the launcher restarts the round in
   place;
@@ -17,6 +19,12 @@ wall time since the first step, trainer_contract/gang_timeline.py) and the bench
 first step to the end over the faulted run's); the cost of each fault kind (the runtime's faults.jsonl, by phase,
 and the controller's back-off apart); and whether anything was lost (every epoch recorded once, the test accuracy
 within 0.01 of the clean run's). Targets: goodput >= 0.95 at a fault per 60 s, >= 0.9 at one per 20 s.
+
+With ``--replica-groups`` the same schedules hit the job of 3 pods twice, alternating: as one gang (today's restart
+of the whole gang) and as 3 replica groups (fault_tolerance.replica_groups: the fault costs its group, the others
+step on). Targets for the groups (issue 78): goodput >= 0.97 at a fault per 60 s, >= 0.9 at one per 20 s, the
+accuracy within the clean run's band, and a clean run's time at most 1/0.95 of the gang's (torchft's quorum per
+step is not free). The runtime's own goodput is the gang's (model.json); for the groups it is the bench's alone.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.digits import default_data_dir
@@ -41,10 +50,39 @@ from trainer_contract.gang_timeline import PHASES
 KINDS = ("worker", "preempt", "lost")
 TARGETS = {60.0: 0.95, 20.0: 0.90}  # goodput at one fault per N seconds
 BACKOFF_SECONDS = 10.0  # the Job controller's (DefaultJobPodFailureBackOff)
-RECOVERED = re.compile(r"Rank 0: fault \d+: ")  # rank 0 accounted for a fault: it trains again
-TRAINING = re.compile(r"Rank 0: epoch: \d+/\d+, batch: \d+/")  # the first batch logged: training has begun
 ACCURACY_BAND = 0.01
 MAX_RESTARTS = 100
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A shape of the job the schedules hit: its pods, its values, and its log's marks."""
+
+    name: str  # its key in the results
+    label: str  # its rows' words
+    pods: int
+    sets: tuple[str, ...]
+    training: re.Pattern  # the first step logged: training has begun
+    recovered: re.Pattern  # rank 0 of the faulted pod trains again (the paced schedule waits for it)
+    targets: dict[float, float]
+    # every epoch evaluated, from the log (each group's rank 0 says each epoch it ends); None: the gang's
+    # metrics.jsonl, which must hold every epoch once
+    epoch_done: re.Pattern | None = None
+    # whose account model.json's goodput and faults.jsonl's phases are: the gang's, or one group's of its own faults
+    # (a group's "recompute" is its catching up with the others, which never stopped)
+    accounts: str = "the runtime's own account (model.json)"
+
+
+GANG = Mode("gang", "MNIST 2 pods", 2, (), re.compile(r"Rank 0: epoch: \d+/\d+, batch: \d+/"), re.compile(r"Rank 0: fault \d+: "),
+            TARGETS)
+GROUPS_COMPARED = (
+    Mode("gang", "MNIST 3 pods, one gang", 3, (), GANG.training, GANG.recovered, TARGETS),
+    Mode("groups", "MNIST 3 pods, 3 replica groups", 3, ("fault_tolerance.replica_groups=true",),
+         re.compile(r"Rank 0: step \d+/\d+ \(epoch"), re.compile(r"Rank 0: group\d+ joined at step"),
+         {60.0: 0.97, 20.0: 0.90}, re.compile(r"Rank 0: epoch (\d+)/\d+, test accuracy="),
+         "the writing group's own account of its faults, not the job's (model.json)"),
+)
+CLEAN_SPEED_TARGET = 0.95  # a clean run of the groups against the gang's: the quorum per step's cost
 
 
 def sizes(quick: bool) -> dict:
@@ -62,14 +100,16 @@ def evict(root: Path, index: int) -> bool:
 
 
 class Schedule(threading.Thread):
-    """From the first step on, one fault every ``interval`` seconds, the kinds in turn, index 1 then 0; at most
+    """From the first step on, one fault every ``interval`` seconds, the kinds in turn, each index in turn from the
+    highest; at most
     ``most``; with ``paced``, each next one only ``interval`` seconds after the gang recovered from the last (the
     quick mode: every kind tried once, on any machine's pace)."""
 
     def __init__(self, interval: float, kinds: tuple[str, ...], root: Path, most: int | None = None,
-                 paced: bool = False):
+                 paced: bool = False, pods: int = 2):
         super().__init__(name="fault-schedule", daemon=True)
         self.interval, self.kinds, self.root, self.most, self.paced = interval, kinds, root, most, paced
+        self.pods = pods
         self.began = threading.Event()
         self.recovered = threading.Semaphore(0)  # released at each "fault N:" line: rank 0 trains again
         self.done = threading.Event()
@@ -84,7 +124,7 @@ class Schedule(threading.Thread):
             if self.done.wait(clock + self.interval - time.monotonic() if self.paced
                               else start + (number + 1) * self.interval - time.monotonic()):
                 return
-            kind, index = self.kinds[number % len(self.kinds)], 1 - number % 2
+            kind, index = self.kinds[number % len(self.kinds)], self.pods - 1 - number % self.pods
             number += 1
             hit = evict(self.root, index) if kind == "preempt" else kill_index(index, whole_pod=kind == "lost", root=self.root) > 0
             if hit:
@@ -99,44 +139,54 @@ class Schedule(threading.Thread):
 
 
 def run(data_dir: Path, epochs: int, interval: float | None, kinds: tuple[str, ...], backoff: float,
-        most: int | None = None) -> dict:
-    """One run of the default job (2 pods) under local-job, with a fault every ``interval`` seconds (None: clean)."""
+        most: int | None = None, mode: Mode = GANG) -> dict:
+    """One run of the job (``mode``) under local-job, with a fault every ``interval`` seconds (None: clean)."""
     directory = Path(tempfile.mkdtemp(prefix="bench-goodput-"))
     volume = claim(data_dir, directory)
     # max_restarts: the Job controller counts a pod killed whole (no DisruptionTarget) whatever the progress
     # (docs/reliability.md); the schedule's lost pods would spend the default 3 within a minute
-    command = local_job(manifests(2, directory, f"config_map.EPOCHS={epochs}", "config_map.LOG_INTERVAL=10",
-                                  f"max_restarts={MAX_RESTARTS}"), volume, directory, backoff)
-    schedule = Schedule(interval, kinds, directory / "root", most, paced=most is not None) if interval else None
+    command = local_job(manifests(mode.pods, directory, f"config_map.EPOCHS={epochs}", "config_map.LOG_INTERVAL=10",
+                                  f"max_restarts={MAX_RESTARTS}", *mode.sets), volume, directory, backoff)
+    schedule = Schedule(interval, kinds, directory / "root", most, paced=most is not None, pods=mode.pods) \
+        if interval else None
+    first, end, completed, epochs_done = _follow(command, directory / "local-job.log", mode, schedule)
+    output = volume / "runs" / "mnist-train"
+    summary = json.loads((output / "model.json").read_text()) if (output / "model.json").exists() else {}
+    return {"log": str(directory / "local-job.log"), "train_s": (end or 0.0) - (first or 0.0),
+            "completed": completed and bool(summary),
+            "accuracy": summary.get("accuracy"), "goodput": summary.get("goodput"), "faults": read_faults(output),
+            "delivered": [kind for _, kind, _ in schedule.delivered] if schedule else [],
+            "missed": schedule.missed if schedule else 0,
+            "epochs_ok": (sorted(epochs_done) if mode.epoch_done else recorded_epochs(output)) == list(
+                range(1, epochs + 1))}
+
+
+def _follow(command: list[str], log_path: Path, mode: Mode, schedule: Schedule | None):
+    """local-job's lines as they come, the schedule started at the first step: (seconds to the first step, to the
+    end, whether training completed, the epochs whose end was said)."""
     if schedule:
         schedule.start()
     first = end = None
     completed = False
-    log = (directory / "local-job.log").open("w")  # what happened, for a run that did not complete
-    for elapsed, line in follow(command, clean_env(PATH=f"{BIN}:{os.environ['PATH']}"), timeout=3600):
-        log.write(line)
-        if first is None and TRAINING.search(line):
-            first = elapsed
-            if schedule:
-                schedule.began.set()
-        if schedule and RECOVERED.search(line):
-            schedule.recovered.release()
-        if "Rank 0: training completed." in line:
-            completed = True
-        end = elapsed
-    log.close()
+    epochs_done: set[int] = set()
+    with log_path.open("w") as log:  # what happened, for a run that did not complete
+        for elapsed, line in follow(command, clean_env(PATH=f"{BIN}:{os.environ['PATH']}"), timeout=3600):
+            log.write(line)
+            if first is None and mode.training.search(line):
+                first = elapsed
+                if schedule:
+                    schedule.began.set()
+            if schedule and mode.recovered.search(line):
+                schedule.recovered.release()
+            if "Rank 0: training completed." in line:
+                completed = True
+            if mode.epoch_done and (done := mode.epoch_done.search(line)) is not None:
+                epochs_done.add(int(done.group(1)))
+            end = elapsed
     if schedule:
         schedule.done.set()
         schedule.began.set()
-    output = volume / "runs" / "mnist-train"
-    summary = json.loads((output / "model.json").read_text()) if (output / "model.json").exists() else {}
-    epochs_recorded = recorded_epochs(output)
-    faults = read_faults(directory / "root", output)
-    return {"log": str(directory / "local-job.log"), "train_s": (end or 0.0) - (first or 0.0),
-            "completed": completed and bool(summary),
-            "accuracy": summary.get("accuracy"), "goodput": summary.get("goodput"), "faults": faults,
-            "delivered": [kind for _, kind, _ in schedule.delivered] if schedule else [],
-            "missed": schedule.missed if schedule else 0, "epochs_ok": epochs_recorded == list(range(1, epochs + 1))}
+    return first, end, completed, epochs_done
 
 
 def recorded_epochs(output: Path) -> list[int]:
@@ -146,34 +196,48 @@ def recorded_epochs(output: Path) -> list[int]:
     return [json.loads(line)["epoch"] for line in path.read_text().splitlines() if line.strip()]
 
 
-def read_faults(root: Path, output: Path) -> list[dict]:
-    """The runtime's account of each fault (trainer_contract/gang_timeline.py), for the Job local-job ran."""
+def read_faults(output: Path) -> list[dict]:
+    """The runtime's account of each fault (trainer_contract/gang_timeline.py), for the Job local-job ran: the
+    gang's, or each replica group's (its own notes: OUTPUT_DIR/.groups/<index>/.gang)."""
     lines = []
-    for path in sorted((output / ".gang" / "timeline").glob("*/faults.jsonl")):
+    for path in sorted([*output.glob(".gang/timeline/*/faults.jsonl"),
+                        *output.glob(".groups/*/.gang/timeline/*/faults.jsonl")]):
         lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return lines
 
 
 def measure(data_dir: Path, quick: bool, repeats: int | None = None, intervals: tuple[float, ...] | None = None,
-            backoff: float | None = None) -> dict:
+            backoff: float | None = None, modes: tuple[Mode, ...] = (GANG,)) -> dict:
     size = sizes(quick)
     intervals = intervals or size["intervals"]
     backoff = size["backoff"] if backoff is None else backoff
-    runs: dict[str, list[dict]] = {"clean": [], **{f"{interval:g}": [] for interval in intervals}}
+    runs: dict[str, dict[str, list[dict]]] = {
+        mode.name: {"clean": [], **{f"{interval:g}": [] for interval in intervals}} for mode in modes}
     for _ in range(repeats or size["repeats"]):  # alternating: the machine's drift hits every contender alike
-        runs["clean"].append(run(data_dir, size["epochs"], None, size["kinds"], backoff))
-        for interval in intervals:
-            runs[f"{interval:g}"].append(run(data_dir, size["epochs"], interval, size["kinds"], backoff,
-                                             size["faults"]))
+        for mode in modes:
+            runs[mode.name]["clean"].append(run(data_dir, size["epochs"], None, size["kinds"], backoff, mode=mode))
+            for interval in intervals:
+                runs[mode.name][f"{interval:g}"].append(run(data_dir, size["epochs"], interval, size["kinds"], backoff,
+                                                            size["faults"], mode=mode))
     return {"epochs": size["epochs"], "backoff": backoff, "runs": runs}
 
 
 def summarize(results: dict) -> dict:
-    clean = results["runs"]["clean"]
+    """Each mode's schedules against its own clean runs; with two modes, the second's clean speed against the
+    first's."""
+    out = {name: _summarize_mode(runs) for name, runs in results["runs"].items()}
+    if len(out) == 2:
+        first, second = out.values()
+        out["clean_speed_ratio"] = first["clean_train_s"] / second["clean_train_s"]
+    return out
+
+
+def _summarize_mode(results: dict[str, list[dict]]) -> dict:
+    clean = results["clean"]
     clean_s = statistics.median(run["train_s"] for run in clean)
     clean_accuracy = statistics.median(run["accuracy"] or 0.0 for run in clean)
     out: dict = {"clean_train_s": clean_s, "clean_accuracy": clean_accuracy, "schedules": {}}
-    for key, runs in results["runs"].items():
+    for key, runs in results.items():
         if key == "clean":
             continue
         faults = [fault for run in runs for fault in run["faults"]]
@@ -197,20 +261,31 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def rows(summary: dict, backoff: float) -> list[tuple[str, str, str, str, str]]:
+def rows(summary: dict, backoff: float, modes: tuple[Mode, ...] = (GANG,)) -> list[tuple[str, str, str, str, str]]:
     table = [("measure", "under faults", "clean", "ratio", "target")]
+    for mode in modes:
+        table += _mode_rows(summary[mode.name], backoff, mode)
+    if "clean_speed_ratio" in summary:
+        first, second = (summary[mode.name]["clean_train_s"] for mode in modes)
+        table.append((f"a clean run, {modes[1].label} against {modes[0].label} (its time / theirs)", f"{second:.1f} s",
+                      f"{first:.1f} s", f"{summary['clean_speed_ratio']:.2f}",
+                      verdict(summary["clean_speed_ratio"], CLEAN_SPEED_TARGET, False)))
+    return table
+
+
+def _mode_rows(summary: dict, backoff: float, mode: Mode) -> list[tuple[str, str, str, str, str]]:
+    table = []
     for key, schedule in summary["schedules"].items():
-        interval = float(key)
-        target = TARGETS.get(interval)
+        target = mode.targets.get(float(key))
         external = schedule["goodput_external"]
         runtime = schedule["goodput_runtime"]
-        table.append((f"goodput, a fault every {key} s, MNIST 2 pods (clean time / faulted time)",
+        table.append((f"goodput, a fault every {key} s, {mode.label} (clean time / faulted time)",
                       f"{schedule['train_s']:.1f} s ({schedule['faults_per_run']:.0f} faults)",
                       f"{summary['clean_train_s']:.1f} s (clean)", f"{external:.2f}",
                       verdict(external, target, False) if target else "–"))
-        table.append(("  goodput as the runtime measured it (model.json)", f"{runtime:.2f}" if runtime is not None
+        table.append((f"  goodput by {mode.accounts}", f"{runtime:.2f}" if runtime is not None
                       else "none", "", "", ""))
-        table.append(("  nothing lost (every epoch once, accuracy within 0.01 of clean)",
+        table.append(("  nothing lost (every epoch, accuracy within 0.01 of clean)",
                       "yes" if schedule["nothing_lost"] else "NO", f"{summary['clean_accuracy']:.4f} (clean)", "", ""))
         for kind, cost in schedule["by_kind"].items():
             table.append((f"  {kind}: {' / '.join(PHASES)} (s), median of {cost['count']}",
@@ -227,13 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backoff-seconds", type=float,
                         help=f"the Job controller's back-off local-job applies (default {BACKOFF_SECONDS:g})")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--replica-groups", action="store_true",
+                        help="3 pods as one gang and as 3 replica groups, side by side (issue 78's targets)")
     args = parser.parse_args(argv)
+    modes = GROUPS_COMPARED if args.replica_groups else (GANG,)
     results = measure(args.data_dir or default_data_dir(), args.quick, args.repeats,
-                      tuple(args.intervals) if args.intervals else None, args.backoff_seconds)
+                      tuple(args.intervals) if args.intervals else None, args.backoff_seconds, modes)
     summary = summarize(results)
     if args.json:
         args.json.write_text(json.dumps({"results": results, "summary": summary}, indent=2))
-    print(render_rows(rows(summary, results["backoff"])))
+    print(render_rows(rows(summary, results["backoff"], modes)))
     say_machine()
     return 0
 

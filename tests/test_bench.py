@@ -95,8 +95,8 @@ def test_quick_goodput_bench_runs_a_fault_schedule_and_accounts_for_every_fault(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "goodput, a fault every 3 s, MNIST 2 pods" in result.stdout
     summary = json.loads(out.read_text())
-    schedule = summary["summary"]["schedules"]["3"]
-    run = summary["results"]["runs"]["3"][0]
+    schedule = summary["summary"]["gang"]["schedules"]["3"]
+    run = summary["results"]["runs"]["gang"]["3"][0]
     assert schedule["nothing_lost"], run
     assert run["delivered"] == ["worker", "preempt", "lost"]
     assert len(run["faults"]) == 3  # each fault recovered from is one line of faults.jsonl, by its kind
