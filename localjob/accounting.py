@@ -3,10 +3,11 @@ backoffLimitPerIndex, which index has failed for good, and when the counts end t
 
 A failed pod is counted by the action its podFailurePolicy rule gave it: FailJob ends the Job at once (and
 counts); FailIndex fails the pod's index at once (and counts); Ignore does not count against the limits but does
-count for the back-off; Count counts against the Job-wide limit and its index's own. Past the Job-wide limit the Job fails (BackoffLimitExceeded); an index past
-its own limit has failed for good and shows in failedIndexes even when the Job-wide limit ends the Job in the
-same step (the controller computes both from the same pods); more failed indexes than maxFailedIndexes fail the
-Job (MaxFailedIndexesExceeded), and so does every index having either succeeded or failed (FailedIndexes).
+count for the back-off; Count counts against the Job-wide limit and its index's own. Past the Job-wide limit the
+Job fails (BackoffLimitExceeded); an index past its own limit has failed for good and shows in failedIndexes even
+when the Job-wide limit ends the Job in the same step (the controller computes both from the same pods); more failed
+indexes than maxFailedIndexes fail the Job (MaxFailedIndexesExceeded), and so does every index having either
+succeeded or failed (FailedIndexes).
 """
 
 from __future__ import annotations

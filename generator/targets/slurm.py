@@ -192,7 +192,9 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         training_srun=shlex.join(["env", *(f"--unset={variable}" for variable in spec.secret_uris), "srun"])
         if spec.secret_uris else "srun",
         fail_codes=exit_codes.taking("fail"),
-        stop_codes=exit_codes.taking("stop"),
+        # a replica group that left on SIGTERM (scancel, a preemption) stopped as a gang's worker does: requeued
+        stop_codes=exit_codes.taking("stop") + tuple(
+            code for code in exit_codes.taking("leave") if code.code == exit_codes.GROUP_LEFT and spec.replica_groups),
     )
 
 
