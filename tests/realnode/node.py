@@ -152,14 +152,24 @@ class RealNode:
 
     def import_image(self, name: str, image_id: str, save: list[str], env: dict | None = None) -> bool:
         """Import `name` (whose config digest is `image_id`) into containerd from `save`'s docker-archive on
-        stdout, unless containerd already holds it with that config; True when it imported."""
+        stdout, unless containerd already holds it with that config; True when it imported.
+
+        Once more if the unpack lost a parent layer's snapshot: the import retags `name`, which leaves the earlier
+        image's snapshots to containerd's garbage collector, and one the unpack had found (a layer both images
+        share) can be collected before the new top layer is prepared on it ("parent snapshot ... does not exist").
+        The second unpack finds it gone and extracts it again from the content store."""
         if self._config_digest(name) == image_id:
             return False
-        with subprocess.Popen(save, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as saver:
-            imported = run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", "images", "import", "-",
-                           stdin=saver.stdout, timeout=IMPORT_TIMEOUT, check=False)
-            saver.stdout.close()
-            saver.wait(timeout=60)
+        for attempt in (1, 2):
+            with subprocess.Popen(save, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as saver:
+                imported = run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", "images", "import",
+                               "-", stdin=saver.stdout, timeout=IMPORT_TIMEOUT, check=False)
+                saver.stdout.close()
+                saver.wait(timeout=60)
+            lost_parent = "parent snapshot" in imported.stderr and "does not exist" in imported.stderr
+            if saver.returncode == 0 and imported.returncode != 0 and lost_parent and attempt == 1:
+                continue
+            break
         assert saver.returncode == 0 and imported.returncode == 0, f"{save[0]} save | ctr import: {imported.stderr}"
         assert self._config_digest(name) == image_id, f"containerd's {name} is not {image_id}"
         return True
