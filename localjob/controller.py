@@ -410,6 +410,9 @@ class JobController:
             "pods": [vars(record) for record in self.records],
             "completions": self.plan.completions,
             "backoffLimit": self.plan.backoff_limit,
+            "maxFailedIndexes": self.plan.spec.get("maxFailedIndexes"),
+            # a Job of replica groups (its Lighthouse beside it): its view says the groups
+            "replicaGroups": self.plan.lighthouse is not None,
             # who writes this status, and when: `local-job status` tells a running Job from an abandoned one
             "localJob": {"pid": os.getpid(), "startedAt": self.started_at, "endedAt": self.ended_at},
             "differences": list(DIFFERENCES),

@@ -21,7 +21,15 @@ from pathlib import Path
 
 from localjob.eviction import running_controller
 from localjob.records import LIVE_STATUS, api_time
-from status_views.kubernetes import describe, job_state, latest_progress, launcher_warnings, telling_container
+from status_views.kubernetes import (
+    describe,
+    job_state,
+    latest_progress,
+    launcher_warnings,
+    pods_by_index,
+    reporting_index,
+    telling_container,
+)
 from status_views.view import JobGone, JobState
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
 from trainer_contract.names import INDEX_LABEL, WORKER_CONTAINER
@@ -70,9 +78,12 @@ def as_objects(status: dict, root: Path, alive: bool) -> tuple[dict, list[dict]]
                        "message": f"the local-job (pid {status['localJob']['pid']}) ended before the Job did; run "
                                   "it again to go on (a killed pod's work resumes from its checkpoints)"}]
     job = {"metadata": {"name": status["name"], "namespace": status.get("namespace", "default")},
-           "spec": {"completions": status["completions"], "backoffLimit": status["backoffLimit"]},
+           "spec": {"completions": status["completions"], "backoffLimit": status["backoffLimit"],
+                    **({"maxFailedIndexes": status["maxFailedIndexes"]}
+                       if status.get("maxFailedIndexes") is not None else {})},
            "status": {"conditions": conditions, "succeeded": status.get("succeeded", 0),
                       "failed": status.get("failed", 0),
+                      **{key: status[key] for key in ("completedIndexes", "failedIndexes") if status.get(key)},
                       "active": sum(1 for r in records if r["phase"] == "Running") if alive else 0}}
     return job, [pod_object(record, root, alive) for record in records]
 
@@ -122,23 +133,26 @@ def read_state(root: Path, now: datetime | None = None) -> JobState:
         raise NoStatus(f"{root / LIVE_STATUS} was written by an older local-job; run the Job again to see its status")
     alive = status["condition"] is None and running_controller(root) == status["localJob"]["pid"]
     job, pods = as_objects(status, root, alive)
-    leaders = [pod for pod in pods if pod["metadata"]["labels"][INDEX_LABEL] == "0"]
+    groups = bool(status.get("replicaGroups"))
+    reporter = reporting_index(pods, groups)
+    leaders = pods_by_index(pods).get(reporter, [])
     # the worker's log (kubectl logs -c worker): none where an init container failed and the worker never ran
     worker_ran = leaders and not telling_container(leaders[-1])[0]
     log = pod_log(root, leaders[-1]["metadata"]["name"]) if worker_ran else ""
     warnings = [text for name in sorted({pod["metadata"]["name"] for pod in pods})
                 for text in launcher_warnings(pod_log(root, name))]
     unique = list(dict.fromkeys(warnings))
-    lines = describe(job, pods, latest_progress(log), now, warnings=unique, live=live_metrics(status, alive))
+    lines = describe(job, pods, latest_progress(log), now, warnings=unique, live=live_metrics(status, alive, reporter),
+                     reporter=reporter, groups=groups)
     state = job_state(job, pods, [*lines, f"pod logs: {root / 'logs'}/"])
     return state if alive or state.exit_code is not None else replace(state, exit_code=1)
 
 
-def live_metrics(status: dict, alive: bool, timeout: float = 2.0) -> str | None:
-    """Index 0's live metrics, scraped from the port local-job gave its pod (the container's port named
+def live_metrics(status: dict, alive: bool, index: int = 0, timeout: float = 2.0) -> str | None:
+    """Index ``index``'s live metrics, scraped from the port local-job gave its pod (the container's port named
     metrics), as one line; None when it serves none (not started, ended, metrics off)."""
     running = [record for record in status.get("pods") or []
-               if record["index"] == 0 and record["phase"] == "Running" and (record.get("ports") or {}).get(PORT_NAME)]
+               if record["index"] == index and record["phase"] == "Running" and (record.get("ports") or {}).get(PORT_NAME)]
     if not alive or not running:
         return None
     url = f"http://127.0.0.1:{running[-1]['ports'][PORT_NAME]}{PATH}"

@@ -23,8 +23,9 @@ from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
-from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL
+from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, WORKER_CONTAINER
 from trainer_contract.progress import format_duration
+from trainer_contract.replica_groups import GROUP
 
 
 class KubectlError(ViewError):
@@ -222,9 +223,10 @@ def no_pod_line(conditions: list[dict]) -> str:
 
 def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | None = None,
              warnings: list[str] | tuple[str, ...] = (), events: list[dict] | None = None,
-             kueue: str = "", live: str | None = None) -> list[str]:
-    """The Job, a line per index and pod, what the Job and its pods wait for, index 0's latest progress and live
-    metrics (``live``: a scrape's line, trainer_contract/metrics.py), the launcher's warnings and the last error."""
+             kueue: str = "", live: str | None = None, reporter: int = 0, groups: bool = False) -> list[str]:
+    """The Job, a line per index and pod, what the Job and its pods wait for, with ``groups`` (replica groups) a
+    line of the groups, the latest progress and live metrics (``live``: a scrape's line, trainer_contract/metrics.py)
+    of index ``reporter`` (reporting_index), the launcher's warnings and the last error."""
     now = now or datetime.now(timezone.utc)
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
@@ -233,23 +235,21 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
              f"{status.get('succeeded', 0)} succeeded, {status.get('failed', 0)} failed (backoffLimit "
              f"{spec.get('backoffLimit', 6)})"]
     lines += [f"  {c['type']}: {c.get('reason', '')}: {c.get('message', '')}" for c in conditions]
-    by_index: dict[int, list[dict]] = {}
-    for pod in pods:
-        index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL)
-        if index is not None:
-            by_index.setdefault(int(index), []).append(pod)
+    by_index = pods_by_index(pods)
     for index in range(int(spec.get("completions") or 0)):
-        found = sorted(by_index.get(index, []), key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        found = by_index.get(index, [])
         if not found:
             lines.append(f"index {index}: {no_pod_line(conditions)}")
         for number, pod in enumerate(found):
             lines.append(("index " + str(index) + ": " if number == 0 else " " * (len(str(index)) + 8))
                          + pod_line(pod, now))
     lines += waiting_lines(job, pods, events or [], kueue, now)
+    if groups:
+        lines.append(groups_line(job, pods))
     if progress:
-        lines.append(f"index 0's latest progress: {progress}")
+        lines.append(f"index {reporter}'s latest progress: {progress}")
     if live:
-        lines.append(f"index 0's live metrics: {live}")
+        lines.append(f"index {reporter}'s live metrics: {live}")
     lines += [f"warning: {warning}" for warning in warnings]
     error = last_error(pods)
     if error:
@@ -257,10 +257,60 @@ def describe(job: dict, pods: list[dict], progress: str | None, now: datetime | 
     return lines
 
 
+def pods_by_index(pods: list[dict]) -> dict[int, list[dict]]:
+    """Each completion index's pods, oldest first."""
+    by_index: dict[int, list[dict]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        index = (pod["metadata"].get("labels") or {}).get(INDEX_LABEL)
+        if index is not None:
+            by_index.setdefault(int(index), []).append(pod)
+    return by_index
+
+
+def has_replica_groups(job: dict) -> bool:
+    """A Job of replica groups (fault_tolerance.replica_groups): its worker is told its group (REPLICA_GROUP)."""
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any(variable.get("name") == GROUP for container in template.get("containers") or []
+               if container.get("name") == WORKER_CONTAINER for variable in container.get("env") or [])
+
+
+def _running(pods: list[dict]) -> list[int]:
+    """The indexes whose newest pod runs (and is not being deleted)."""
+    return sorted(index for index, found in pods_by_index(pods).items()
+                  if (found[-1].get("status") or {}).get("phase") == "Running" and not terminating(found[-1]))
+
+
+def reporting_index(pods: list[dict], groups: bool) -> int:
+    """The index whose progress and live metrics the view shows: index 0, the gang's rank 0; of replica groups the
+    lowest index whose pod runs (every group steps the job's steps, and index 0 may be the one restarting)."""
+    running = _running(pods) if groups else []
+    return running[0] if running else 0
+
+
+def groups_line(job: dict, pods: list[dict]) -> str:
+    """``replica groups: 2 of 3 running (indexes 0, 2); failed indexes 1 (at most 1 may fail: the others step
+    without them)``: the groups' pods as the Job has them (the quorum itself is in the live metrics' line)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    running, completions = _running(pods), int(spec.get("completions") or 0)
+    line = f"replica groups: {len(running)} of {completions} running"
+    if running and len(running) < completions:
+        line += f" (index{'es' if len(running) > 1 else ''} {', '.join(map(str, running))})"
+    if status.get("failedIndexes"):
+        bound = spec.get("maxFailedIndexes")
+        line += f"; failed indexes {status['failedIndexes']}" + (
+            f" (at most {bound} may fail: the others step without them)" if bound is not None else "")
+    done = status.get("completedIndexes")
+    if done:
+        several = "," in done or "-" in done
+        line += f"; succeeded: index{'es' if several else ''} {done} (the Job completes with its first group)"
+    return line
+
+
 def latest_progress(log: str) -> str | None:
-    """The built-in worker's latest epoch or batch line of rank 0, else the log's last line."""
+    """The built-in worker's latest epoch or batch line of rank 0 (a replica group's: its step line), else the log's
+    last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    progress = [line for line in lines if line.startswith("Rank 0: epoch")]
+    progress = [line for line in lines if line.startswith(("Rank 0: epoch", "Rank 0: step "))]
     chosen = progress or lines
     return chosen[-1] if chosen else None
 
@@ -295,7 +345,8 @@ def job_state(job: dict, pods: list[dict], lines: list[str]) -> JobState:
 
 
 def read_state(namespace: str, name: str) -> JobState:
-    """Job NAMESPACE/NAME, its pods, index 0's latest progress, warnings and live metrics, through kubectl."""
+    """Job NAMESPACE/NAME, its pods, the latest progress, warnings and live metrics of its reporting index (index
+    0, or of replica groups the first that runs), through kubectl."""
     try:
         job = json.loads(kubectl("-n", namespace, "get", "job", name, "-o", "json"))
     except KubectlError as error:
@@ -303,8 +354,9 @@ def read_state(namespace: str, name: str) -> JobState:
             raise JobGone(f"Job {namespace}/{name} is not on the cluster (deleted, or never applied)") from None
         raise
     pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
-    leaders = sorted((p for p in pods if (p["metadata"].get("labels") or {}).get(INDEX_LABEL) == "0"),
-                     key=lambda p: p["metadata"].get("creationTimestamp", ""))
+    groups = has_replica_groups(job)
+    reporter = reporting_index(pods, groups)
+    leaders = pods_by_index(pods).get(reporter, [])
     progress, warnings = None, []
     if leaders:
         leader = leaders[-1]["metadata"]["name"]
@@ -318,7 +370,7 @@ def read_state(namespace: str, name: str) -> JobState:
     events = pending_events(namespace, pods)
     live = live_metrics(namespace, leaders[-1]) if leaders else None
     return job_state(job, pods, describe(job, pods, progress, warnings=warnings, events=events,
-                                         kueue=kueue_says(job), live=live))
+                                         kueue=kueue_says(job), live=live, reporter=reporter, groups=groups))
 
 
 def main(argv: list[str] | None = None) -> int:

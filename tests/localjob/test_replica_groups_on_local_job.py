@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import OUTSIDE
+from tests.conftest import BIN, OUTSIDE
 from tests.localjob.test_gang_on_local_job import evict
 from tests.localjob.test_local_job_runs import SMALL, local_job_args, render, volume
 from tests.mnist.launch import fault_env, read_until
@@ -185,3 +185,9 @@ def test_a_group_in_a_crash_loop_is_ended_and_the_others_complete_the_job(tmp_pa
     assert "2 of 3 groups stepping" in log
     summary = json.loads((claim / "runs" / "mnist-train" / "model.json").read_text())
     assert summary["replica_groups"] == 3 and summary["accuracy"] > 0.9
+    # the status view says the groups: the failed index, its bound, and the group the Job completed with
+    view = subprocess.run([str(BIN / "local-job"), "status", "--volume-root", str(tmp_path / "root")],
+                          capture_output=True, text=True, cwd=OUTSIDE, timeout=60)
+    assert re.search(r"^replica groups: 0 of 3 running; failed indexes 2 \(at most 1 may fail: the others step "
+                     r"without them\); succeeded: index(es)? [0-9,-]+ \(the Job completes with its first group\)$",
+                     view.stdout, re.M), view.stdout

@@ -101,6 +101,54 @@ def test_the_latest_progress_is_rank_0s_epoch_line_else_the_last_line():
     assert latest_progress("") is None
 
 
+GROUPS_JOB = {
+    "metadata": {"name": "mnist-groups", "namespace": "ml"},
+    "spec": {"completions": 3, "backoffLimit": 9, "maxFailedIndexes": 1, "template": {"spec": {"containers": [
+        {"name": "worker", "env": [{"name": "REPLICA_GROUP", "value": "$(JOB_COMPLETION_INDEX)"}]}]}}},
+    "status": {"active": 2, "failed": 1, "conditions": []},
+}
+RUNNING = {"running": {"startedAt": "2026-11-24T11:57:55Z"}}
+
+
+@pytest.mark.parametrize("pods, status, reporter, line", [
+    # every group runs: index 0 reports, as the gang's
+    ([(0, "Running", RUNNING), (1, "Running", RUNNING), (2, "Running", RUNNING)], {}, 0,
+     "replica groups: 3 of 3 running"),
+    # index 0's pod was deleted and its replacement starts: index 1 reports the job's steps meanwhile
+    ([(0, "Failed", {"terminated": {"exitCode": 82}}), (0, "Pending", {"waiting": {"reason": "ContainerCreating"}}),
+      (1, "Running", RUNNING), (2, "Running", RUNNING)], {}, 1, "replica groups: 2 of 3 running (indexes 1, 2)"),
+    # a group's crash loop failed its index: the others step on without it
+    ([(0, "Running", RUNNING), (1, "Running", RUNNING), (2, "Failed", {"terminated": {"exitCode": 80}})],
+     {"failedIndexes": "2"}, 0,
+     "replica groups: 2 of 3 running (indexes 0, 1); failed indexes 2 (at most 1 may fail: the others step without "
+     "them)"),
+    # the job completed with group 1's success; the others were ended by the successPolicy
+    ([(0, "Failed", {"terminated": {"exitCode": 143}}), (1, "Succeeded", {"terminated": {"exitCode": 0}})],
+     {"completedIndexes": "1"}, 0,
+     "replica groups: 0 of 3 running; succeeded: index 1 (the Job completes with its first group)"),
+])
+def test_a_job_of_replica_groups_says_its_groups_and_reports_its_first_running_group(pods, status, reporter, line):
+    from status_views.kubernetes import has_replica_groups, reporting_index
+
+    objects = [pod(f"mnist-groups-{index}-{number:05d}", index, f"2026-11-24T11:5{number}:00Z", phase, state)
+               for number, (index, phase, state) in enumerate(pods)]
+    job = {**GROUPS_JOB, "status": {**GROUPS_JOB["status"], **status}}
+    assert has_replica_groups(job) and not has_replica_groups(JOB)
+    assert reporting_index(objects, True) == reporter and reporting_index(objects, False) == 0
+    lines = describe(job, objects, "Rank 0: step 40/192 (epoch 1), loss=0.3, 2 of 3 groups stepping", NOW,
+                     live="step 40/192, 2 replica groups stepping", reporter=reporter, groups=True)
+    assert line in lines, lines
+    assert f"index {reporter}'s latest progress: Rank 0: step 40/192 (epoch 1), loss=0.3, 2 of 3 groups stepping" \
+        in lines and f"index {reporter}'s live metrics: step 40/192, 2 replica groups stepping" in lines
+    assert not [text for text in describe(JOB, PODS, None, NOW) if text.startswith("replica groups")]
+
+
+def test_a_replica_groups_progress_is_its_step_line():
+    log = "Rank 0: torchft: a peer failed\nRank 0: step 12/96 (epoch 1), loss=0.41, 2 of 2 groups stepping\n" \
+          "Rank 0: torchft: quorum\n"
+    assert latest_progress(log) == "Rank 0: step 12/96 (epoch 1), loss=0.41, 2 of 2 groups stepping"
+
+
 def test_run_sh_status_asks_kubectl_and_prints_the_lines(tmp_path):
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
