@@ -92,7 +92,8 @@ def _report(error: GeneratorError) -> None:
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
     help="Write one file per object (0-networkpolicy.yaml with network_policy.enabled, "
-    "1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing the stream; files are replaced atomically.",
+    "1-persistentvolumeclaim.yaml ... 4-job.yaml) instead of printing the stream; files are replaced atomically, "
+    "and only files an earlier render wrote there (listed in DIR/.gen-manifests) are removed.",
 )
 @click.option("--target", type=TargetChoice(), default="kubernetes", show_default=True,
               help="What to render the same values for: the Kubernetes objects, one Slurm batch script "

@@ -1,4 +1,4 @@
-"""Reading values: files (JSON or YAML), deep merge, and ``--set`` overrides. Nothing here validates meaning."""
+"""Reading values: files (JSON or YAML), their layering, and ``--set`` overrides. Nothing here validates meaning."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import copy
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,15 +145,192 @@ def load_values_file(path: str | Path) -> dict:
     return parse_values_text(text, str(path), json_syntax=path.suffix.lower() == ".json")
 
 
-def deep_merge(base: dict, override: dict) -> dict:
-    """Return ``base`` with ``override`` merged in: mappings merge key by key, anything else replaces."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
+# Layered values files (a platform's, then a team's) merge as kustomize's strategic merge patch does: a list of
+# keyed items merges item by item, so that a team's toleration does not silently drop the platform's.
+PATCH = "$patch"  # kustomize's spelling of the marker
+
+
+@dataclass(frozen=True)
+class KeyedList:
+    """A list whose items merge by the fields ``by`` (a missing field is its own value, null); ``noun`` names one."""
+
+    by: tuple[str, ...]
+    noun: str
+
+
+@dataclass(frozen=True)
+class StringSet:
+    """A list of names: the later file's are added after the earlier ones', each once."""
+
+
+@dataclass(frozen=True)
+class NullRemoves:
+    """A free-form map merged key by key, where a later file's null removes the key (``keep_null``: it stays null,
+    for the render to remove what it would show)."""
+
+    keep_null: bool = False
+
+
+LayerRule = KeyedList | StringSet | NullRemoves
+
+# How each values file merges over the earlier ones, by key path; docs/operators.md ("Layered values") shows this
+# table. Elsewhere mappings merge key by key and anything else, any other list included, replaces.
+LAYERED: dict[tuple[str, ...], LayerRule] = {
+    ("tolerations",): KeyedList(("key", "effect"), "a toleration"),
+    ("env",): KeyedList(("name",), "a variable"),
+    ("extra_volumes",): KeyedList(("name",), "a volume"),
+    ("image_pull_secrets",): StringSet(),
+    ("env_from_secrets",): StringSet(),
+    ("labels",): NullRemoves(),
+    ("annotations",): NullRemoves(),
+    ("node_selector",): NullRemoves(),
+    ("pod_labels",): NullRemoves(),
+    ("pod_annotations",): NullRemoves(),
+    ("resources", "extra"): NullRemoves(),
+    # the render already reads a null as "remove the variable it would show" (spec._environment)
+    ("config_map",): NullRemoves(keep_null=True),
+}
+
+
+def layer_values(earlier: dict, later: dict, source: str) -> dict:
+    """``later`` (read from the values file ``source``) merged over ``earlier`` as LAYERED says; the result holds
+    no ``$patch`` marker. Neither input is modified."""
+    merged = copy.deepcopy(earlier)
+    _layer_into(merged, copy.deepcopy(later), source, ())
     return merged
+
+
+def _layer_into(merged: dict, later: dict, source: str, at: tuple[str, ...]) -> None:
+    for key, value in later.items():
+        where = (*at, key)
+        rule = LAYERED.get(where)
+        if rule is not None:
+            merged[key] = _merge_by_rule(rule, merged.get(key), value, source, where)
+        elif key != PATCH and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            _layer_into(merged[key], value, source, where)
+        else:
+            _refuse_markers({key: value}, source, ".".join(at))
+            merged[key] = value
+
+
+def _merge_by_rule(rule: LayerRule, earlier: Any, later: Any, source: str, where: tuple[str, ...]) -> Any:
+    text = ".".join(where)
+    if isinstance(rule, NullRemoves) and isinstance(later, dict):
+        _refuse_markers(later, source, text)
+        merged = dict(earlier) if isinstance(earlier, dict) else {}
+        for name, value in later.items():
+            if value is None and not rule.keep_null:
+                merged.pop(name, None)
+            else:
+                merged[name] = value
+        return merged
+    if isinstance(rule, NullRemoves) or not isinstance(later, list):
+        _refuse_markers(later, source, text)
+        return later  # not the shape the rule merges: it replaces, and the schema judges it
+    items, replace = _without_replace_marker(later, source, text)
+    base = earlier if isinstance(earlier, list) and not replace else []
+    if isinstance(rule, StringSet):
+        _refuse_markers([item for _, item in items], source, text)
+        return _union([*base, *(item for _, item in items)])
+    return _merge_keyed(rule, base, items, source, text)
+
+
+def _without_replace_marker(later: list, source: str, text: str) -> tuple[list[tuple[int, Any]], bool]:
+    """The list's items with their indexes, less a first item {"$patch": "replace"}; and whether it had one."""
+    first = later[0] if later else None
+    if not (isinstance(first, dict) and first.get(PATCH) == "replace"):
+        return list(enumerate(later)), False
+    if len(first) != 1:
+        raise ValuesError(f'{source}: {text}[0]: {{"$patch": "replace"}} stands alone as the first item; move the '
+                          "other fields into an item of their own")
+    return list(enumerate(later))[1:], True
+
+
+def _union(items: list) -> list:
+    seen: set[str] = set()
+    kept = []
+    for item in items:
+        mark = json.dumps(item, sort_keys=True)
+        if mark not in seen:
+            seen.add(mark)
+            kept.append(item)
+    return kept
+
+
+def _item_key(rule: KeyedList, item: dict) -> str:
+    return json.dumps([item.get(field) for field in rule.by], sort_keys=True)
+
+
+def _split_patch_items(rule: KeyedList, items: list[tuple[int, Any]], source: str,
+                       text: str) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """The later file's items that set (in order) and those that delete (with their indexes), markers checked."""
+    sets: list[dict] = []
+    deletes: list[tuple[str, dict]] = []
+    for index, item in items:
+        at = f"{text}[{index}]"
+        if not isinstance(item, dict):
+            raise ValuesError(f"{source}: {at}: must be a mapping ({rule.noun} merges by {', '.join(rule.by)}), not "
+                              f"{type_name(item)}")
+        marked, marker = PATCH in item, item.pop(PATCH, None)
+        _refuse_markers(item, source, at)
+        if not marked:
+            sets.append(item)
+        elif marker == "delete":
+            deletes.append((at, item))
+        else:
+            raise ValuesError(f'{source}: {at}: "$patch": {describe_value(marker)} is not a merge marker: use '
+                              f'"delete" to remove the earlier item of this key, or {{"$patch": "replace"}} alone as '
+                              "the first item to replace the whole list")
+    return sets, deletes
+
+
+def _merge_keyed(rule: KeyedList, base: list, items: list[tuple[int, Any]], source: str, text: str) -> list:
+    """``base`` with the later file's items: each deletes every earlier item of its key, or replaces them in place
+    (the n-th of a key the n-th; earlier ones beyond the later's count dropped, later ones beyond appended)."""
+    sets, deletes = _split_patch_items(rule, items, source, text)
+    earlier_keys = {_item_key(rule, old) for old in base if isinstance(old, dict)}
+    for at, item in deletes:
+        if _item_key(rule, item) not in earlier_keys:
+            named = " and ".join(f"{field} {describe_value(item.get(field))}" for field in rule.by)
+            raise ValuesError(f'{source}: {at}: "$patch": delete removes nothing: no earlier file set {rule.noun} '
+                              f"with {named}")
+    deleted = {_item_key(rule, item) for _, item in deletes}
+    base = [old for old in base if not (isinstance(old, dict) and _item_key(rule, old) in deleted)]
+    groups: dict[str, list[dict]] = {}
+    for item in sets:
+        groups.setdefault(_item_key(rule, item), []).append(item)
+    merged: list[Any] = []
+    used = dict.fromkeys(groups, 0)
+    for old in base:
+        key = _item_key(rule, old) if isinstance(old, dict) else None
+        if key not in groups:
+            merged.append(old)
+        elif used[key] < len(groups[key]):
+            merged.append(groups[key][used[key]])
+            used[key] += 1
+    seen = dict.fromkeys(groups, 0)
+    for item in sets:  # those beyond the earlier ones of their key, in the file's order
+        key = _item_key(rule, item)
+        seen[key] += 1
+        if seen[key] > used[key]:
+            merged.append(item)
+    return merged
+
+
+def _refuse_markers(value: Any, source: str, text: str) -> None:
+    """Refuse a ``$patch`` anywhere in ``value`` (at ``text``): only a merged list's items take one."""
+    stack = [(value, text)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            if PATCH in node:
+                lists = ", ".join(".".join(path) for path, rule in LAYERED.items() if isinstance(rule, KeyedList))
+                at = f"{where}.{PATCH}" if where else PATCH
+                raise ValuesError(f'{source}: {at}: "$patch" only marks an item of {lists} ("delete"), or stands '
+                                  'as the first item {"$patch": "replace"} of a list that merges')
+            stack.extend((child, f"{where}.{key}" if where else key) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(node))
 
 
 def split_key_path(dotted: str) -> list[str]:
@@ -217,7 +395,7 @@ def resolve_values(
     """Defaults, then each values file in order, then ``--set``, then ``--set-string``."""
     values = load_values_file(default_path)
     for path in values_files:
-        values = deep_merge(values, with_hyperparameters(load_values_file(path), Path(path)))
+        values = layer_values(values, with_hyperparameters(load_values_file(path), Path(path)), str(path))
     for assignment in sets:
         values = apply_set(values, assignment, as_string=False)
     for assignment in set_strings:

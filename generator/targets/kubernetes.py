@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -22,6 +22,7 @@ from generator.errors import TemplateError
 from generator.spec import EnvVar, ExtraVolume, JobSpec
 from generator.targets import Target, register
 from generator.targets import network_policy as netpol
+from generator.targets import placement as placing
 from generator.targets.labels import LABEL_NAME, label_key_problem, label_problems
 from generator.templating import Manifest, environment, render_template
 from generator.values import FastSafeLoader, describe_value
@@ -51,6 +52,7 @@ _TEMPLATES = (
     (1, "PersistentVolumeClaim", "kubernetes/persistentvolumeclaim.yaml.j2"),
     (2, "ConfigMap", "kubernetes/configmap.yaml.j2"),
     (3, "Service", "kubernetes/service.yaml.j2"),
+    (3, "PodMonitor", "kubernetes/podmonitor.yaml.j2"),
     (3, "Service", "kubernetes/lighthouse-service.yaml.j2"),
     (3, "Deployment", "kubernetes/lighthouse-deployment.yaml.j2"),
     (4, "Job", "kubernetes/job.yaml.j2"),
@@ -115,6 +117,13 @@ class KubernetesOptions:
     security: Security
     storage_secret: str | None = None  # only the containers that reach storage get it
     network_policy: netpol.NetworkPolicyOptions = netpol.NetworkPolicyOptions()
+    placement: placing.PlacementOptions = placing.PlacementOptions()
+    pod_labels: Mapping[str, str] = field(default_factory=dict)  # the training pods' only
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    workload_priority_class: str | None = None  # Kueue's, on the Job
+    ephemeral_storage_gib: float | None = None
+    cpu_limit: bool = True
+    pod_monitor: bool = False
 
 
 def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
@@ -133,19 +142,17 @@ def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
         node_selector=dict(values["node_selector"]), tolerations=tolerations, labels=dict(values["labels"]),
         annotations=dict(values["annotations"]), security=Security(**values["security"]),
         storage_secret=values["storage_secret"], network_policy=netpol.network_policy_options(values),
+        placement=placing.placement_options(values), pod_labels=dict(values["pod_labels"]),
+        pod_annotations=dict(values["pod_annotations"]), workload_priority_class=values["workload_priority_class"],
+        ephemeral_storage_gib=values["resources"].get("ephemeral_storage"),
+        cpu_limit=values["resources"].get("cpu_limit", True), pod_monitor=values["metrics"]["pod_monitor"],
     )
 
 
 def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     """What Kubernetes would refuse in the values it alone uses (labels, selectors, tolerations, volumes,
     quantities), each naming its key."""
-    yield from label_problems(options.labels, "labels", check_values=True)
-    yield from label_problems(options.node_selector, "node_selector", check_values=True)
-    yield from label_problems(options.annotations, "annotations", check_values=False)
-    for key in SELECTOR_LABELS:
-        if key in options.labels:
-            # the Service selects the pods by these: overriding one would detach the Service from the Job
-            yield f"labels.{key}: set by gen-manifests to select the Job's pods; remove it"
+    yield from _metadata_problems(options)
     if label_key_problem(options.accelerator_label):
         yield f"resources.gpu.accelerator_label: invalid label key: {label_key_problem(options.accelerator_label)}"
     if spec.gpu.accelerator is not None and not LABEL_NAME.match(spec.gpu.accelerator):
@@ -163,6 +170,31 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
     yield from _volume_problems(spec.extra_volumes)
     yield from _size_problems(spec, options)
     yield from netpol.option_problems(spec, options.network_policy)
+    yield from placing.problems(options.placement, options.queue_name)
+    yield from _queue_problems(spec, options)
+
+
+def _metadata_problems(options: KubernetesOptions) -> Iterable[str]:
+    yield from label_problems(options.labels, "labels", check_values=True)
+    yield from label_problems(options.pod_labels, "pod_labels", check_values=True)
+    yield from label_problems(options.node_selector, "node_selector", check_values=True)
+    yield from label_problems(options.annotations, "annotations", check_values=False)
+    yield from label_problems(options.pod_annotations, "pod_annotations", check_values=False)
+    for where, labels in (("labels", options.labels), ("pod_labels", options.pod_labels)):
+        for key in SELECTOR_LABELS:
+            if key in labels:
+                # the Service selects the pods by these: overriding one would detach the Service from the Job
+                yield f"{where}.{key}: set by gen-manifests to select the Job's pods; remove it"
+
+
+def _queue_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
+    """Kueue's keys without a queue to read them, and a PodMonitor with nothing to scrape."""
+    if options.workload_priority_class is not None and options.queue_name is None:
+        yield ("workload_priority_class: a WorkloadPriorityClass is Kueue's: set queue_name too (or use "
+               "priority_class_name for the pods' own PriorityClass)")
+    if options.pod_monitor and spec.metrics_port is None:
+        yield ("metrics.pod_monitor: the pods serve no metrics: set metrics.enabled to true (null turns them on for "
+               "the built-in programs only)")
 
 
 # What a run writes and must keep past its pod, for the other pods to read too (the placement's variables): in a pod
@@ -193,7 +225,7 @@ def kept_directory_problems(spec: JobSpec) -> Iterable[str]:
 def _extra_resource_problems(options: KubernetesOptions) -> Iterable[str]:
     """resources.extra as the API server takes a container's resources: a qualified name (an extended resource's with
     a domain, or hugepages-<size>), a whole number (hugepages: a quantity); not what the values' own keys say."""
-    own = {"cpu": "resources.cpu", "memory": "resources.memory",
+    own = {"cpu": "resources.cpu", "memory": "resources.memory", "ephemeral-storage": "resources.ephemeral_storage",
            options.resource_name: "resources.gpu.accelerator_count"}
     for name, amount in sorted(options.extra_resources.items()):
         where = f"resources.extra.{name}"
@@ -251,6 +283,7 @@ def _size_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
         ("resources.memory", spec.memory_gib, 1024),
         ("shm_size", options.shm_gib, 1024),
         ("shared_volume.size", volume.size_gib, 1024),
+        ("resources.ephemeral_storage", options.ephemeral_storage_gib or 1, 1024),
     ):
         if round(amount * unit) < 1:
             smallest = "0.001 (one millicore)" if unit == 1000 else "1/1024 (one MiB)"
@@ -321,7 +354,8 @@ class JobObjects:
     """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
 
     options: KubernetesOptions
-    labels: Mapping[str, Mapping[str, str]]  # by component (storage, config, rendezvous, network, worker), the Job's
+    labels: Mapping[str, Mapping[str, str]]  # by component (storage, config, rendezvous, network, worker), the Job's,
+    # the training pods' (pod_labels beside labels)
     selector_labels: Mapping[str, str]
     node_selector: Mapping[str, str]
     service_name: str
@@ -335,7 +369,8 @@ class JobObjects:
     memory: str
     shm: str
     storage: str
-    pod_annotations: Mapping[str, str]  # the values' annotations, and the scrape annotations with metrics
+    ephemeral: str | None  # resources.ephemeral_storage: the container's, and each disk emptyDir's bound
+    pod_annotations: Mapping[str, str]  # annotations and pod_annotations, the scrape's with metrics, Kueue's topology
     job_annotations: Mapping[str, str]  # the values' annotations, and Kueue's elastic-job for a Job that may scale
     env: tuple[dict[str, Any], ...]
     stage_env: tuple[dict[str, Any], ...]  # the stage step's alone: URIs from a Secret (storage_uri_secret)
@@ -343,6 +378,7 @@ class JobObjects:
     stage_secrets: tuple[str, ...]  # Secrets (envFrom) of the stage step alone: the storage credentials
     worker_secrets: tuple[str, ...]  # the worker's alone: the same, where it mirrors or uploads the export
     tolerations: tuple[dict[str, Any], ...]
+    topology_spread: tuple[dict[str, Any], ...]
     extra_volumes: tuple[dict[str, Any], ...]
     torchrun_flags: tuple[launcher.TorchrunFlag, ...]
     check_config_command: tuple[str, ...]  # a built-in program's (empty for the user's)
@@ -359,26 +395,32 @@ class JobObjects:
     job_backoff_limit: int = 0  # the Job-wide backoffLimit: backoff_limit, or with replica groups every group's
     shared_mount: str = launcher.SHARED_MOUNT
     metrics_port_name: str = metrics.PORT_NAME
+    metrics_path: str = metrics.PATH
     worker_container: str = names.WORKER_CONTAINER
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
 
 
+# Kueue reads these from the Job only: it admits Jobs, not their pods.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
 def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, str]]:
-    common_labels = {
-        **options.labels,
+    """Every object's labels by component, the values' under gen-manifests' own; the training pods' with pod_labels
+    between them."""
+    own = {
         "app.kubernetes.io/name": "indexed-trainer",
         "app.kubernetes.io/instance": spec.name,
         "app.kubernetes.io/managed-by": "gen-manifests",
         "app.kubernetes.io/version": __version__,
     }
     labels = {
-        component: {**common_labels, "app.kubernetes.io/component": component}
-        for component in ("storage", "config", "rendezvous", "network", "worker", "lighthouse")
+        component: {**options.labels, **own, "app.kubernetes.io/component": component}
+        for component in ("storage", "config", "rendezvous", "network", "worker", "lighthouse", "metrics")
     }
-    # The Kueue queue label goes on the Job only: Kueue admits Jobs, not their pods.
-    labels["job"] = dict(labels["worker"])
-    if options.queue_name is not None:
-        labels["job"]["kueue.x-k8s.io/queue-name"] = options.queue_name
+    labels["pod"] = {**options.labels, **options.pod_labels, **own, "app.kubernetes.io/component": "worker"}
+    kueue = {KUEUE_QUEUE_LABEL: options.queue_name, KUEUE_PRIORITY_LABEL: options.workload_priority_class}
+    labels["job"] = {**labels["worker"], **{key: value for key, value in kueue.items() if value is not None}}
     return labels
 
 
@@ -411,6 +453,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
         storage=gib_quantity(volume.size_gib),
+        ephemeral=gib_quantity(options.ephemeral_storage_gib) if options.ephemeral_storage_gib else None,
         pod_annotations=_pod_annotations(spec, options),
         job_annotations=_job_annotations(spec, options),
         env=tuple(_env_var(variable) for variable in spec.env) + (
@@ -421,17 +464,30 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         stage_secrets=(options.storage_secret,) if options.storage_secret else (),
         worker_secrets=(options.storage_secret,) if options.storage_secret and uploads(spec) else (),
         tolerations=tuple(toleration.manifest() for toleration in options.tolerations),
-        extra_volumes=tuple(_extra_volume(volume) for volume in spec.extra_volumes),
+        topology_spread=placing.topology_spread(options.placement,
+                                                {key: labels["worker"][key] for key in SELECTOR_LABELS}),
+        extra_volumes=tuple(_extra_volume(volume, options.ephemeral_storage_gib) for volume in spec.extra_volumes),
         torchrun_flags=spec.torchrun_flags(node_rank=NODE_RANK, master_addr=master_addr),
-        # with replica groups a group's crash loop (80) fails its index, not the Job
-        exit_fail_job=tuple(code for code in exit_codes.codes_taking("fail")
-                            if lighthouse is None or code != exit_codes.RESTARTS_EXHAUSTED),
-        exit_fail_index=(exit_codes.RESTARTS_EXHAUSTED,) if lighthouse is not None else (),
-        exit_ignored=exit_codes.codes_taking("free", "leave"),
+        **_exit_policies(lighthouse is not None),
         check_config_command=launcher.check_config_command(spec.program[1]) if spec.built_in_worker else (),
         stage_command=launcher.stage_command(spec.restores_for),
         network_policy=options.network_policy if options.network_policy.enabled else None,
     )
+
+
+class ExitPolicies(TypedDict):
+    exit_fail_job: tuple[int, ...]
+    exit_fail_index: tuple[int, ...]
+    exit_ignored: tuple[int, ...]
+
+
+def _exit_policies(replica_groups: bool) -> ExitPolicies:
+    """The worker's exit codes by what the podFailurePolicy does with them; with replica groups a group's crash loop
+    (80) fails its index, not the Job."""
+    return {"exit_fail_job": tuple(code for code in exit_codes.codes_taking("fail")
+                                   if not replica_groups or code != exit_codes.RESTARTS_EXHAUSTED),
+            "exit_fail_index": (exit_codes.RESTARTS_EXHAUSTED,) if replica_groups else (),
+            "exit_ignored": exit_codes.codes_taking("free", "leave")}
 
 
 class FailureBudgets(TypedDict):
@@ -472,10 +528,12 @@ def _job_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str
 
 
 def _pod_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
-    """The values' annotations; with metrics, Prometheus' scrape annotations first (the values' may override)."""
+    """The values' annotations, then pod_annotations; with metrics, Prometheus' scrape annotations first (the values'
+    may override); Kueue's topology request last (queue_topology says it)."""
     scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(spec.metrics_port),
               "prometheus.io/path": metrics.PATH} if spec.metrics_port is not None else {}
-    return {**scrape, **options.annotations}
+    return {**scrape, **options.annotations, **options.pod_annotations,
+            **placing.topology_annotations(options.placement)}
 
 
 def _env_var(variable: EnvVar) -> dict[str, Any]:
@@ -489,8 +547,9 @@ def _env_var(variable: EnvVar) -> dict[str, Any]:
     return {"name": variable.name, "valueFrom": {ref.kind: key_ref}}
 
 
-def _extra_volume(volume: ExtraVolume) -> dict[str, Any]:
-    """One of extra_volumes as the pod's volume and the container's mount."""
+def _extra_volume(volume: ExtraVolume, ephemeral_gib: float | None) -> dict[str, Any]:
+    """One of extra_volumes as the pod's volume and the container's mount; an emptyDir of no size of its own is
+    bounded by resources.ephemeral_storage."""
     source: dict[str, Any]
     if volume.secret is not None:
         source = {"secret": {"secretName": volume.secret}}
@@ -499,7 +558,7 @@ def _extra_volume(volume: ExtraVolume) -> dict[str, Any]:
     elif volume.claim is not None:
         source = {"persistentVolumeClaim": {"claimName": volume.claim}}
     else:
-        size = volume.empty_dir_size_gib
+        size = volume.empty_dir_size_gib or ephemeral_gib
         source = {"emptyDir": {"sizeLimit": gib_quantity(size)} if size else {}}
     mount: dict[str, Any] = {"name": volume.name, "mountPath": volume.mount_path}
     if volume.read_only or volume.secret is not None or volume.config_map is not None:

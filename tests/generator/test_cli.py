@@ -53,11 +53,12 @@ def test_output_dir_gets_one_file_per_object_and_drops_stale_ones(tmp_path):
     out = tmp_path / "build"
     assert run_main("--output-dir", str(out)).exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "1-persistentvolumeclaim.yaml", "2-configmap.yaml", "3-service.yaml", "4-job.yaml"]
+        ".gen-manifests", "1-persistentvolumeclaim.yaml", "2-configmap.yaml", "3-service.yaml", "4-job.yaml"]
     (out / "notes.txt").write_text("mine")
     result = run_main("--output-dir", str(out), "--set", "shared_volume.existing_claim=data")
     assert result.exit_code == 0 and result.stdout == ""
-    assert sorted(p.name for p in out.iterdir()) == ["2-configmap.yaml", "3-service.yaml", "4-job.yaml", "notes.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".gen-manifests", "2-configmap.yaml", "3-service.yaml", "4-job.yaml", "notes.txt"]
 
 
 def test_failed_render_leaves_previous_output_untouched(tmp_path):

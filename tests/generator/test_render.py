@@ -10,11 +10,25 @@ from generator.resources import default_values_path
 from generator.targets.kubernetes import MIN_KUBERNETES, job_objects, render_manifests, to_stream
 from generator.validation import validate_values
 from generator.values import apply_set, resolve_values
+from tests.custom_resources import CUSTOM_RESOURCES, strict_custom_resource
 from tests.generator.helpers import run_main
 
 # The oldest release we support (every Job field we use is GA there) and the newest the validator ships.
 KUBERNETES_VERSIONS = [MIN_KUBERNETES, kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version())]
 
+PLATFORM = [
+    "name=team-train", "queue_name=team-a", "workload_priority_class=research",
+    "queue_topology.required=cloud.provider.com/topology-block", "scheduler_name=scheduler-plugins-scheduler",
+    "affinity={nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: "
+    "[{key: node.kubernetes.io/instance-type, operator: In, values: [p5.48xlarge]}]}]}}, podAntiAffinity: "
+    "{preferredDuringSchedulingIgnoredDuringExecution: [{weight: 50, podAffinityTerm: {topologyKey: "
+    "kubernetes.io/hostname, labelSelector: {matchExpressions: [{key: team, operator: NotIn, values: [a]}]}}}]}}",
+    "topology_spread_constraints=[{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+    "whenUnsatisfiable: DoNotSchedule, minDomains: 1}]",
+    "pod_labels={scheduling.x-k8s.io/pod-group: team-train}", "pod_annotations={sidecar.istio.io/inject: 'false'}",
+    "resources.ephemeral_storage=50", "resources.cpu_limit=false", "metrics.pod_monitor=true",
+    "tolerations=[{key: spot, operator: Exists, effect: NoSchedule}]",
+]
 MATRIX = {
     "cpu-default": [],
     "cpu-one-replica": ["replicas=1"],
@@ -81,6 +95,9 @@ MATRIX = {
     # verbs transport on
     "rdma-and-hugepages": ["replicas=2", "resources.gpu.accelerator_count=8", "resources.gpu.network=infiniband",
                            "resources.extra={rdma/ib: 1, hugepages-2Mi: 1Gi}"],
+    # a platform team's shared cluster: placement, Kueue's topology and priority, pod-only metadata, the quota's
+    # shape (local disk, CPU without a limit) and the Prometheus Operator's PodMonitor
+    "platform": PLATFORM,
 }
 
 
@@ -103,6 +120,9 @@ def test_rendering_is_deterministic():
 def test_every_object_passes_strict_kubernetes_schema(case, version):
     docs = render(*MATRIX[case])
     for doc in docs:
+        if doc["kind"] in CUSTOM_RESOURCES:  # the Prometheus Operator's: its CRD's schema, as strictly
+            strict_custom_resource(doc)
+            continue
         # strict: unknown fields fail too. A missing schema raises SchemaNotFoundError, failing the test.
         assert kubernetes_validate.validate(doc, version, strict=True) == version
 

@@ -37,7 +37,7 @@ def test_prepare_renders_into_build_and_keeps_it_on_failure(tmp_path):
     result = script("prepare.sh", "--set", "replicas=3", build=build)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in build.iterdir()) == [
-        "1-persistentvolumeclaim.yaml", "2-configmap.yaml", "3-service.yaml", "4-job.yaml"]
+        ".gen-manifests", "1-persistentvolumeclaim.yaml", "2-configmap.yaml", "3-service.yaml", "4-job.yaml"]
     before = (build / "4-job.yaml").read_text()
     assert "completions: 3" in before
     failed = script("prepare.sh", "--set", "replicas=0", build=build)

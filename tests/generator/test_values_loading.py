@@ -1,16 +1,16 @@
-"""Reading values: files, deep merge, --set typing and key paths."""
+"""Reading values: files, layering, --set typing and key paths."""
 
 import pytest
 
 from generator.errors import ValuesError
-from generator.values import apply_set, deep_merge, load_values_file, parse_values_text, split_key_path
+from generator.values import apply_set, layer_values, load_values_file, parse_values_text, split_key_path
 
 
-def test_deep_merge_merges_mappings_and_replaces_everything_else():
-    base = {"resources": {"cpu": 2, "gpu": {"accelerator_count": 0}}, "tolerations": [{"key": "a"}]}
-    override = {"resources": {"gpu": {"accelerator_count": 4}}, "tolerations": [{"key": "b"}]}
-    merged = deep_merge(base, override)
-    assert merged == {"resources": {"cpu": 2, "gpu": {"accelerator_count": 4}}, "tolerations": [{"key": "b"}]}
+def test_layering_merges_mappings_and_replaces_other_values_and_lists():
+    base = {"resources": {"cpu": 2, "gpu": {"accelerator_count": 0}}, "entrypoint": {"args": ["a"]}}
+    override = {"resources": {"gpu": {"accelerator_count": 4}}, "entrypoint": {"args": ["b"]}}
+    merged = layer_values(base, override, "team.yaml")
+    assert merged == {"resources": {"cpu": 2, "gpu": {"accelerator_count": 4}}, "entrypoint": {"args": ["b"]}}
     assert base["resources"]["gpu"]["accelerator_count"] == 0  # inputs are not modified
 
 
