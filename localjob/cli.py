@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from localjob.manifests import ManifestError, plan, read_source
+from trainer_contract.metrics import PORT_NAME
 
 EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -111,8 +112,7 @@ def _opening(job_plan, factory) -> list[str]:
     """The run's first lines: the Job, where its files are, what of it this machine does not enforce."""
     return [f"Job {job_plan.namespace}/{job_plan.name}: {job_plan.completions} pods, backoffLimit "
             f"{job_plan.backoff_limit}; volumes, pod directories and logs under {factory.root}",
-            *(f"{name}: not enforced here (the pods are processes of this machine, on its network)"
-              for name in job_plan.not_enforced), *factory.identity.notes]
+            *job_plan.not_enforced, *factory.identity.notes]
 
 
 def _pods(source, volume_root, volumes, env, secrets, image_dir, allow_root=False):
@@ -157,9 +157,10 @@ def _shared_ports(job_plan, free_ports) -> dict[int, int]:
     services = [] if job_plan.lighthouse is not None else [job_plan.headless_service or {}]
     if job_plan.lighthouse is not None:
         services.append(job_plan.services.get(job_plan.lighthouse["metadata"]["name"], {}))
-    # a Service's port as its pods bind it (a named targetPort is the same number in the render)
+    # a Service's port as its pods bind it (a named targetPort is the same number in the render); each pod serves
+    # its own metrics, on a port of its own (the Service names it for a ServiceMonitor)
     targets = [int(port["targetPort"]) if isinstance(port.get("targetPort"), int) else int(port["port"])
-               for service in services for port in service.get("ports", [])]
+               for service in services for port in service.get("ports", []) if port.get("name") != PORT_NAME]
     return dict(zip(targets, free_ports(len(targets)), strict=True))
 
 

@@ -36,7 +36,7 @@ class JobPlan:
     claims: set[str] = field(default_factory=set)
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # from --secret, never from the manifests
     # objects that change nothing of how the Job runs here (a NetworkPolicy: the pods are this machine's processes)
-    not_enforced: list[str] = field(default_factory=list)
+    not_enforced: list[str] = field(default_factory=list)  # a line each: an object this machine does not apply
     # the replica groups' Lighthouse (a Deployment beside the Job: trainer_contract/replica_groups.py), run here too
     lighthouse: dict | None = None
 
@@ -127,15 +127,19 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
         elif kind == "PersistentVolumeClaim":
             result.claims.add(name)
         elif kind == "NetworkPolicy":
-            result.not_enforced.append(f"{kind} {name}")
+            result.not_enforced.append(f"{kind} {name}: not enforced here (the pods are processes of this machine, "
+                                       "on its network)")
+        elif kind == "PodMonitor":
+            result.not_enforced.append(f"{kind} {name}: not applied here (no Prometheus Operator; `local-job status` "
+                                       "shows the live metrics)")
         elif kind == "Deployment" and _is_lighthouse(doc) and result.lighthouse is None:
             result.lighthouse = doc
         elif kind == "Secret":
             raise ManifestError(f"Secret {name}: a Secret does not belong beside the manifests (its values would be in "
                                 f"plain text there); give it to local-job with --secret {name}=PATH")
         elif kind != "Job":
-            raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services, claims "
-                                "and NetworkPolicies only (and one Deployment: replica groups' Lighthouse)")
+            raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services, claims, "
+                                "NetworkPolicies and PodMonitors only (and one Deployment: replica groups' Lighthouse)")
     problems = _job_problems(result)
     if problems:
         raise ManifestError(*problems)

@@ -131,9 +131,12 @@ def test_refuses_what_it_cannot_run_faithfully():
     refuse([d for d in rendered() if d["kind"] != "Job"], "expected exactly one Job")
 
 
-def test_a_network_policy_is_accepted_and_named_as_not_enforced():
-    docs = rendered("network_policy.enabled=true")
+def test_a_network_policy_and_a_pod_monitor_are_accepted_and_named_as_not_applied():
+    docs = rendered("network_policy.enabled=true", "metrics.pod_monitor=true")
     assert docs[0]["kind"] == "NetworkPolicy"
-    assert plan(docs).not_enforced == ["NetworkPolicy mnist-train"]
+    assert plan(docs).not_enforced == [
+        "NetworkPolicy mnist-train: not enforced here (the pods are processes of this machine, on its network)",
+        "PodMonitor mnist-train: not applied here (no Prometheus Operator; `local-job status` shows the live metrics)"]
     refuse(rendered() + [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}],
-           "Deployment d: local-job runs Jobs with their ConfigMaps, Services, claims and NetworkPolicies only")
+           "Deployment d: local-job runs Jobs with their ConfigMaps, Services, claims, NetworkPolicies and PodMonitors "
+           "only")
