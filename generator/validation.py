@@ -29,11 +29,10 @@ from generator.spec import (
 from generator.targets import spec_of, targets
 from generator.values import describe_value, type_name
 from trainer_contract import datasets as staged_datasets
-from trainer_contract import names
+from trainer_contract import names, replica_groups
 from trainer_contract.checkpoint_layout import CHECKPOINT_DIR_VARIABLE
 from trainer_contract.data_mixture import mixture_problem
 from trainer_contract.global_batch import accumulation_problem
-from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.names import MAX_HOSTNAME, longest_name, pod_hostname
 from trainer_contract.pod_environment import RUNTIME_PREFIXES, reserved
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, FP16_NEEDS_CUDA, program_variables
@@ -351,15 +350,15 @@ def _replica_group_problems(spec: JobSpec) -> Iterable[str]:
     if spec.max_replicas is not None and spec.max_replicas < spec.replicas:
         yield (f"fault_tolerance.max_replicas: {spec.max_replicas} is fewer than the groups the job starts with "
                f"(replicas {spec.replicas}): at least {spec.replicas}, or null")
-    if not spec.built_in_worker or spec.program[1] != BUILT_IN_WORKER:
-        program = " ".join(spec.program[:2]) if spec.program[0] == "-m" else spec.program[0]
-        yield (f"fault_tolerance.replica_groups: the built-in MNIST worker (python -m {BUILT_IN_WORKER}) runs as "
-               f"replica groups, not yet {program}: set entrypoint.module to null, or replica_groups to false")
+    module = spec.program[1] if spec.built_in_worker else None
+    shown = f"python {' '.join(spec.program[:2])}" if spec.program[0] == "-m" else spec.program[0]
+    refused = replica_groups.program_problem(module, shown)
     config = spec.program_config()
-    strategy = getattr(config, "strategy", None)
-    if strategy is not None and strategy not in ("allreduce", "ddp"):
-        yield (f"config_map.STRATEGY: {strategy} with fault_tolerance.replica_groups: the groups replicate the model; "
-               "use allreduce or ddp")
+    if refused is not None:
+        yield (f"fault_tolerance.replica_groups: {refused}: set entrypoint.module to one of them (null: the MNIST "
+               "worker), or replica_groups to false")
+    elif module is not None and config is not None:
+        yield from (f"config_map.{problem}" for problem in replica_groups.setting_problems(module, config))
     if "checkpoint" in spec.storage:
         yield ("checkpoint.storage_uri: with fault_tolerance.replica_groups the checkpoints stay on the volume (a "
                "bucket's mirror from several groups is not yet): remove it, or set replica_groups to false")

@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
+from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.settings import ConfigError
 
 GROUP = "REPLICA_GROUP"
@@ -55,6 +57,39 @@ class ReplicaGroups:
     def replica_id(self) -> str:
         """This group's name at the Lighthouse: torchft reads a group's index from its name's trailing digits."""
         return f"group{self.group}"
+
+
+# The built-in programs that run as replica groups (their module), and the strategies their groups replicate with
+REPLICATED_PROGRAMS = {BUILT_IN_WORKER: ("allreduce", "ddp"), "worker.finetune": ("ddp",)}
+
+
+def program_problem(module: str | None, shown: str) -> str | None:
+    """Why the program ``shown`` (a built-in one's ``module``, else None) does not run as replica groups, or None
+    where it does."""
+    if module in REPLICATED_PROGRAMS:
+        return None
+    return f"{' and '.join('python -m ' + name for name in REPLICATED_PROGRAMS)} run as replica groups, not yet {shown}"
+
+
+def setting_problems(module: str, config: Any) -> list[str]:
+    """What of a replicated program's settings ``config`` its groups cannot run with, each ``VARIABLE: why`` (the
+    render names config_map.VARIABLE; a start, the variable)."""
+    problems = []
+    strategies = REPLICATED_PROGRAMS[module]
+    strategy = getattr(config, "strategy", strategies[-1])
+    if strategy not in strategies:
+        problems.append(f"STRATEGY: {strategy} with replica groups: the groups replicate the model; use "
+                        f"{' or '.join(strategies)}")
+    if not config.resume:
+        problems.append("RESUME: false with replica groups: a group that restarts would set aside what the others "
+                        "train; give the new run another OUTPUT_DIR instead")
+    if getattr(config, "precision", "fp32") == "fp16":
+        problems.append("PRECISION: fp16 with replica groups: a gradient scaler's skipped steps are not agreed "
+                        "across the groups; use bf16")
+    if getattr(config, "metric_for_best_model", "none") != "none":
+        problems.append("METRIC_FOR_BEST_MODEL with replica groups: the best checkpoint is kept by one gang's "
+                        "evaluations; leave it none (the last model is exported)")
+    return problems
 
 
 def _whole(environ: Mapping[str, str], name: str, least: int, problems: list[str]) -> int:

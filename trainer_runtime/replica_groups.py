@@ -33,6 +33,12 @@ from trainer_contract.replica_groups import ReplicaGroups, share_of
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.metrics import live
 
+# A Job's groups other than the last step's first wait this long after writing what the job writes at its end, for the
+# Job to complete with the first one's success (its successPolicy then terminates them: SIGTERM ends the wait): the
+# Job controller judges failed indexes before its successPolicy, so with an index failed (a group's crash loop)
+# every other group succeeding in one look of the controller's would fail the Job (FailedIndexes).
+SUCCESS_STAGGER_SECONDS = 30.0
+
 # A collective across the groups, a peer's answer about the commit, a recovery's transfer: a dead peer's gloo
 # connection closes at once, so this bounds only a peer that hangs (a node lost without a reset).
 TIMEOUT = timedelta(seconds=60)
@@ -121,7 +127,11 @@ class ReplicaGroup:
         offset = 0
         for parameter in parameters:
             size = parameter.numel()
-            parameter.grad = flat[offset:offset + size].view_as(parameter).clone()
+            summed = flat[offset:offset + size].view_as(parameter)
+            if parameter.grad is None:
+                parameter.grad = summed.clone()
+            else:  # in place: DDP's gradients are views of its buckets (gradient_as_bucket_view)
+                parameter.grad.copy_(summed)
             offset += size
 
     def commit(self) -> bool:
@@ -133,6 +143,39 @@ class ReplicaGroup:
 
     def close(self) -> None:
         self.manager.shutdown(wait=False)
+
+
+class Left(Exception):
+    """Every process of this group has agreed to leave on a SIGTERM (a scale-down, a deletion), between two steps: the
+    step ``step`` it would take next is the other groups' to take."""
+
+    def __init__(self, step: int):
+        super().__init__(f"left before step {step + 1}")
+        self.step = step
+
+
+def missing_torchft() -> list[str]:
+    """The refusal of a start without torchft (an extra), or none."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchft") is None:
+        return ["REPLICA_GROUPS needs torchft: pip install 'indexed-trainer[replicas]' (the image has it)"]
+    if "MASTER_PORT" not in os.environ:
+        return ["REPLICA_GROUPS: a group runs under its pod's launcher (python -m worker.launch, or torchrun), whose "
+                "store the other groups reach"]
+    return []
+
+
+def linger(last_part: int, stopped: Callable[[], bool], log: Callable[[str], None], group: str) -> None:
+    """A group that was not the last step's first (``last_part``) waits, under a Job, for the Job to complete with
+    that group's success (SUCCESS_STAGGER_SECONDS, or until ``stopped()``)."""
+    if last_part == 0 or "JOB_COMPLETION_INDEX" not in os.environ:
+        return
+    log(f"{group}: waiting up to {SUCCESS_STAGGER_SECONDS:g} s for the Job to complete with the last step's first "
+        "group (the Job then ends this pod)")
+    deadline = time.monotonic() + SUCCESS_STAGGER_SECONDS
+    while not stopped() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def stepping(participants: int, groups: int) -> str:

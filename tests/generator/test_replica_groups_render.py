@@ -39,8 +39,18 @@ def test_the_jobs_budgets_and_kueues_elastic_job_follow_the_groups(sets, backoff
     ("kubernetes", GROUPS + ["replicas=2", "fault_tolerance.min_replicas=3"],
      "fault_tolerance.min_replicas: 3 is more than the groups there are (replicas 2): at most 2"),
     ("kubernetes", GROUPS + ["config_map.STRATEGY=fsdp"],
-     "config_map.STRATEGY: fsdp with fault_tolerance.replica_groups: the groups replicate the model; use allreduce or "
-     "ddp"),
+     "config_map.STRATEGY: fsdp with replica groups: the groups replicate the model; use allreduce or ddp"),
+    ("kubernetes", GROUPS + ["entrypoint.module=worker.finetune", "config_map.RESUME=false"],
+     "config_map.RESUME: false with replica groups: a group that restarts would set aside what the others train; "
+     "give the new run another OUTPUT_DIR instead"),
+    ("kubernetes", GROUPS + ["entrypoint.module=worker.finetune", "config_map.PRECISION=fp16",
+                             "resources.gpu.accelerator_count=1"],
+     "config_map.PRECISION: fp16 with replica groups: a gradient scaler's skipped steps are not agreed across the "
+     "groups; use bf16"),
+    ("kubernetes", GROUPS + ["entrypoint.module=worker.sft"],
+     "fault_tolerance.replica_groups: python -m worker and python -m worker.finetune run as replica groups, not yet "
+     "python -m worker.sft: set entrypoint.module to one of them (null: the MNIST worker), or replica_groups to "
+     "false"),
     ("slurm", GROUPS + ["fault_tolerance.max_replicas=4"],
      "fault_tolerance.max_replicas: a Slurm allocation does not grow to 4 nodes while it runs; set it to null (or to "
      "replicas) for --target slurm"),

@@ -6,18 +6,19 @@ another model, tokenizer, data or shaping setting), train under the stop agreeme
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 
-from trainer_contract import exit_codes, hooks
+from trainer_contract import exit_codes, hooks, replica_groups
 from trainer_runtime import process_group
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.gang import from_rank0, join, record_attempt
-from trainer_runtime.pretrained import run_identity, shared_load, token_cache
+from trainer_runtime.pretrained import replicated, run_identity, shared_load, token_cache
 from trainer_runtime.pretrained.batches import accumulation_steps
 from trainer_runtime.pretrained.export import write_summary
 from trainer_runtime.pretrained.loop import Loop, Weigh, examples_in
@@ -62,6 +63,7 @@ class Workload:
     strategy: Callable[[Any], str] = lambda config: "ddp"
     weigh: Weigh = examples_in
     trains_every_weight: Callable[[Any], bool] = lambda config: True
+    module: str = ""  # the program's (python -m MODULE): whether it runs as replica groups (trainer_contract's table)
 
 
 def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: Log) -> dict[str, Any]:
@@ -87,9 +89,34 @@ def best_model(loop: Loop, store: CheckpointStore, last: dict[str, float], log: 
     return {**best["scores"], **said}
 
 
-def _record_and_key(workload: Workload, config: Any, env: DistEnv) -> tuple[dict[str, Any], str]:
-    now = run_identity.record(config, env.world_size, data=workload.records_data)
+def _record_and_key(workload: Workload, config: Any, world_size: int) -> tuple[dict[str, Any], str]:
+    now = run_identity.record(config, world_size, data=workload.records_data)
     return now, token_cache.key_of(now, config)
+
+
+def _batches(config: Any, env: DistEnv, examples: int, groups: replica_groups.ReplicaGroups | None) -> RankBatches:
+    """An optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them); with
+    replica groups the whole step's, in the epoch's order, which the step's quorum shares (replicated.py)."""
+    if groups is None:
+        return RankBatches(examples, config.batch_size * accumulation_steps(config, env.world_size), env.rank,
+                           env.world_size, config.seed, True)
+    processes = env.world_size * groups.groups
+    return RankBatches(examples, config.batch_size * accumulation_steps(config, processes) * processes, 0, 1,
+                       config.seed, True, pad=False)
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def _finish(workload: Workload, config: Any, env: DistEnv, loop: Loop, loaded: Loaded, log: Log,
+            now: dict[str, Any], result: dict[str, Any]) -> None:
+    """The export (every rank: it may gather a sharded model) and rank 0's summary.json, the run's record in it."""
+    summary = {**result, **now}
+    written = workload.export(config, loop, loaded, summary, log)
+    if env.is_rank0:
+        write_summary(config.output_dir, summary, written)
+    hooks.point("completed", rank=env.rank)
 
 
 def run(workload: Workload, config: Any, env: DistEnv) -> int:
@@ -99,11 +126,15 @@ def run(workload: Workload, config: Any, env: DistEnv) -> int:
 
 def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: CheckpointStore) -> int:
     """The run, for trainer_runtime.run_shell.run_logged: its exit code."""
+    groups = replica_groups.from_environ(os.environ)
+    if groups is not None:
+        replicated.refuse(config, workload.module)
     stop = StopRequest()  # during set-up a signal ends the process at once: nothing to save yet
     gang = join(config, env, log)  # and the fault-injection seam "start"
     record_attempt(env, config.output_dir)
     require_model(config.model_dir)  # before the record's digests of its files
-    now, cache_key = from_rank0(env, lambda: _record_and_key(workload, config, env))
+    world = env.world_size * (groups.groups if groups is not None else 1)  # every group's processes: a step's
+    now, cache_key = from_rank0(env, lambda: _record_and_key(workload, config, world))
     tokenizing = token_cache.Tokenizing(config, env, gang.store, cache_key, log)
     store.restore_from_bucket(config.resume, env)
     found = resume_from(config, now, store, log, env.is_rank0)
@@ -113,13 +144,15 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
         log(f"every weight comes from {found[0].name}: the pretrained weights are not read")
     weights = shared_load.reads_weights(workload.strategy(config)) and not whole_in_checkpoint
     loaded = workload.load(config, log if env.is_rank0 else lambda message: None, tokenizing, weights)
-    # an optimizer step's examples on this rank: GRADIENT_ACCUMULATION_STEPS batches (the loop splits them)
-    batches = RankBatches(len(loaded.train), config.batch_size * accumulation_steps(config, env.world_size), env.rank,
-                          env.world_size, config.seed, True)
-    loop = Loop(loaded.model, loaded.train, batches, workload.collate(config, loaded), config, gang.device, env,
-                workload.strategy(config), workload.weigh, log)
+    loop = Loop(loaded.model, loaded.train, _batches(config, env, len(loaded.train), groups),
+                workload.collate(config, loaded), config, gang.device, env, workload.strategy(config), workload.weigh,
+                log)
     if found:
         loop.restore(found[0])
+    if groups is not None:
+        return replicated.train(loop, groups, env, log if env.is_rank0 else _silent, stop, store, now,
+                                workload.evaluation(config, env, loop, loaded, log),
+                                functools.partial(_finish, workload, config, env, loop, loaded, log, now))
     run_log = RunLog(env.rank, config.output_dir, config.log_interval, config.tensorboard, env.group_rank)
     stop.defer()
     failed = True
@@ -132,11 +165,8 @@ def train(workload: Workload, config: Any, env: DistEnv, log: Log, store: Checkp
     finally:
         loop.writes.close(failed, log)  # before the shell's mirror uploads the newest
         run_log.close()
-    summary = {**result, **best_model(loop, store, result, log), "step": loop.step, **now}
-    written = workload.export(config, loop, loaded, summary, log)
-    if env.is_rank0:
-        write_summary(config.output_dir, summary, written)
-    hooks.point("completed", rank=env.rank)
+    _finish(workload, config, env, loop, loaded, log, now, {**result, **best_model(loop, store, result, log),
+                                                            "step": loop.step})
     dist.barrier()
     process_group.destroy_process_group()
     return exit_codes.OK

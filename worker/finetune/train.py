@@ -133,5 +133,5 @@ def _export(config: FinetuneConfig, loop: Loop, loaded: Loaded, summary: dict[st
     return str(destination)
 
 
-CLASSIFIER = Workload(load=_load, collate=_collate,
+CLASSIFIER = Workload(module="worker.finetune", load=_load, collate=_collate,
                       evaluation=_evaluation, export=_export)

@@ -15,9 +15,7 @@ quorum goes on from the furthest of its groups.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import time
 from typing import Any
 
@@ -27,8 +25,9 @@ import torch.nn.functional as F
 from trainer_contract import exit_codes, hooks
 from trainer_contract.checkpoint_layout import Position
 from trainer_contract.gang_rounds import note_progress
+from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.program_settings import TrainConfig
-from trainer_contract.replica_groups import ReplicaGroups
+from trainer_contract.replica_groups import ReplicaGroups, setting_problems
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
@@ -38,29 +37,11 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.gang import from_rank0
 from trainer_runtime.metrics import live
-from trainer_runtime.replica_groups import ReplicaGroup, stepping
+from trainer_runtime.replica_groups import Left, ReplicaGroup, linger, missing_torchft, stepping
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Terminated, agreed
 from worker.mnist import finished_run, resume
 from worker.mnist.train import Trainer
-
-# A Job's groups other than the last step's first wait this long after writing the model, for the Job to complete
-# with the first one's success (its successPolicy then terminates them: SIGTERM ends the wait): the Job controller
-# judges failed indexes before its successPolicy, so with an index failed (a group's crash loop) every other group
-# succeeding in one look of the controller's would fail the Job (FailedIndexes).
-SUCCESS_STAGGER_SECONDS = 30.0
-# What each group's processes combine their gradients with: one flat sum, whatever STRATEGY names (allreduce and
-# ddp are the same sum; a sharded strategy's replica-group form is not here yet).
-REPLICATED = ("allreduce", "ddp")
-
-
-class Left(Exception):
-    """Every process of this group has agreed to leave on a SIGTERM (a scale-down, a deletion), between two steps: the
-    step ``step`` it would take next is the other groups' to take."""
-
-    def __init__(self, step: int):
-        super().__init__(f"left before step {step + 1}")
-        self.step = step
 
 
 class ReplicatedTraining:
@@ -217,12 +198,7 @@ class ReplicatedTraining:
         if trainer.env.is_rank0:
             trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
                                 trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups)
-        if self.last_part != 0 and "JOB_COMPLETION_INDEX" in os.environ:
-            self.log0(f"{self.groups.replica_id}: waiting up to {SUCCESS_STAGGER_SECONDS:g} s for the Job to complete "
-                      "with the last step's first group (the Job then ends this pod)")
-            deadline = time.monotonic() + SUCCESS_STAGGER_SECONDS
-            while not trainer.stop.requested and time.monotonic() < deadline:
-                time.sleep(0.2)
+        linger(self.last_part, lambda: trainer.stop.requested, self.log0, self.groups.replica_id)
 
 
 def _finished(config: TrainConfig) -> bool:
@@ -233,18 +209,7 @@ def _finished(config: TrainConfig) -> bool:
 
 
 def _refusals(config: TrainConfig) -> list[str]:
-    if importlib.util.find_spec("torchft") is None:
-        return ["REPLICA_GROUPS needs torchft: pip install 'indexed-trainer[replicas]' (the image has it)"]
-    if "MASTER_PORT" not in os.environ:
-        return ["REPLICA_GROUPS: a group runs under its pod's launcher (python -m worker.launch, or torchrun), whose "
-                "store the other groups reach"]
-    if not config.resume:
-        return ["RESUME: false with REPLICA_GROUPS: a group that restarts would set aside what the others train; "
-                "give the new run another OUTPUT_DIR instead"]
-    if config.strategy not in REPLICATED:
-        return [f"STRATEGY: {config.strategy} with REPLICA_GROUPS: replica groups replicate the model across "
-                f"groups; use {' or '.join(REPLICATED)}"]
-    return []
+    return missing_torchft() or setting_problems(BUILT_IN_WORKER, config)
 
 
 def train_run(config: TrainConfig, env: DistEnv, log, store: CheckpointStore, groups: ReplicaGroups) -> int:

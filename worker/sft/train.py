@@ -146,7 +146,7 @@ def _export(config: SftConfig, loop: Loop, loaded: Loaded, summary: dict[str, An
     return [str(path) for path in written]
 
 
-SFT = Workload(load=_load,
+SFT = Workload(module="worker.sft", load=_load,
                collate=lambda config, loaded: lambda examples: collate(examples, loaded.tokenizer.pad_token_id),
                evaluation=_evaluation, export=_export, records_data=True, strategy=lambda config: config.strategy,
                weigh=supervised_tokens, trains_every_weight=lambda config: config.lora_rank == 0)
