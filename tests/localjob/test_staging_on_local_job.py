@@ -11,9 +11,8 @@ import re
 
 import pytest
 
-from testbed.mnist_data import dataset_files
 from testbed.storage_servers import S3Server
-from tests.localjob.test_local_job_runs import run_local_job, volume
+from tests.localjob.test_local_job_runs import SMALL, run_local_job, volume
 from tests.mnist.launch import fault_env, recorded_epochs
 from tests.rendering import gen_manifests
 from trainer_contract import storage
@@ -82,7 +81,7 @@ def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_
         env = {"AWS_ENDPOINT_URL": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
         extra = [f"--secret=s3-credentials={secret}"]
         # the first cluster: epoch 3 never ends there (78 fails the Job at once); its checkpoints are in the bucket
-        first = volume(tmp_path, dataset_files(), "first-volume")
+        first = volume(tmp_path, SMALL, "first-volume")
         fault = fault_env(f"sleep=3@batch=3.1,rank=0; exit={BAD_CONFIG}@batch=3.1,rank=0")
         killed, log, _ = run_local_job(tmp_path, manifests, first, CLAIM, env={**env, **fault}, extra=extra)
         assert killed.returncode != 0, log[-3000:]
@@ -96,7 +95,7 @@ def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_
             assert mirrored["Body"].read() == (written / shard).read_bytes()
 
         # another cluster, a new volume: each pod fetches a share of epoch 2's checkpoint, the run trains epoch 3 only
-        second = volume(tmp_path, dataset_files(), "second-volume")
+        second = volume(tmp_path, SMALL, "second-volume")
         resumed, log, status = run_local_job(tmp_path, manifests, second, CLAIM, env=env, extra=extra)
         assert resumed.returncode == 0, log[-4000:] + resumed.stderr.decode()[-2000:]
         assert re.search(r"^\[staged-mnist-0-\w{5}/stage\] stage: checkpoint ckpt-e0002-s000000\.dcp of "
@@ -108,7 +107,7 @@ def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_
         assert "Rank 0: resuming from ckpt-e0002-s000000.dcp" in log
         output = second / "runs/staged-mnist"
         assert recorded_epochs(output) == [3]  # no epoch twice, none missing: 1 and 2 are the first cluster's
-        assert json.loads((output / "model.json").read_text())["accuracy"] >= 0.95
+        assert json.loads((output / "model.json").read_text())["accuracy"] >= 0.9
         listed = s3.client().list_objects_v2(Bucket="team-ckpt", Prefix="mnist/")["Contents"]
         assert {item["Key"].split("/")[1] for item in listed} >= {"ckpt-e0002-s000000.dcp", "ckpt-e0003-s000000.dcp"}
         assert "testing" not in log.replace("s3://", "")
