@@ -60,7 +60,7 @@ class ReplicaGroups:
 
 
 # The built-in programs that run as replica groups (their module), and the strategies their groups replicate with
-REPLICATED_PROGRAMS = {BUILT_IN_WORKER: ("allreduce", "ddp"), "worker.finetune": ("ddp",)}
+REPLICATED_PROGRAMS = {BUILT_IN_WORKER: ("allreduce", "ddp"), "worker.finetune": ("ddp",), "worker.sft": ("ddp",)}
 
 
 def program_problem(module: str | None, shown: str) -> str | None:
@@ -68,7 +68,8 @@ def program_problem(module: str | None, shown: str) -> str | None:
     where it does."""
     if module in REPLICATED_PROGRAMS:
         return None
-    return f"{' and '.join('python -m ' + name for name in REPLICATED_PROGRAMS)} run as replica groups, not yet {shown}"
+    names = [f"python -m {name}" for name in REPLICATED_PROGRAMS]
+    return f"{', '.join(names[:-1])} and {names[-1]} run as replica groups, not yet {shown}"
 
 
 def setting_problems(module: str, config: Any) -> list[str]:

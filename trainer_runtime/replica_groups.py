@@ -115,15 +115,19 @@ class ReplicaGroup:
         mine_start, mine_stop = share_of(stop - start, self.env.world_size, self.env.rank)
         return start + mine_start, start + mine_stop
 
-    def sum_gradients(self, parameters: Sequence[torch.Tensor], examples: int) -> None:
-        """Every parameter's gradient becomes the sum over every group's ranks divided by the step's ``examples``
-        (each rank's backward summed its examples' losses). A failure across the groups is the Manager's: the
-        step then does not commit."""
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters])
+    def sum_gradients(self, parameters: Sequence[torch.Tensor], weight: float) -> float:
+        """Every parameter's gradient becomes the sum over every group's ranks divided by the step's whole weight:
+        each rank's backward summed its share's losses, each weighted (by its example, or by its supervised tokens),
+        ``weight`` in all on this rank, which travels as the last element of the gradients' one flat sum (a float32:
+        exact to 2**24, a relative error of 1e-7 past it). The whole weight. A failure across the groups is the
+        Manager's: the step then does not commit."""
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
+        flat = torch.cat([*grads, torch.tensor([float(weight)], dtype=grads[0].dtype, device=grads[0].device)])
         if self.env.world_size > 1:
             dist.all_reduce(flat)  # the group's own: a peer lost here fails this group (its launcher restarts it)
         self.manager.allreduce(flat, reduce_op=dist.ReduceOp.SUM).wait()
-        flat /= max(examples, 1)
+        whole = float(flat[-1])
+        flat /= max(whole, 1.0)
         offset = 0
         for parameter in parameters:
             size = parameter.numel()
@@ -133,6 +137,7 @@ class ReplicaGroup:
             else:  # in place: DDP's gradients are views of its buckets (gradient_as_bucket_view)
                 parameter.grad.copy_(summed)
             offset += size
+        return whole
 
     def commit(self) -> bool:
         """Whether every group's rank finished the step (then the caller steps its optimizer)."""

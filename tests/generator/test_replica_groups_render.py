@@ -47,10 +47,12 @@ def test_the_jobs_budgets_and_kueues_elastic_job_follow_the_groups(sets, backoff
                              "resources.gpu.accelerator_count=1"],
      "config_map.PRECISION: fp16 with replica groups: a gradient scaler's skipped steps are not agreed across the "
      "groups; use bf16"),
-    ("kubernetes", GROUPS + ["entrypoint.module=worker.sft"],
-     "fault_tolerance.replica_groups: python -m worker and python -m worker.finetune run as replica groups, not yet "
-     "python -m worker.sft: set entrypoint.module to one of them (null: the MNIST worker), or replica_groups to "
-     "false"),
+    ("kubernetes", GROUPS + ["entrypoint.module=worker.qa"],
+     "fault_tolerance.replica_groups: python -m worker, python -m worker.finetune and python -m worker.sft run as "
+     "replica groups, not yet python -m worker.qa: set entrypoint.module to one of them (null: the MNIST worker), or "
+     "replica_groups to false"),
+    ("kubernetes", GROUPS + ["entrypoint.module=worker.sft", "config_map.STRATEGY=fsdp"],
+     "config_map.STRATEGY: fsdp with replica groups: the groups replicate the model; use ddp"),
     ("slurm", GROUPS + ["fault_tolerance.max_replicas=4"],
      "fault_tolerance.max_replicas: a Slurm allocation does not grow to 4 nodes while it runs; set it to null (or to "
      "replicas) for --target slurm"),

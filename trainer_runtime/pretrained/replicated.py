@@ -1,11 +1,14 @@
 """The transformer loop (trainer_runtime.pretrained.loop) as one replica group of several (REPLICA_GROUPS;
-trainer_runtime/replica_groups.py): worker.finetune's steps shared by the groups in each step's quorum, a failed group
-costing that group, a group that joins taking the weights, AdamW's state and the schedule from a peer.
+trainer_runtime/replica_groups.py): worker.finetune's and worker.sft's steps shared by the groups in each step's
+quorum, a failed group costing that group, a group that joins taking the weights, AdamW's state and the schedule from
+a peer.
 
 A step takes the epoch's next BATCH_SIZE x GRADIENT_ACCUMULATION_STEPS x processes per group x REPLICA_GROUPS
 examples in the uninterrupted run's order, whichever groups step: the groups' parts, then each rank's of its group's,
-each in batches of BATCH_SIZE whose gradients add up; the step's gradient is the sum of every example's over the
-step's example count (the model's loss is per example), so the learning follows the committed steps alone.
+each in batches of BATCH_SIZE whose gradients add up. Each batch's loss is the model's mean over what the workload
+weighs (examples, or supervised tokens) times that weight, and the step's gradient their sum over every group divided
+by the step's whole weight, which travels with the gradients: the gang's mean, so the learning follows the committed
+steps alone.
 
 The quorum's first group checkpoints (the loop's own checkpoints: for a loss of every group at once) and each group's
 rank 0 records its own steps (OUTPUT_DIR/metrics.jsonl for group 0, OUTPUT_DIR/.groups/<index>/ for the others).
@@ -120,17 +123,19 @@ class ReplicatedLoop:
         hooks.point("batch", epoch=epoch + 1, batch=within + 1)
         torch.manual_seed(hash((loop.config.seed, step, self.env.rank)) % (1 << 62))
         loop.strategy.model.train()
-        loss_sum, tokens = 0.0, 0
+        loss_sum, weight, tokens = 0.0, 0, 0
         with loop.strategy.local_gradients():
             for first in range(start, stop, loop.config.batch_size):
                 chosen = examples[first:min(first + loop.config.batch_size, stop)]
                 batch = {key: value.to(loop.device) for key, value in
                          loop.collate([loop.examples[index] for index in chosen]).items()}
+                weighs = loop.weigh(batch)  # what the model's loss is a mean over: examples, or supervised tokens
                 with loop.precision.autocast():
-                    loss = loop.strategy.model(**batch).loss * len(chosen)  # the model's mean: its examples' sum
+                    loss = loop.strategy.model(**batch).loss * weighs  # the mean, back to its sum
                 loop.precision.backward(loss)
-                loss_sum, tokens = loss_sum + float(loss.detach()), tokens + int(batch["attention_mask"].sum())
-        self.group.sum_gradients(self.parameters, len(examples))
+                loss_sum, weight = loss_sum + float(loss.detach()), weight + weighs
+                tokens += int(batch["attention_mask"].sum())
+        self.group.sum_gradients(self.parameters, weight)
         if loop.config.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.parameters, loop.config.max_grad_norm)
         if not self.group.commit():
@@ -147,7 +152,7 @@ class ReplicatedLoop:
         run_log.tokens += tokens
         if run_log.due(loop.step, loop.step == loop.total):  # the quorum's changes are said as they happen
             run_log.trained(epoch=epoch + 1, epochs=loop.epochs_in_all, step=loop.step, total=loop.total,
-                            loss=loss_sum / max(stop - start, 1), learning_rate=float(loop.schedule.get_last_lr()[0]))
+                            loss=loss_sum / max(weight, 1), learning_rate=float(loop.schedule.get_last_lr()[0]))
         return True
 
     def after_step(self, part: int, due: bool, run_log: RunLog, store: CheckpointStore, record: dict[str, Any],

@@ -155,7 +155,7 @@ class ReplicatedTraining:
             loss = F.cross_entropy(self.model(self.trainer.images[chosen]), self.trainer.labels[chosen],
                                    reduction="sum")
             loss.backward()
-        self.group.sum_gradients(self.parameters, len(examples))
+        self.group.sum_gradients(self.parameters, len(chosen))  # the step's examples, whichever groups take it
         if not self.group.commit():
             self.log0(f"step {step + 1} did not commit (a group failed in it): the next quorum takes it again")
             return
