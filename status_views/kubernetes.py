@@ -23,7 +23,7 @@ from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
-from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, WORKER_CONTAINER
+from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, KUEUE_QUEUE_LABEL, WORKER_CONTAINER
 from trainer_contract.progress import format_duration
 from trainer_contract.replica_groups import GROUP
 
@@ -191,7 +191,7 @@ def waiting_lines(job: dict, pods: list[dict], events: list[dict], kueue: str = 
     finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                    for c in (job.get("status") or {}).get("conditions") or [])
     if spec.get("suspend") and not finished:
-        queue = (meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
         facts = {"namespace": meta.get("namespace", "default"), "job": meta["name"]}
         lines.append(waiting_line(f"Job {facts['namespace']}/{meta['name']}", suspended(queue, facts, kueue)))
     by_reason: dict[str, list[str]] = {}
@@ -436,7 +436,7 @@ def pending_events(namespace: str, pods: list[dict]) -> list[dict]:
 def kueue_says(job: dict) -> str:
     """Why Kueue has not admitted a suspended Job yet: its Workload's QuotaReserved (or Admitted) message."""
     meta = job["metadata"]
-    if not (job.get("spec") or {}).get("suspend") or "kueue.x-k8s.io/queue-name" not in (meta.get("labels") or {}):
+    if not (job.get("spec") or {}).get("suspend") or KUEUE_QUEUE_LABEL not in (meta.get("labels") or {}):
         return ""
     for workload in _items("-n", meta.get("namespace", "default"), "get", "workloads.kueue.x-k8s.io"):
         if any(owner.get("uid") == meta.get("uid") for owner in workload["metadata"].get("ownerReferences") or []):

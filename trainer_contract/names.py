@@ -19,6 +19,9 @@ JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 # annotation of the same key) and the Job's name.
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# Kueue reads these from the Job only (it admits Jobs, not their pods): the render sets them, the status view reads them
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # The pod's training container (its init containers: check-config, stage): the podFailurePolicy's rules name it,
 # the status views tell its state from theirs.
 WORKER_CONTAINER = "worker"

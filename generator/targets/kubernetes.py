@@ -400,11 +400,6 @@ class JobObjects:
     launcher_command: tuple[str, ...] = launcher.LAUNCHER_COMMAND
 
 
-# Kueue reads these from the Job only: it admits Jobs, not their pods.
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-
-
 def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, str]]:
     """Every object's labels by component, the values' under gen-manifests' own; the training pods' with pod_labels
     between them."""
@@ -419,7 +414,7 @@ def _labels(spec: JobSpec, options: KubernetesOptions) -> dict[str, dict[str, st
         for component in ("storage", "config", "rendezvous", "network", "worker", "lighthouse", "metrics")
     }
     labels["pod"] = {**options.labels, **options.pod_labels, **own, "app.kubernetes.io/component": "worker"}
-    kueue = {KUEUE_QUEUE_LABEL: options.queue_name, KUEUE_PRIORITY_LABEL: options.workload_priority_class}
+    kueue = {names.KUEUE_QUEUE_LABEL: options.queue_name, names.KUEUE_PRIORITY_LABEL: options.workload_priority_class}
     labels["job"] = {**labels["worker"], **{key: value for key, value in kueue.items() if value is not None}}
     return labels
 
