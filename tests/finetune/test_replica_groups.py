@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 
 from testbed.qa_data import make_model
 from testbed.text_data import make_texts
-from tests.mnist.launch import fault_env, kill_tree, start, workload_env
-from tests.mnist.test_replica_groups import Lighthouse, ledger
+from tests.mnist.test_replica_groups import ledger, run_workload_groups
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torchft", reason="replica groups need the [replicas] extra (torchft)")
@@ -21,8 +19,7 @@ transformers = pytest.importorskip("transformers")
 # 512 texts, 2 groups of 1 process x 16: 16 steps an epoch, 48 in all; every step lasts 0.25 s at least, so that a
 # group's restart (seconds) is many steps of the other, and the job's end far enough for the restarted one to join
 SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.005", "PRECISION": "bf16", "LOG_INTERVAL": "1",
-            "CHECKPOINT_EVERY_STEPS": "5", "CHECKPOINT_EVERY_SECONDS": "0", "OMP_NUM_THREADS": "1",
-            "REPLICA_GROUPS": "2"}
+            "CHECKPOINT_EVERY_STEPS": "5", "CHECKPOINT_EVERY_SECONDS": "0", "OMP_NUM_THREADS": "1"}
 
 
 def test_a_killed_group_costs_that_group_and_every_text_is_taken_once_an_epoch(tmp_path):
@@ -32,21 +29,10 @@ def test_a_killed_group_costs_that_group_and_every_text_is_taken_once_an_epoch(t
     learns as the gang's does."""
     model, data = make_model(tmp_path / "model", dropout=0.1), make_texts(tmp_path / "data", train=512, validation=64)
     output = tmp_path / "out"
-    faults = {1: "sigkill@batch=2.2,attempt=0"}
-    with Lighthouse() as lighthouse:
-        started = []
-        for group in (0, 1):
-            spec = "; ".join(part for part in ("ledger@committed; sleep=0.25@batch", faults.get(group)) if part)
-            env = workload_env(SETTINGS, model, data, output, {"REPLICA_GROUP": str(group),
-                                                               "TORCHFT_LIGHTHOUSE": lighthouse.address,
-                                                               **fault_env(spec)})
-            started.append(start([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=1",
-                                  "--max-restarts=3", "-m", "worker.finetune"], env))
-        try:
-            (code0, out0), (code1, out1) = [(process.wait(timeout=400), process.stdout.read()) for process in started]
-        finally:
-            for process in started:
-                kill_tree(process)
+    faults = {group: "; ".join(part for part in ("ledger@committed; sleep=0.25@batch", fault) if part)
+              for group, fault in ((0, ""), (1, "sigkill@batch=2.2,attempt=0"))}
+    (code0, out0), (code1, out1) = run_workload_groups("worker.finetune", SETTINGS, model, data, output, faults,
+                                                       timeout=400)
     assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
     assert "FAULT_INJECT: sigkill at batch=2.2" in out1 and "Traceback" not in out0 + out1, out1[-3000:]
     joins = [int(step) for step in re.findall(r"group1 joined at step (\d+), its state from a peer", out1)]

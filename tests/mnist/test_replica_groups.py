@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, OUTSIDE
-from tests.mnist.launch import free_port, kill_tree, start, worker_env
+from tests.mnist.launch import fault_env, free_port, kill_tree, start, worker_env, workload_env
 from trainer_contract import replica_groups
 
 pytestmark = pytest.mark.slow
@@ -38,23 +38,41 @@ class Lighthouse:
         self.process.wait()
 
 
-def group_command(processes: int) -> list[str]:
+def group_command(processes: int, module: str = "worker") -> list[str]:
     """A group's pod: its launcher, restarting its workers in place up to 3 times."""
     return [sys.executable, "-m", "worker.launch", "--standalone", f"--nproc-per-node={processes}",
-            "--max-restarts=3", "-m", "worker"]
+            "--max-restarts=3", "-m", module]
 
 
 def run_groups(lighthouse: Lighthouse, data: Path, output: Path, faults: dict[int, str], groups: int = 2,
                processes: int = 1, timeout: float = 300, **settings) -> list[tuple[int, str]]:
     """Every group's launcher on one OUTPUT_DIR (the volume); each group's exit code and output."""
-    started = []
+    envs = []
     for group in range(groups):
         # every step lasts 0.1 s at least, so that a group's restart (seconds) is many steps of the others
         spec = "; ".join(part for part in ("ledger@committed; sleep=0.1@batch", faults.get(group)) if part)
-        env = worker_env(data, output, EPOCHS=2, BATCH_SIZE=16, LOG_INTERVAL=1, OMP_NUM_THREADS=1,
-                         REPLICA_GROUPS=groups, REPLICA_GROUP=group, TORCHFT_LIGHTHOUSE=lighthouse.address,
-                         FAULT_INJECT=spec, **settings)
-        started.append(start(group_command(processes), env))
+        envs.append(worker_env(data, output, EPOCHS=2, BATCH_SIZE=16, LOG_INTERVAL=1, OMP_NUM_THREADS=1,
+                               REPLICA_GROUPS=groups, REPLICA_GROUP=group, TORCHFT_LIGHTHOUSE=lighthouse.address,
+                               FAULT_INJECT=spec, **settings))
+    return run_launchers([group_command(processes)] * groups, envs, timeout)
+
+
+def run_workload_groups(module: str, settings: dict, model: Path, data: Path, output: Path,
+                        faults: dict[int, str] | None = None, groups: int = 2, timeout: float = 300,
+                        ) -> list[tuple[int, str]]:
+    """The built-in workload ``module`` as ``groups`` replica groups of 1 process, each its launcher, with torchft's
+    Lighthouse; ``faults``: FAULT_INJECT by group. Each group's exit code and output."""
+    with Lighthouse() as lighthouse:
+        envs = [workload_env({**settings, "REPLICA_GROUPS": str(groups)}, model, data, output,
+                             {"REPLICA_GROUP": str(group), "TORCHFT_LIGHTHOUSE": lighthouse.address,
+                              **(fault_env(faults[group]) if faults and group in faults else {})})
+                for group in range(groups)]
+        return run_launchers([group_command(1, module)] * groups, envs, timeout)
+
+
+def run_launchers(commands: list[list[str]], envs: list[dict], timeout: float) -> list[tuple[int, str]]:
+    """The groups' launchers at once, each waited for; every process tree killed at the end, whatever happened."""
+    started = [start(command, env) for command, env in zip(commands, envs, strict=True)]
     results = []
     try:
         for process in started:

@@ -4,13 +4,12 @@ tokens, so the groups' gradients are summed with their token counts and divided 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from testbed.sft_data import make_chat_data, make_model
-from tests.mnist.launch import kill_tree, run_workload, start, workload_env
-from tests.mnist.test_replica_groups import Lighthouse
+from tests.mnist.launch import run_workload
+from tests.mnist.test_replica_groups import run_workload_groups
 from tests.sft.test_sft_training import ADAPTER, SETTINGS, evaluations
 
 pytestmark = pytest.mark.slow
@@ -25,17 +24,8 @@ def test_two_groups_learn_the_chats_as_the_gang_does_and_both_export_the_adapter
     groups finish and export, one adapter in place."""
     model, data = make_model(tmp_path / "model"), make_chat_data(tmp_path / "data")
     output = tmp_path / "out"
-    with Lighthouse() as lighthouse:
-        started = [start([sys.executable, "-m", "worker.launch", "--standalone", "--nproc-per-node=1", "-m",
-                          "worker.sft"],
-                         workload_env({**SETTINGS, "REPLICA_GROUPS": "2", "SAMPLE_PROMPTS": ""}, model, data, output,
-                                      {"REPLICA_GROUP": str(group), "TORCHFT_LIGHTHOUSE": lighthouse.address}))
-                   for group in (0, 1)]
-        try:
-            (code0, out0), (code1, out1) = [(process.wait(timeout=300), process.stdout.read()) for process in started]
-        finally:
-            for process in started:
-                kill_tree(process)
+    (code0, out0), (code1, out1) = run_workload_groups("worker.sft", {**SETTINGS, "SAMPLE_PROMPTS": ""}, model,
+                                                       data, output)
     assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
     assert "Traceback" not in out0 + out1
     gang = run_workload("worker.sft", {**SETTINGS, "SAMPLE_PROMPTS": ""}, model, data, tmp_path / "gang")
