@@ -40,8 +40,10 @@ def join(config: Any, env: DistEnv, log, group_of_one: bool = True) -> Gang:
     backend = "nccl" if cuda else "gloo"
     store = None
     if env.world_size > 1:
-        process_group.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout),
-                                         device_id=device if cuda else None)
+        timeout = timedelta(seconds=config.collective_timeout)
+        store = process_group.round_store(env.nodes, timeout)
+        where = {} if store is None else {"store": store, "rank": env.rank, "world_size": env.world_size}
+        process_group.init_process_group(backend, timeout=timeout, device_id=device if cuda else None, **where)
         store = dist.distributed_c10d._get_default_store()
     elif group_of_one:
         process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)

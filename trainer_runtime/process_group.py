@@ -10,6 +10,9 @@ reports the gang failed (about 1 two-rank run in 10 here). Importing the module 
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+
 import torch.distributed as dist
 
 
@@ -17,6 +20,21 @@ def init_process_group(backend: str, **kwargs) -> None:
     import torch.distributed.nn  # noqa: F401  (must precede init_process_group; see the module docstring)
 
     dist.init_process_group(backend, **kwargs)
+
+
+def round_store(nodes: int, timeout: timedelta):
+    """The store of this round's process group where torchrun's agent serves one store for every round in place
+    (one node: its rendezvous' store outlives a failed round), under a prefix of the round's own; None elsewhere (the
+    default: env://). In that shared store the previous round's addresses stay under the same keys, and a rank that
+    reads its peer's before the peer has written it again connects to a dead address (gloo: "connectFullMesh
+    failed ... Connection refused"), failing a round that should start. Only on one node, where every rank counts
+    the same restarts (several nodes' agents count their own, and a failed round there gets a fresh store)."""
+    restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if nodes != 1 or restarts is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    shared = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                           timeout=timeout)
+    return dist.PrefixStore(f"indexed-trainer/round-{restarts}", shared)
 
 
 def destroy_process_group() -> None:

@@ -44,3 +44,43 @@ def test_destroying_the_group_joins_its_threads_after_an_optimizer_was_built():
     before, started, after = (int(word) for word in result.stdout.split())
     assert started > before, "gloo started no threads: the check would prove nothing"
     assert after == before, f"{after - before} threads of the destroyed process group are still running"
+
+
+ROUNDS = textwrap.dedent("""
+    import os, sys, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from trainer_runtime import process_group
+
+    round_, rank = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), int(os.environ["RANK"])
+    if round_ == 1 and rank == 0:
+        time.sleep(3)  # the restarted rank 0 comes late: rank 1 reads the store first
+    timeout = timedelta(seconds=30)
+    store = process_group.round_store(1, timeout) if sys.argv[1] == "round_store" else None
+    where = {} if store is None else {"store": store, "rank": rank, "world_size": 2}
+    process_group.init_process_group("gloo", timeout=timeout, **where)
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    print(f"round {round_} rank {rank}: {int(total)}", flush=True)
+    process_group.destroy_process_group()
+    sys.exit(1 if round_ == 0 else 0)  # the first round fails after its group was up: torchrun restarts it in place
+""")
+
+
+def rounds_in_place(store: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "--max-restarts=1", "--no-python", sys.executable, "-c", ROUNDS, store],
+                          capture_output=True, text=True, timeout=180, cwd=OUTSIDE,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_a_round_restarted_in_place_meets_its_own_peers_not_the_failed_rounds():
+    """torchrun on one node restarts its workers in place with the store it began with, where the failed round's
+    addresses stay under the same keys: with env:// a rank that reads its peer's key before the late peer wrote it
+    again connects to a dead address and the round fails; with round_store each round keys its own."""
+    plain = rounds_in_place("env")
+    assert plain.returncode != 0 and "round 1 rank" not in plain.stdout, plain.stdout  # the hazard, shown
+    assert "Connection refused" in plain.stderr, plain.stderr[-2000:]
+    prefixed = rounds_in_place("round_store")
+    assert prefixed.returncode == 0, prefixed.stderr[-3000:]
+    assert "round 1 rank 0: 2" in prefixed.stdout and "round 1 rank 1: 2" in prefixed.stdout
