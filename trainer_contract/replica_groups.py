@@ -59,8 +59,11 @@ class ReplicaGroups:
         return f"group{self.group}"
 
 
-# The built-in programs that run as replica groups (their module), and the strategies their groups replicate with
-REPLICATED_PROGRAMS = {BUILT_IN_WORKER: ("allreduce", "ddp"), "worker.finetune": ("ddp",), "worker.sft": ("ddp",)}
+# The built-in programs that run as replica groups (their module), and the strategies a group trains with, its last
+# the program's default: the groups replicate what each group holds (fsdp shards the model within a group, hsdp is
+# fsdp there since a group is one node)
+REPLICATED_PROGRAMS = {BUILT_IN_WORKER: ("allreduce", "ddp"), "worker.finetune": ("ddp",),
+                       "worker.sft": ("fsdp", "hsdp", "ddp")}
 
 
 def program_problem(module: str | None, shown: str) -> str | None:
@@ -79,8 +82,8 @@ def setting_problems(module: str, config: Any) -> list[str]:
     strategies = REPLICATED_PROGRAMS[module]
     strategy = getattr(config, "strategy", strategies[-1])
     if strategy not in strategies:
-        problems.append(f"STRATEGY: {strategy} with replica groups: the groups replicate the model; use "
-                        f"{' or '.join(strategies)}")
+        problems.append(f"STRATEGY: {strategy} with replica groups: the groups replicate what each holds; use "
+                        f"{', '.join(strategies[:-1]) + ' or ' if len(strategies) > 1 else ''}{strategies[-1]}")
     if not config.resume:
         problems.append("RESUME: false with replica groups: a group that restarts would set aside what the others "
                         "train; give the new run another OUTPUT_DIR instead")

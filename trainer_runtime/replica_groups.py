@@ -13,7 +13,10 @@ from a checkpoint.
 
 Within a group, its processes first sum their gradients on the group's own process group (the training's), then
 the group's ranks of the same local rank sum them across the groups on torchft's process group, which it
-reconfigures at each new quorum.
+reconfigures at each new quorum. Under fsdp (hsdp: a group is one node) each rank holds a shard of the model, the
+gradients reduce-scattered within the group, and only its shard crosses the groups, with the same rank's of every
+other group: hybrid sharding whose replicate dimension is the groups. A joining group's rank takes its shard (the
+model's and AdamW's, as DTensors) from the same rank of a peer.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from trainer_contract.replica_groups import ReplicaGroups, share_of
 from trainer_runtime.distenv import DistEnv
@@ -77,12 +82,15 @@ class ReplicaGroup:
                 return f"http://{host}:{self._server.socket.getsockname()[1]}/checkpoint/"
 
         # the group's store is torchrun's (MASTER_PORT, on every interface); the other groups reach it by ``host``
-        self.manager = torchft.Manager(
-            pg=cross, load_state_dict=load, state_dict=state, min_replica_size=groups.min_replicas,
-            use_async_quorum=False, timeout=TIMEOUT, quorum_timeout=QUORUM_TIMEOUT, rank=env.rank,
-            world_size=env.world_size, replica_id=groups.replica_id, lighthouse_addr=groups.lighthouse,
-            hostname=host, store_addr=host, store_port=int(os.environ["MASTER_PORT"]), quorum_retries=QUORUM_RETRIES,
-            checkpoint_transport=Reachable(timeout=TIMEOUT, num_chunks=0))
+        def manager() -> torchft.Manager:
+            return torchft.Manager(
+                pg=cross, load_state_dict=load, state_dict=state, min_replica_size=groups.min_replicas,
+                use_async_quorum=False, timeout=TIMEOUT, quorum_timeout=QUORUM_TIMEOUT, rank=env.rank,
+                world_size=env.world_size, replica_id=groups.replica_id, lighthouse_addr=groups.lighthouse,
+                hostname=host, store_addr=host, store_port=int(os.environ["MASTER_PORT"]),
+                quorum_retries=QUORUM_RETRIES, checkpoint_transport=Reachable(timeout=TIMEOUT, num_chunks=0))
+
+        self.manager = first_then_the_others(manager, env)
         # the step a checkpoint restored: the group asks to join there, and the quorum goes on from the furthest
         self.manager.load_state_dict({"step": step, "batches_committed": step * groups.groups})
         self.participants = 0  # in the last quorum
@@ -115,27 +123,41 @@ class ReplicaGroup:
         mine_start, mine_stop = share_of(stop - start, self.env.world_size, self.env.rank)
         return start + mine_start, start + mine_stop
 
-    def sum_gradients(self, parameters: Sequence[torch.Tensor], weight: float) -> float:
+    def most_batches(self, count: int, part: int, parts: int, size: int) -> int:
+        """The most batches of ``size`` any rank of this group takes of its part of a step's ``count`` examples
+        (at least one)."""
+        start, stop = share_of(count, parts, part)
+        return max(1, max(-(-(high - low) // size) for low, high in
+                          (share_of(stop - start, self.env.world_size, rank) for rank in range(self.env.world_size))))
+
+    def sum_gradients(self, parameters: Sequence[torch.Tensor], weight: float, reduced: bool = False) -> float:
         """Every parameter's gradient becomes the sum over every group's ranks divided by the step's whole weight:
         each rank's backward summed its share's losses, each weighted (by its example, or by its supervised tokens),
         ``weight`` in all on this rank, which travels as the last element of the gradients' one flat sum (a float32:
-        exact to 2**24, a relative error of 1e-7 past it). The whole weight. A failure across the groups is the
-        Manager's: the step then does not commit."""
-        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
+        exact to 2**24, a relative error of 1e-7 past it). ``reduced``: the group's own backward already averaged
+        its ranks' gradients into each rank's shard (fsdp's reduce-scatter), so only the weight is summed in the
+        group, and each rank's shard crosses the groups with the same shard of every other group. The whole weight.
+        A failure across the groups is the Manager's: the step then does not commit."""
+        grads = [_local(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
         flat = torch.cat([*grads, torch.tensor([float(weight)], dtype=grads[0].dtype, device=grads[0].device)])
         if self.env.world_size > 1:
-            dist.all_reduce(flat)  # the group's own: a peer lost here fails this group (its launcher restarts it)
+            # the group's own: a peer lost here fails this group (its launcher restarts it)
+            if reduced:
+                flat[:-1] *= self.env.world_size  # the reduce-scatter's mean, back to the group's sum
+                dist.all_reduce(flat[-1:])
+            else:
+                dist.all_reduce(flat)
         self.manager.allreduce(flat, reduce_op=dist.ReduceOp.SUM).wait()
         whole = float(flat[-1])
         flat /= max(whole, 1.0)
         offset = 0
         for parameter in parameters:
-            size = parameter.numel()
-            summed = flat[offset:offset + size].view_as(parameter)
+            size = _local(parameter).numel()
+            summed = flat[offset:offset + size].view_as(_local(parameter))
             if parameter.grad is None:
-                parameter.grad = summed.clone()
+                parameter.grad = _like(summed.clone(), parameter)
             else:  # in place: DDP's gradients are views of its buckets (gradient_as_bucket_view)
-                parameter.grad.copy_(summed)
+                _local(parameter.grad).copy_(summed)
             offset += size
         return whole
 
@@ -148,6 +170,29 @@ class ReplicaGroup:
 
     def close(self) -> None:
         self.manager.shutdown(wait=False)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: a sharded parameter's (fsdp's DTensor) shard, the same storage; else itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _like(local: torch.Tensor, parameter: torch.Tensor) -> torch.Tensor:
+    """``local`` as ``parameter``'s part: a DTensor sharded as the parameter is, where the parameter is one."""
+    if not isinstance(parameter, DTensor):
+        return local
+    return DTensor.from_local(local, parameter.device_mesh, parameter.placements, run_check=False,
+                              shape=parameter.shape, stride=parameter.stride())
+
+
+def first_then_the_others(make: Callable[[], Any], env: DistEnv) -> Any:
+    """``make()`` on the group's rank 0, then on its other ranks: torchft's Manager on rank 0 writes its server's
+    address in the group's store and the others read it there, and a round restarted in place shares the previous
+    round's store (unprefixed keys), so a rank that read first would take a dead round's address."""
+    made = make() if env.rank == 0 else None
+    if env.world_size > 1:
+        dist.barrier()
+    return made if env.rank == 0 else make()
 
 
 class Left(Exception):

@@ -39,7 +39,7 @@ def test_the_jobs_budgets_and_kueues_elastic_job_follow_the_groups(sets, backoff
     ("kubernetes", GROUPS + ["replicas=2", "fault_tolerance.min_replicas=3"],
      "fault_tolerance.min_replicas: 3 is more than the groups there are (replicas 2): at most 2"),
     ("kubernetes", GROUPS + ["config_map.STRATEGY=fsdp"],
-     "config_map.STRATEGY: fsdp with replica groups: the groups replicate the model; use allreduce or ddp"),
+     "config_map.STRATEGY: fsdp with replica groups: the groups replicate what each holds; use allreduce or ddp"),
     ("kubernetes", GROUPS + ["entrypoint.module=worker.finetune", "config_map.RESUME=false"],
      "config_map.RESUME: false with replica groups: a group that restarts would set aside what the others train; "
      "give the new run another OUTPUT_DIR instead"),
@@ -51,11 +51,17 @@ def test_the_jobs_budgets_and_kueues_elastic_job_follow_the_groups(sets, backoff
      "fault_tolerance.replica_groups: python -m worker, python -m worker.finetune and python -m worker.sft run as "
      "replica groups, not yet python -m worker.qa: set entrypoint.module to one of them (null: the MNIST worker), or "
      "replica_groups to false"),
-    ("kubernetes", GROUPS + ["entrypoint.module=worker.sft", "config_map.STRATEGY=fsdp"],
-     "config_map.STRATEGY: fsdp with replica groups: the groups replicate the model; use ddp"),
     ("slurm", GROUPS + ["fault_tolerance.max_replicas=4"],
      "fault_tolerance.max_replicas: a Slurm allocation does not grow to 4 nodes while it runs; set it to null (or to "
      "replicas) for --target slurm"),
 ])
 def test_values_the_groups_cannot_run_with_are_refused_naming_the_key(target, sets, problem):
     assert errors("--target", target, *[part for item in sets for part in ("--set", item)]) == [problem]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "hsdp"])
+def test_sft_groups_shard_within_each_group_or_not(strategy):
+    """worker.sft's groups train with any of its strategies: fsdp and hsdp shard the model within a group (a pod),
+    and the groups replicate what each holds."""
+    job = job_of(render(*GROUPS, "entrypoint.module=worker.sft", f"config_map.STRATEGY={strategy}"))
+    assert job["spec"]["completionMode"] == "Indexed"

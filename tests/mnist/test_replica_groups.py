@@ -59,15 +59,15 @@ def run_groups(lighthouse: Lighthouse, data: Path, output: Path, faults: dict[in
 
 def run_workload_groups(module: str, settings: dict, model: Path, data: Path, output: Path,
                         faults: dict[int, str] | None = None, groups: int = 2, timeout: float = 300,
-                        ) -> list[tuple[int, str]]:
-    """The built-in workload ``module`` as ``groups`` replica groups of 1 process, each its launcher, with torchft's
-    Lighthouse; ``faults``: FAULT_INJECT by group. Each group's exit code and output."""
+                        processes: int = 1) -> list[tuple[int, str]]:
+    """The built-in workload ``module`` as ``groups`` replica groups of ``processes`` processes, each its launcher,
+    with torchft's Lighthouse; ``faults``: FAULT_INJECT by group. Each group's exit code and output."""
     with Lighthouse() as lighthouse:
         envs = [workload_env({**settings, "REPLICA_GROUPS": str(groups)}, model, data, output,
                              {"REPLICA_GROUP": str(group), "TORCHFT_LIGHTHOUSE": lighthouse.address,
                               **(fault_env(faults[group]) if faults and group in faults else {})})
                 for group in range(groups)]
-        return run_launchers([group_command(1, module)] * groups, envs, timeout)
+        return run_launchers([group_command(processes, module)] * groups, envs, timeout)
 
 
 def run_launchers(commands: list[list[str]], envs: list[dict], timeout: float) -> list[tuple[int, str]]:

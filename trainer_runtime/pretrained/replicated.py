@@ -123,19 +123,8 @@ class ReplicatedLoop:
         hooks.point("batch", epoch=epoch + 1, batch=within + 1)
         torch.manual_seed(hash((loop.config.seed, step, self.env.rank)) % (1 << 62))
         loop.strategy.model.train()
-        loss_sum, weight, tokens = 0.0, 0, 0
-        with loop.strategy.local_gradients():
-            for first in range(start, stop, loop.config.batch_size):
-                chosen = examples[first:min(first + loop.config.batch_size, stop)]
-                batch = {key: value.to(loop.device) for key, value in
-                         loop.collate([loop.examples[index] for index in chosen]).items()}
-                weighs = loop.weigh(batch)  # what the model's loss is a mean over: examples, or supervised tokens
-                with loop.precision.autocast():
-                    loss = loop.strategy.model(**batch).loss * weighs  # the mean, back to its sum
-                loop.precision.backward(loss)
-                loss_sum, weight = loss_sum + float(loss.detach()), weight + weighs
-                tokens += int(batch["attention_mask"].sum())
-        self.group.sum_gradients(self.parameters, weight)
+        loss_sum, weight, tokens = self.backward(examples, start, stop, part, parts)
+        self.group.sum_gradients(self.parameters, weight, reduced=loop.strategy.shards_parameters)
         if loop.config.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.parameters, loop.config.max_grad_norm)
         if not self.group.commit():
@@ -154,6 +143,36 @@ class ReplicatedLoop:
             run_log.trained(epoch=epoch + 1, epochs=loop.epochs_in_all, step=loop.step, total=loop.total,
                             loss=loss_sum / max(weight, 1), learning_rate=float(loop.schedule.get_last_lr()[0]))
         return True
+
+    def backward(self, examples: list[int], start: int, stop: int, part: int, parts: int) -> tuple[float, int, int]:
+        """Forward and backward over this rank's ``examples[start:stop]`` in batches of BATCH_SIZE, each batch's loss
+        its sum (the model's mean times the batch's weight), the gradients left on this rank (ddp). Under fsdp every
+        rank of the group runs as many batches (their collectives are in them): one with fewer runs the step's first
+        example again, weighed 0; the last batch's backward reduce-scatters the group's gradients. This rank's summed
+        loss, weight and tokens."""
+        loop = self.loop
+        size = loop.config.batch_size
+        batches: list[tuple[list[int], bool]] = [(examples[first:min(first + size, stop)], True)
+                                                 for first in range(start, stop, size)]
+        sharded = loop.strategy.shards_parameters
+        if sharded:
+            rounds = self.group.most_batches(len(examples), part, parts, size)
+            batches += [([examples[0]], False)] * (rounds - len(batches))
+        loss_sum, weight, tokens = 0.0, 0, 0
+        for number, (chosen, counted) in enumerate(batches):
+            batch = {key: value.to(loop.device) for key, value in
+                     loop.collate([loop.examples[index] for index in chosen]).items()}
+            weighs = loop.weigh(batch) if counted else 0  # what the model's loss is a mean over
+            with loop.precision.autocast():
+                loss = loop.strategy.model(**batch).loss * weighs  # the mean, back to its sum
+            if sharded and number + 1 == len(batches):
+                loop.precision.backward(loss)
+            else:
+                with loop.strategy.local_gradients():
+                    loop.precision.backward(loss)
+            loss_sum, weight = loss_sum + float(loss.detach()), weight + weighs
+            tokens += int(batch["attention_mask"].sum()) if counted else 0
+        return loss_sum, weight, tokens
 
     def after_step(self, part: int, due: bool, run_log: RunLog, store: CheckpointStore, record: dict[str, Any],
                    evaluate: Evaluate) -> dict[str, float] | None:
