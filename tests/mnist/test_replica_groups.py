@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import BIN, OUTSIDE
 from tests.mnist.launch import fault_env, free_port, kill_tree, start, worker_env, workload_env
-from trainer_contract import replica_groups
+from trainer_contract import exit_codes, replica_groups
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torchft", reason="replica groups need the [replicas] extra (torchft)")
@@ -125,6 +125,28 @@ def test_a_killed_group_costs_that_group_and_every_example_is_taken_once_an_epoc
     summary = json.loads((output / "model.json").read_text())
     assert summary["replica_groups"] == 2 and summary["world_size"] == 2
     assert summary["accuracy"] > 0.9
+
+
+def test_every_group_stopped_at_once_loses_no_step_the_last_quorums_first_group_checkpoints_them(tmp_path,
+                                                                                               small_dir):
+    """Both groups' pods get SIGTERM in the same step of epoch 2 (the Job deleted or preempted whole), long before
+    CHECKPOINT_EVERY_SECONDS: each leaves between two steps (82), and the group that was its last quorum's first
+    checkpoints the steps it holds, so the next start goes on from the step they stopped at, taking none again."""
+    output = tmp_path / "out"
+    stopped = {group: "sigterm-pod@batch=2.10,attempt=0" for group in (0, 1)}
+    with Lighthouse() as lighthouse:
+        first = run_groups(lighthouse, small_dir, output, stopped, CHECKPOINT_EVERY_SECONDS=3600)
+    assert [code for code, _ in first] == [exit_codes.GROUP_LEFT] * 2, first[0][1][-3000:] + first[1][1][-3000:]
+    assert "checkpointed before it leaves" in first[0][1] + first[1][1]
+    last = max(line["step"] for line in ledger(output))  # the last step either group committed
+    with Lighthouse() as lighthouse:
+        (code0, out0), (code1, out1) = run_groups(lighthouse, small_dir, output, {}, CHECKPOINT_EVERY_SECONDS=3600)
+    assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
+    resumed = {re.search(r"resuming from ckpt-e(\d{4})-s(\d{6})\.pt", out).groups() for out in (out0, out1)}
+    assert len(resumed) == 1, resumed
+    epoch, within = resumed.pop()
+    assert int(epoch) * 32 + int(within) == last + 1  # every step committed before the stop is in it
+    assert {line["step"] for line in ledger(output) if line["attempt"] == 1} == set(range(last + 1, 64))
 
 
 def test_every_group_lost_at_once_resumes_from_the_checkpoint_of_the_quorums_first_group(tmp_path, small_dir):

@@ -72,6 +72,7 @@ class ReplicatedLoop:
         self.parameters = [p for p in loop.model.parameters() if p.requires_grad]
         self.group = ReplicaGroup(groups, env, loop.device, self.state, self.load, log, loop.step)
         self.last_part = 0
+        self.saved = -1  # the step of this group's newest checkpoint
 
     def state(self) -> dict[str, Any]:
         """What a joining group takes from a peer."""
@@ -190,10 +191,24 @@ class ReplicatedLoop:
         if scores is not None or due or (every and step % every == 0):
             if part == 0:
                 loop.checkpoint(store, record)
+                self.saved = step
             elif self.env.is_rank0:
                 note_progress(f"step-{step}")
                 loop.clock.restart()
         return scores
+
+
+def save_on_leaving(replicated: ReplicatedLoop, store: CheckpointStore, record: dict[str, Any],
+                    log: Callable[[str], None]) -> None:
+    """A group that leaves after committing as its quorum's first group checkpoints the steps it holds: when every
+    group is stopped at once (the Job deleted or preempted whole) the last one stepping is such a group, and no step
+    since the cadence's checkpoint is lost; a group that leaves others stepping adds one checkpoint at most."""
+    loop = replicated.loop
+    if replicated.last_part != 0 or not replicated.group.committed or loop.step == replicated.saved:
+        return
+    loop.checkpoint(store, record, wait=True)
+    log(f"{replicated.groups.replica_id} was its last quorum's first group: its {loop.step} steps checkpointed before "
+        "it leaves")
 
 
 def train(loop: Loop, groups: ReplicaGroups, env: DistEnv, log: Callable[[str], None], stop: StopRequest,
@@ -215,6 +230,7 @@ def train(loop: Loop, groups: ReplicaGroups, env: DistEnv, log: Callable[[str], 
         failed = False
         log(f"stopped on request after step {left.step}: this group leaves, the others go on with its state "
             f"(exit {exit_codes.GROUP_LEFT})")
+        save_on_leaving(replicated, store, record, log)
         return exit_codes.GROUP_LEFT
     finally:
         loop.writes.close(failed, log)

@@ -65,6 +65,7 @@ class ReplicatedTraining:
         self.order = RankBatches(len(trainer.images), self.step_examples, 0, 1, config.seed, True, pad=False)
         self.epoch_order: tuple[int, torch.Tensor] | None = None
         self.last_part = 0  # this group's part of the last step it committed (0: the quorum's first group)
+        self.saved = -1  # the step of this group's newest checkpoint
         self.group = ReplicaGroup(groups, env, trainer.device, self.state, self.load, self.log0, first)
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.log0(f"{groups.replica_id}, {env.world_size} processes, of a job submitted with {groups.groups} replica "
@@ -104,6 +105,20 @@ class ReplicatedTraining:
             config=finished_run.recorded_config(trainer.config), strategy=trainer.config.strategy,
             scaler=trainer.parallel.precision.state_dict(), started_at=trainer.started_at)
         trainer.checkpoints.save(state, trainer.parallel)
+        self.saved = step
+
+    def save_on_leaving(self, step: int) -> None:
+        """A group that leaves (SIGTERM, between two steps) after committing as its quorum's first group checkpoints
+        the ``step`` steps it holds: when every group is stopped at once (the Job deleted or preempted whole) the
+        last one stepping is such a group, and no step since the cadence's checkpoint is lost; a group that leaves
+        others stepping adds one checkpoint at most."""
+        if self.last_part != 0 or not self.group.committed or step == self.saved:
+            return
+        if self.trainer.env.is_rank0:
+            self.save(step)
+            self.log0(f"{self.groups.replica_id} was its last quorum's first group: its {step} steps checkpointed "
+                      "before it leaves")
+        self.trainer.checkpoints.wait()
 
     def state(self) -> dict[str, Any]:
         """What a joining group takes from a peer."""
@@ -233,6 +248,8 @@ def train_run(config: TrainConfig, env: DistEnv, log, store: CheckpointStore, gr
     except Left as left:
         trainer.log(f"stopped on request after step {left.step}: this group leaves, the others go on with its state "
                     f"(exit {exit_codes.GROUP_LEFT})")
+        if training is not None:
+            training.save_on_leaving(left.step)
         return exit_codes.GROUP_LEFT
     finally:
         if training is not None:
