@@ -53,8 +53,13 @@ ROUNDS = textwrap.dedent("""
     from trainer_runtime import process_group
 
     round_, rank = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), int(os.environ["RANK"])
-    if round_ == 1 and rank == 0:
-        time.sleep(3)  # the restarted rank 0 comes late: rank 1 reads the store first
+    reading = sys.argv[2] + f"/rank-1-reads-round-{round_}"
+    if round_ == 1 and rank == 1:
+        open(reading, "w").close()
+    if round_ == 1 and rank == 0:  # the restarted rank 0 comes late: rank 1 reads the store first
+        while not os.path.exists(reading):
+            time.sleep(0.05)
+        time.sleep(3)
     timeout = timedelta(seconds=30)
     store = process_group.round_store(1, timeout) if sys.argv[1] == "round_store" else None
     where = {} if store is None else {"store": store, "rank": rank, "world_size": 2}
@@ -62,25 +67,28 @@ ROUNDS = textwrap.dedent("""
     total = torch.ones(1)
     dist.all_reduce(total)
     print(f"round {round_} rank {rank}: {int(total)}", flush=True)
+    if round_ == 0:  # the first round fails after its group was up, as a killed worker's does: torchrun restarts it
+        if rank == 1:
+            os.kill(os.getpid(), 9)
+        dist.all_reduce(total)  # rank 0: a victim of rank 1's end
     process_group.destroy_process_group()
-    sys.exit(1 if round_ == 0 else 0)  # the first round fails after its group was up: torchrun restarts it in place
 """)
 
 
-def rounds_in_place(store: str) -> subprocess.CompletedProcess:
+def rounds_in_place(store: str, scratch) -> subprocess.CompletedProcess:
+    scratch.mkdir()
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "--max-restarts=1", "--no-python", sys.executable, "-c", ROUNDS, store],
+                           "--max-restarts=1", "--no-python", sys.executable, "-c", ROUNDS, store, str(scratch)],
                           capture_output=True, text=True, timeout=180, cwd=OUTSIDE,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
 
 
-def test_a_round_restarted_in_place_meets_its_own_peers_not_the_failed_rounds():
+def test_a_round_restarted_in_place_meets_its_own_peers_not_the_failed_rounds(tmp_path):
     """torchrun on one node restarts its workers in place with the store it began with, where the failed round's
-    addresses stay under the same keys: with env:// a rank that reads its peer's key before the late peer wrote it
-    again connects to a dead address and the round fails; with round_store each round keys its own."""
-    plain = rounds_in_place("env")
-    assert plain.returncode != 0 and "round 1 rank" not in plain.stdout, plain.stdout  # the hazard, shown
-    assert "Connection refused" in plain.stderr, plain.stderr[-2000:]
-    prefixed = rounds_in_place("round_store")
-    assert prefixed.returncode == 0, prefixed.stderr[-3000:]
-    assert "round 1 rank 0: 2" in prefixed.stdout and "round 1 rank 1: 2" in prefixed.stdout
+    addresses stay under the same keys: with env:// a rank that reads its late peer's key before the peer wrote it
+    again connects to a dead address, and the round fails or hangs (seen in 4 of 7 restarts of a 2-process replica
+    group, and here in about 1 run in 3: not a reliable check). With round_store each round keys its own: a round
+    killed with its group up, restarted with rank 0 late, forms and runs its collective."""
+    result = rounds_in_place("round_store", tmp_path / "round_store")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "round 1 rank 0: 2" in result.stdout and "round 1 rank 1: 2" in result.stdout
