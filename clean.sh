@@ -64,6 +64,10 @@ require_build
 require_kubectl
 # Foreground cascade: the Job is gone only once its pods are, so a new run never meets old pods.
 kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-job.yaml"
+# The stage Job of its own (initializer.separate_job), and its pod.
+if [[ -f "$BUILD_DIR/4-stage-job.yaml" ]]; then
+  kubectl delete --ignore-not-found --wait=true --cascade=foreground -f "$BUILD_DIR/4-stage-job.yaml"
+fi
 kubectl delete --ignore-not-found --wait=true -f "$BUILD_DIR/3-service.yaml"
 # Replica groups: the Lighthouse (its Deployment, then its Service), once no group is left to ask it.
 for lighthouse in 3-lighthouse-deployment.yaml 3-lighthouse-service.yaml; do

@@ -144,6 +144,24 @@ if [[ "$local_run" == true ]]; then
   exit "$status"
 fi
 
+# wait_for_stage NAMESPACE JOB: until the Job completes (0) or fails or is gone (1): waited on in turns of
+# kubectl wait (a watch, not a poll), each turn ended by a look for its failure and a line of how long it has taken.
+wait_for_stage() {
+  local began=$SECONDS failed
+  until kubectl -n "$1" wait --for=condition=complete --timeout=60s "job/$2" >/dev/null 2>&1; do
+    failed="$(kubectl -n "$1" get "job/$2" -o 'jsonpath={.status.conditions[?(@.type=="Failed")].status}' 2>&1)" ||
+      return 1
+    [[ "$failed" != True ]] || return 1
+    info "Job $1/$2 still staging ($((SECONDS - began)) s); ./run.sh --status shows its pod"
+  done
+}
+
+# stage_failure NAMESPACE JOB: the Job's Failed condition, in a line.
+stage_failure() {
+  kubectl -n "$1" get "job/$2" -o 'jsonpath={.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}' 2>/dev/null ||
+    echo "its status could not be read"
+}
+
 require_kubectl
 name="$(job_field metadata name)"
 namespace="$(job_field metadata namespace)"
@@ -192,8 +210,25 @@ if ((${#problems[@]})); then
   done
   die "nothing was applied; fix the above and run ./run.sh again"
 fi
-# The files are numbered in apply order: claim, ConfigMap, Service, then the Job.
-if ! kubectl apply -f "$BUILD_DIR"; then
+# The files are numbered in apply order: claim, ConfigMap, Service, then the Job. With a stage Job of its own
+# (initializer.separate_job), everything but the training Job first, then that Job once the stage Job completed:
+# no GPU is held while the model and data download.
+training=(-f "$BUILD_DIR")
+if [[ -f "$BUILD_DIR/4-stage-job.yaml" ]]; then
+  stage="$name-stage"
+  first=()
+  for file in "$BUILD_DIR"/*.yaml; do
+    [[ "$file" == "$BUILD_DIR/4-job.yaml" ]] || first+=(-f "$file")
+  done
+  kubectl apply "${first[@]}" || die "kubectl apply failed (see above)"
+  info "Job $namespace/$stage stages the model and data; Job $name is applied once it completes. Its log:"
+  info "  kubectl -n $namespace logs -f job/$stage"
+  wait_for_stage "$namespace" "$stage" || die "Job $namespace/$stage did not complete: $(stage_failure "$namespace" \
+"$stage"); see its log (kubectl -n $namespace logs job/$stage), fix the cause, then ./clean.sh and ./run.sh again"
+  info "Job $namespace/$stage complete"
+  training=(-f "$BUILD_DIR/4-job.yaml")
+fi
+if ! kubectl apply "${training[@]}"; then
   if kubectl -n "$namespace" get job "$name" >/dev/null 2>&1; then
     die "Job $namespace/$name already exists and a Job's pod template cannot change: it keeps the settings it \
 started with. To run with the new ones, ./clean.sh first (the volume keeps the data and checkpoints; a \

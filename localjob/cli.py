@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from localjob.manifests import ManifestError, plan, read_source
+from localjob.manifests import ManifestError, jobs_of, plan, read_source
 from trainer_contract.metrics import PORT_NAME
 
 EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
@@ -81,11 +81,42 @@ def local_job(source, volume_root, volumes, env, secrets, image_dir, backoff_sec
     for line in _opening(job_plan, factory):
         controller.note(line)
     began = time.monotonic()
-    with contextlib.closing(display), _lighthouse(job_plan, factory, controller):
-        ended = controller.run()
+    with contextlib.closing(display):
+        ran, ended = _run_in_order(job_plan, factory, controller, backoff_seconds, display)
     if status_file:
-        controller.write_status(status_file, controller.status())
-    return _report(controller, claim_dirs, ended, time.monotonic() - began)
+        ran.write_status(status_file, ran.status())
+    return _report(ran, claim_dirs, ended, time.monotonic() - began)
+
+
+def _run_in_order(job_plan, factory, controller, backoff_seconds, display):
+    """The stage Job (initializer.separate_job) to its end, then, where it completed, the training Job with its
+    Lighthouse: the controller that ran last, and how its Job ended. A stage Job that failed leaves the training Job
+    unstarted, as ./run.sh leaves it unapplied."""
+    staged = _stage_first(job_plan, factory, backoff_seconds, display)
+    if staged is not None and not staged[1][0]:
+        return staged
+    with _lighthouse(job_plan, factory, controller):
+        return controller, controller.run()
+
+
+def _stage_first(job_plan, factory, backoff_seconds, display):
+    """The stage Job (initializer.separate_job) run to its end before the training Job, as ./run.sh and Argo CD's
+    sync waves apply them: its controller and how it ended; None without one."""
+    from localjob.controller import JobController
+    from localjob.podspec import PodFactory
+
+    if job_plan.stage is None:
+        return None
+    stage_factory = PodFactory(job_plan.stage, factory.root, factory.claim_dirs, factory.extra_env, {},
+                               factory.image_dir)
+    stage_factory.identity = factory.identity
+    stage = JobController(job_plan.stage, stage_factory, factory.root, backoff_seconds, display)
+    stage.note(f"Job {job_plan.stage.name} first (initializer.separate_job): it stages onto the volume, then Job "
+               f"{job_plan.name} trains")
+    ended = stage.run()
+    if ended[0]:
+        stage.note(f"Job {job_plan.stage.name} complete: {ended[2]}")
+    return stage, ended
 
 
 @contextlib.contextmanager
@@ -276,10 +307,7 @@ def job_root(source: str | None, volume_root: Path | None) -> Path:
         return volume_root.resolve()
     if source is None:
         raise click.UsageError("name the Job's manifests (as given to local-job) or its --volume-root")
-    jobs = [doc for doc in read_source(source) if doc.get("kind") == "Job"]
-    if len(jobs) != 1:
-        raise ManifestError(f"expected exactly one Job in the manifests, found {len(jobs)}")
-    metadata = jobs[0].get("metadata") or {}
+    metadata = jobs_of(read_source(source))[0].get("metadata") or {}
     return default_volume_root(metadata.get("namespace", "default"), metadata["name"]).resolve()
 
 

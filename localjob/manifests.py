@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer_contract.names import stage_job_name
 from trainer_contract.pod_environment import reserved
 from trainer_contract.replica_groups import lighthouse_command
 
@@ -39,6 +40,8 @@ class JobPlan:
     not_enforced: list[str] = field(default_factory=list)  # a line each: an object this machine does not apply
     # the replica groups' Lighthouse (a Deployment beside the Job: trainer_contract/replica_groups.py), run here too
     lighthouse: dict | None = None
+    # the Job that stages before this one (initializer.separate_job), run here to its completion first
+    stage: JobPlan | None = None
 
     @property
     def name(self) -> str:
@@ -113,11 +116,8 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
 
     ``secrets`` stand for the cluster's Secrets (local-job --secret); a Secret in the manifests is refused,
     as its values would then sit in a file beside them."""
-    jobs = [doc for doc in documents if doc["kind"] == "Job"]
-    if len(jobs) != 1:
-        raise ManifestError(f"expected exactly one Job in the manifests, found {len(jobs)}")
-    job = jobs[0]
-    result = JobPlan(job, secrets=dict(secrets or {}))
+    training, staging = jobs_of(documents)
+    result = JobPlan(training, secrets=dict(secrets or {}))
     for doc in documents:
         kind, name = doc["kind"], doc.get("metadata", {}).get("name", "")
         if kind == "ConfigMap":
@@ -140,10 +140,26 @@ def plan(documents: list[dict], secrets: dict[str, dict[str, str]] | None = None
         elif kind != "Job":
             raise ManifestError(f"{kind} {name}: local-job runs Jobs with their ConfigMaps, Services, claims, "
                                 "NetworkPolicies and PodMonitors only (and one Deployment: replica groups' Lighthouse)")
-    problems = _job_problems(result)
+    if staging:
+        result.stage = JobPlan(staging[0], result.config_maps, result.services, result.claims, result.secrets)
+    problems = [*_job_problems(result), *(_job_problems(result.stage) if result.stage is not None else ())]
     if problems:
         raise ManifestError(*problems)
     return result
+
+
+def jobs_of(documents: list[dict]) -> tuple[dict, list[dict]]:
+    """The training Job of the manifests, and its stage Job if they hold one (initializer.separate_job: the Job
+    named after it, <name>-stage); ManifestError for any other count of Jobs."""
+    jobs = [doc for doc in documents if doc.get("kind") == "Job"]
+    named = {(job.get("metadata") or {}).get("name") for job in jobs}
+    staging = [job for job in jobs if any((job.get("metadata") or {}).get("name") == stage_job_name(other)
+                                          for other in named if other)]
+    training = [job for job in jobs if all(job is not stage for stage in staging)]
+    if len(training) != 1 or len(staging) > 1:
+        raise ManifestError(f"expected exactly one Job in the manifests (and its stage Job, named "
+                            f"{stage_job_name('<name>')}: initializer.separate_job), found {len(jobs)}")
+    return training[0], staging
 
 
 def _is_lighthouse(deployment: dict) -> bool:

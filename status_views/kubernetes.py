@@ -23,7 +23,7 @@ from trainer_contract import exit_codes
 from trainer_contract.exit_codes import meaning
 from trainer_contract.launcher import LAUNCHER_WARNING
 from trainer_contract.metrics import PATH, PORT_NAME, parse, summary
-from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, KUEUE_QUEUE_LABEL, WORKER_CONTAINER
+from trainer_contract.names import INDEX_LABEL, JOB_NAME_LABEL, KUEUE_QUEUE_LABEL, WORKER_CONTAINER, stage_job_name
 from trainer_contract.progress import format_duration
 from trainer_contract.replica_groups import GROUP
 
@@ -344,15 +344,19 @@ def job_state(job: dict, pods: list[dict], lines: list[str]) -> JobState:
     return JobState(lines, change, (1 if "Failed" in ended else 0) if ended else None)
 
 
-def read_state(namespace: str, name: str) -> JobState:
+def read_state(namespace: str, name: str, staged: bool = True) -> JobState:
     """Job NAMESPACE/NAME, its pods, the latest progress, warnings and live metrics of its reporting index (index
-    0, or of replica groups the first that runs), through kubectl."""
+    0, or of replica groups the first that runs), through kubectl. Before it is applied, its stage Job's where it
+    has one (initializer.separate_job; ``staged``: look for it)."""
     try:
         job = json.loads(kubectl("-n", namespace, "get", "job", name, "-o", "json"))
     except KubectlError as error:
-        if "(NotFound)" in str(error):
+        if "(NotFound)" not in str(error):
+            raise
+        staging = stage_state(namespace, name) if staged else None
+        if staging is None:
             raise JobGone(f"Job {namespace}/{name} is not on the cluster (deleted, or never applied)") from None
-        raise
+        return staging
     pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
     groups = has_replica_groups(job)
     reporter = reporting_index(pods, groups)
@@ -371,6 +375,20 @@ def read_state(namespace: str, name: str) -> JobState:
     live = live_metrics(namespace, leaders[-1]) if leaders else None
     return job_state(job, pods, describe(job, pods, progress, warnings=warnings, events=events,
                                          kueue=kueue_says(job), live=live, reporter=reporter, groups=groups))
+
+
+def stage_state(namespace: str, name: str) -> JobState | None:
+    """The state of Job NAME's stage Job, which runs before NAME is applied (./run.sh applies it once the stage Job
+    completes); None where there is none. Its completion ends no wait (the training Job comes next), its failure
+    does (./run.sh then applies nothing more)."""
+    stage = stage_job_name(name)
+    try:
+        state = read_state(namespace, stage, staged=False)
+    except JobGone:
+        return None
+    lines = [f"Job {namespace}/{name} is applied once Job {stage} has staged the model and data "
+             "(initializer.separate_job):", *state.lines]
+    return JobState(lines, state.change, 1 if state.exit_code == 1 else None)
 
 
 def main(argv: list[str] | None = None) -> int:

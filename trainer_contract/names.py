@@ -53,6 +53,13 @@ def lighthouse_name(job: str) -> str:
     return f"{job}-lighthouse"
 
 
+def stage_job_name(job: str) -> str:
+    """The Job that stages the model, data and checkpoint before the training Job starts (initializer.separate_job):
+    CPU and memory only, so that no GPU waits for a download."""
+    return f"{job}-stage"
+
+
+
 def claim_name(job: str) -> str:
     return f"{job}-data"
 

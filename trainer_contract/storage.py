@@ -79,6 +79,9 @@ def _staged(role: str, path: str) -> StagedVariables:
 STAGED: dict[Role, StagedVariables] = {"model": _staged("model", "MODEL_DIR"),
                                        "dataset": _staged("dataset", "DATASET_DIR")}
 UPLOADED_ROLES: tuple[Role, ...] = ("export", "checkpoint")
+# Set in the training pods where the stage step is a Job of its own (initializer.separate_job), to that Job's name:
+# every index's stage step then waits for what that Job staged (index 0's included), saying so by the Job's name.
+STAGE_JOB_VARIABLE = "INDEXED_TRAINER_STAGE_JOB"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 # The libraries' own credential variables: only ever from a Secret (or, on Slurm, the submitting environment),
 # never in the values' config_map or env values, which a render writes out.

@@ -27,6 +27,7 @@ from trainer_contract.launcher import BUILT_IN_WORKER, STAGE_PROGRAM_FLAG, write
 from trainer_contract.program_settings import BUILT_IN_PROGRAMS, OwnProgramCheckpoints
 from trainer_contract.storage import (
     MODEL_FILES,
+    STAGE_JOB_VARIABLE,
     STAGED,
     URI_SOURCE_VARIABLES,
     URI_VARIABLES,
@@ -228,10 +229,31 @@ def program_of(argv: list[str] | None, environ: Mapping[str, str] | None = None)
     return BUILT_IN_PROGRAMS[program or BUILT_IN_WORKER]
 
 
+@dataclass(frozen=True)
+class Stager:
+    """Whether this pod fetches (index 0, or the stage Job's pod) or waits, and who fetches, as the waiting say it."""
+
+    fetches: bool
+    by: str
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str]) -> Stager:
+        """Index 0 fetches, the other indexes wait for it; where the stage step is a Job of its own
+        (initializer.separate_job: STAGE_JOB_VARIABLE names it, in the training pods) every index waits for it."""
+        job = environ.get(STAGE_JOB_VARIABLE, "").strip()
+        if job:
+            return cls(False, f"Job {job}")
+        return cls(index_of(environ) == 0, "index 0")
+
+    def wait(self, where: Path, what: str, environ: Mapping[str, str]) -> None:
+        marker = place.wait_for(where, what, say, stall=stall_bound(environ), by=self.by)
+        say(f"{what} staged at {where} by {self.by} ({marker.get('staged_at', '?')})")
+
+
 def run(environ: Mapping[str, str], program: type) -> int:
     """Stage, then restore ``program``'s newest checkpoint (a config class of BUILT_IN_PROGRAMS, or
     OwnProgramCheckpoints) when asked."""
-    index = index_of(environ)
+    stager = Stager.of(environ)
     for role in STAGED:
         text = environ.get(URI_VARIABLES[role])
         if not text:
@@ -247,25 +269,26 @@ def run(environ: Mapping[str, str], program: type) -> int:
                 raise StagingError(f"{uri.named(role)}: no such path on the shared volume; copy it there, or "
                                    "give an hf://, s3:// or https:// URI to stage", retryable=False)
             say(f"{role} is read from {where}, already on the shared volume")
-        elif index == 0:
+        elif stager.fetches:
             with failure_recorded(where):
                 stage(role, uri, where, environ)
         else:
-            marker = place.wait_for(where, uri.named(role), say, stall=stall_bound(environ))
-            say(f"{uri.named(role)} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+            stager.wait(where, uri.named(role), environ)
     text = environ.get(staged_datasets.DATASETS_VARIABLE)
     if text:
-        stage_datasets(text, environ, index)
+        stage_datasets(text, environ, stager)
     text = environ.get(URI_VARIABLES["checkpoint"])
     if text:
-        with failure_recorded(restore.decision_place(environ, program)) if index == 0 else contextlib.nullcontext():
-            restore.run(parse(text, "checkpoint"), environ, index, say, retrying(environ, say), program)
+        with failure_recorded(restore.decision_place(environ, program)) if stager.fetches else \
+                contextlib.nullcontext():
+            restore.run(parse(text, "checkpoint"), environ, stager.fetches, stager.by, say, retrying(environ, say),
+                        program)
     return exit_codes.OK
 
 
-def stage_datasets(text: str, environ: Mapping[str, str], index: int) -> None:
-    """initializer.datasets (DATASETS_VARIABLE's ``text``): each into DATASET_DIR/<name>, by index 0; the other
-    indexes wait for each."""
+def stage_datasets(text: str, environ: Mapping[str, str], stager: Stager) -> None:
+    """initializer.datasets (DATASETS_VARIABLE's ``text``): each into DATASET_DIR/<name>, by the pod that fetches;
+    the others wait for each."""
     base = environ.get(STAGED["dataset"].path)
     if not base:
         raise StagingError(f"{staged_datasets.DATASETS_VARIABLE} is set and {STAGED['dataset'].path} is not: a render "
@@ -276,12 +299,11 @@ def stage_datasets(text: str, environ: Mapping[str, str], index: int) -> None:
             raise StagingError(f"{staged_datasets.DATASETS_VARIABLE}: dataset {dataset.name!r} is a path on the shared "
                                "volume, which is not staged: give an hf://, s3:// or https:// URI", retryable=False)
         where = Path(base) / dataset.name
-        if index == 0:
+        if stager.fetches:
             with failure_recorded(where):
                 stage("dataset", uri, where, environ, Selection.of_dataset(dataset, uri))
         else:
-            marker = place.wait_for(where, uri.named("dataset"), say, stall=stall_bound(environ))
-            say(f"{uri.named('dataset')} staged at {where} by index 0 ({marker.get('staged_at', '?')})")
+            stager.wait(where, uri.named("dataset"), environ)
 
 
 @contextlib.contextmanager

@@ -218,50 +218,50 @@ class LeaderStalled(Exception):
 
 
 def wait_for(place: Path, what: str, say: Callable[[str], None], *, every: float = 10.0,
-             poll: float = 0.5, stall: float = STALL_SECONDS) -> dict:
-    """Wait until index 0 has staged ``place``; say what for, and index 0's progress, every ``every`` seconds.
-    LeaderFailed when index 0 records a failure, LeaderStalled when its progress record stays the same for
-    ``stall`` seconds (measured here: another node's clock may be skewed, an old record left by an attempt
-    before counts from when this index began to wait)."""
+             poll: float = 0.5, stall: float = STALL_SECONDS, by: str = "index 0") -> dict:
+    """Wait until ``by`` (index 0, or the stage Job: initializer.separate_job) has staged ``place``; say what for,
+    and its progress, every ``every`` seconds. LeaderFailed when it records a failure, LeaderStalled when its
+    progress record stays the same for ``stall`` seconds (measured here: another node's clock may be skewed, an old
+    record left by an attempt before counts from when this index began to wait)."""
     started, since = time.monotonic(), time.time()
     if (marker := marker_of(place)) is not None:  # staged before: nothing to wait for, nothing to say
         return marker
-    say(f"waiting for index 0 to stage {what} at {place}")
+    say(f"waiting for {by} to stage {what} at {place}")
     said, checked, seen, changed = started, started, None, started
     while (marker := marker_of(place)) is None:
-        _raise_if_failed(place, since)
+        _raise_if_failed(place, since, by)
         now = time.monotonic()
-        # index 0's progress record, read this often rather than at every poll: every waiting pod reads the one file
+        # the stager's progress record, read this often rather than at every poll: every waiting pod reads the one file
         if now - checked >= min(every, stall):
             record, checked = read_json_note(progress_file(place)), now
             if record != seen:
                 seen, changed = record, now
             elif now - changed >= stall:
-                raise LeaderStalled(_stalled(place, what, now - changed, stall))
+                raise LeaderStalled(_stalled(place, what, now - changed, stall, by))
         if now - said >= every:
             said = now
-            say(_waiting_line(place, what, now - started, now - changed))
+            say(_waiting_line(place, what, now - started, now - changed, by))
         time.sleep(poll)
     return marker
 
 
-def _stalled(place: Path, what: str, quiet: float, stall: float) -> str:
+def _stalled(place: Path, what: str, quiet: float, stall: float, by: str = "index 0") -> str:
     bound = f"the bound is {STALL_VARIABLE}={stall:.0f} s"
     progress = _published(read_json_note(progress_file(place)))
     if progress is None:
-        return (f"index 0 has not begun staging {what} at {place} in {duration(quiet)}: see whether index 0's pod "
+        return (f"{by} has not begun staging {what} at {place} in {duration(quiet)}: see whether {by}'s pod "
                 f"started (Pending, pulling its image) and its stage step's log; {bound}")
     done, total, _ = progress
-    return (f"index 0's staging of {what} at {place} made no progress for {duration(quiet)} (at "
-            f"{amount(done, total)}): see index 0's stage step's log (a hung download or volume); {bound}")
+    return (f"{by}'s staging of {what} at {place} made no progress for {duration(quiet)} (at "
+            f"{amount(done, total)}): see {by}'s stage step's log (a hung download or volume); {bound}")
 
 
-def _raise_if_failed(place: Path, since: float) -> None:
-    """LeaderFailed when index 0 recorded a failure after this index began to wait (an older one is from an
-    attempt before, which index 0's next attempt clears)."""
+def _raise_if_failed(place: Path, since: float, by: str = "index 0") -> None:
+    """LeaderFailed when ``by`` recorded a failure after this index began to wait (an older one is from an
+    attempt before, which its next attempt clears)."""
     record = read_json_note(failure_file(place))
     if record is not None and isinstance(record.get("at", 0), (int, float)) and record.get("at", 0) >= since:
-        raise LeaderFailed(str(record.get("message", "index 0 failed"))[:1000])
+        raise LeaderFailed(str(record.get("message", f"{by} failed"))[:1000])
 
 
 def _published(record: dict | None) -> tuple[int, int | None, float | None] | None:
@@ -276,13 +276,13 @@ def _published(record: dict | None) -> tuple[int, int | None, float | None] | No
         return None
 
 
-def _waiting_line(place: Path, what: str, waited: float, quiet: float | None = None) -> str:
-    """What a waiting index says: index 0's bytes, rate and time left, from its record; ``quiet``: how long the
-    record has stayed the same (else its age by the clocks)."""
+def _waiting_line(place: Path, what: str, waited: float, quiet: float | None = None, by: str = "index 0") -> str:
+    """What a waiting index says: the bytes, rate and time left of ``by`` (index 0, or the stage Job), from its
+    record; ``quiet``: how long the record has stayed the same (else its age by the clocks)."""
     record = read_json_note(progress_file(place))
     progress = _published(record)
     if progress is None:
-        return f"index 0 has not started staging {what} ({waited:.0f} s)"
+        return f"{by} has not started staging {what} ({waited:.0f} s)"
     done, total, rate = progress
     if quiet is None:
         try:
@@ -290,5 +290,5 @@ def _waiting_line(place: Path, what: str, waited: float, quiet: float | None = N
         except (ValueError, TypeError, KeyError):
             quiet = 0.0
     if quiet > 60:
-        return f"index 0 is staging {what}: {amount(done, total)} (no progress for {duration(quiet)})"
-    return f"index 0 is staging {what}: {pace(done, total, rate)}"
+        return f"{by} is staging {what}: {amount(done, total)} (no progress for {duration(quiet)})"
+    return f"{by} is staging {what}: {pace(done, total, rate)}"

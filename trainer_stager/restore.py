@@ -45,16 +45,19 @@ def _config(environ: Mapping[str, str], program: type) -> Any:
         raise StagingError("; ".join(error.problems), retryable=False) from None
 
 
-def run(uri: StorageUri, environ: Mapping[str, str], index: int, say: Callable[[str], None],
+def run(uri: StorageUri, environ: Mapping[str, str], decides: bool, by: str, say: Callable[[str], None],
         retries: Callable[[Callable], Any], program: type) -> None:
+    """Restore the newest checkpoint of ``uri`` onto an empty volume where this pod ``decides`` (index 0, or the
+    stage Job's), else wait for ``by``'s decision."""
     config = _config(environ, program)
     if not config.resume:
         say(f"RESUME=false: no checkpoint restored from {uri.describe}; training starts from the beginning")
         return
     decision = config.output_dir
-    if index != 0:
-        marker = place.wait_for(decision, f"the newest checkpoint of {uri.describe} (or decide there is none)", say)
-        say(f"index 0 decided: {marker.get('outcome', '?')}")
+    if not decides:
+        marker = place.wait_for(decision, f"the newest checkpoint of {uri.describe} (or decide there is none)", say,
+                                by=by)
+        say(f"{by} decided: {marker.get('outcome', '?')}")
         return
     outcome = _restore(uri, config, decision, say, retries)
     atomic_write(decision / MARKER, json.dumps({"outcome": outcome, "uri": uri.text,

@@ -55,8 +55,13 @@ _TEMPLATES = (
     (3, "PodMonitor", "kubernetes/podmonitor.yaml.j2"),
     (3, "Service", "kubernetes/lighthouse-service.yaml.j2"),
     (3, "Deployment", "kubernetes/lighthouse-deployment.yaml.j2"),
+    (4, "Job", "kubernetes/stage-job.yaml.j2"),
     (4, "Job", "kubernetes/job.yaml.j2"),
 )
+# Argo CD's sync waves where the stage step is a Job of its own (initializer.separate_job): the stage Job once the
+# claim and the ConfigMap are there (wave 0, the default), the training Job once the stage Job is healthy (complete)
+SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+STAGE_JOB_WAVE, TRAINING_JOB_WAVE = "1", "2"
 
 AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -124,6 +129,7 @@ class KubernetesOptions:
     ephemeral_storage_gib: float | None = None
     cpu_limit: bool = True
     pod_monitor: bool = False
+    separate_stage_job: bool = False  # initializer.separate_job
 
 
 def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
@@ -146,6 +152,7 @@ def kubernetes_options(values: Mapping[str, Any]) -> KubernetesOptions:
         pod_annotations=dict(values["pod_annotations"]), workload_priority_class=values["workload_priority_class"],
         ephemeral_storage_gib=values["resources"].get("ephemeral_storage"),
         cpu_limit=values["resources"].get("cpu_limit", True), pod_monitor=values["metrics"]["pod_monitor"],
+        separate_stage_job=values["initializer"].get("separate_job", False),
     )
 
 
@@ -167,6 +174,7 @@ def option_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
         )
     yield from _extra_resource_problems(options)
     yield from _toleration_problems(options.tolerations)
+    yield from _stage_job_problems(spec, options)
     yield from _volume_problems(spec.extra_volumes)
     yield from _size_problems(spec, options)
     yield from netpol.option_problems(spec, options.network_policy)
@@ -350,6 +358,17 @@ def _worker_env(spec: JobSpec) -> tuple[dict[str, Any], ...]:
 
 
 @dataclass(frozen=True)
+class StageJob:
+    """The Job that stages before the training Job (initializer.separate_job): its name and annotations, and the
+    variable that has every training pod's stage step wait for it."""
+
+    name: str
+    annotations: Mapping[str, str]
+    waits: tuple[dict[str, Any], ...]
+    fails_job: int = exit_codes.BAD_CONFIG  # a source that cannot work; DATA_UNAVAILABLE (69) is tried again
+
+
+@dataclass(frozen=True)
 class JobObjects:
     """What the Kubernetes templates need beside the spec: its options and the spec in Kubernetes' terms."""
 
@@ -391,6 +410,7 @@ class JobObjects:
     exit_fail_index: tuple[int, ...] = ()  # with replica groups: a group's end, not the Job's
     network_policy: netpol.NetworkPolicyOptions | None = None  # rendered when enabled
     lighthouse: Lighthouse | None = None  # with replica groups
+    stage_job: StageJob | None = None  # initializer.separate_job
     max_failed_indexes: int = 0  # with replica groups, the groups above min_replicas
     job_backoff_limit: int = 0  # the Job-wide backoffLimit: backoff_limit, or with replica groups every group's
     shared_mount: str = launcher.SHARED_MOUNT
@@ -444,6 +464,7 @@ def job_objects(spec: JobSpec, options: KubernetesOptions) -> JobObjects:
         create_claim=volume.existing_claim is None,
         **_failure_budgets(spec),
         lighthouse=lighthouse,
+        stage_job=_stage_job(spec, options),
         cpu=cpu_quantity(spec.cpu_cores),
         memory=gib_quantity(spec.memory_gib),
         shm=gib_quantity(options.shm_gib),
@@ -517,9 +538,37 @@ KUEUE_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 
 def _job_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
     """The values' annotations; a queued Job of replica groups that may grow (fault_tolerance.max_replicas) also
-    opts into Kueue's elastic jobs."""
+    opts into Kueue's elastic jobs; after a stage Job of its own, Argo CD's wave after that Job's."""
     elastic = options.queue_name is not None and spec.most_replicas > spec.replicas
-    return {**options.annotations, **({KUEUE_ELASTIC_JOB: "true"} if elastic else {})}
+    waits = {SYNC_WAVE: TRAINING_JOB_WAVE} if _separate_stage(spec, options) else {}
+    return {**options.annotations, **({KUEUE_ELASTIC_JOB: "true"} if elastic else {}), **waits}
+
+
+def _stage_job_problems(spec: JobSpec, options: KubernetesOptions) -> Iterable[str]:
+    """initializer.separate_job where there is nothing to stage, or where the stage Job's name would not fit."""
+    if not options.separate_stage_job:
+        return
+    if not spec.runs_stager:
+        yield ("initializer.separate_job: nothing is staged (no initializer.model, dataset or datasets storage_uri "
+               "to fetch, no checkpoint.storage_uri to restore from): set it to false")
+        return
+    host = names.pod_hostname(names.stage_job_name(spec.name), 0)
+    if len(host) > names.MAX_HOSTNAME:
+        yield (f"name: {spec.name!r} has {len(spec.name)} characters; with initializer.separate_job it may have at "
+               f"most {names.MAX_HOSTNAME - len(host) + len(spec.name)} (the stage Job's pod hostname "
+               f"{names.pod_hostname(names.stage_job_name('<name>'), 0)} must fit in {names.MAX_HOSTNAME})")
+
+
+def _separate_stage(spec: JobSpec, options: KubernetesOptions) -> bool:
+    return options.separate_stage_job and spec.runs_stager
+
+
+def _stage_job(spec: JobSpec, options: KubernetesOptions) -> StageJob | None:
+    if not _separate_stage(spec, options):
+        return None
+    name = names.stage_job_name(spec.name)
+    return StageJob(name, {**options.annotations, SYNC_WAVE: STAGE_JOB_WAVE},
+                    (_env_var(EnvVar(storage.STAGE_JOB_VARIABLE, value=name)),))
 
 
 def _pod_annotations(spec: JobSpec, options: KubernetesOptions) -> dict[str, str]:
@@ -577,9 +626,10 @@ def render_manifests(spec: JobSpec, directory: Path | None = None, *, target: st
             raise TemplateError(f"templates/{template_name} rendered invalid YAML: {exc}") from None
         if not isinstance(document, dict) or document.get("kind") != kind:
             raise TemplateError(f"templates/{template_name} must render one {kind} object")
-        # the Lighthouse's objects are named after it: another of the same kind has the plain name
-        lighthouse = "lighthouse-" if "/lighthouse-" in template_name else ""
-        manifests.append(Manifest(kind, f"{order}-{lighthouse}{kind.lower()}.yaml", text))
+        # the Lighthouse's objects and the stage Job are named after them: another of the same kind has the plain name
+        stem = template_name.rsplit("/", 1)[-1].split(".", 1)[0]
+        owner = f"{stem.rsplit('-', 1)[0]}-" if "-" in stem else ""
+        manifests.append(Manifest(kind, f"{order}-{owner}{kind.lower()}.yaml", text))
     return manifests
 
 

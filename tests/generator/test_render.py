@@ -98,6 +98,10 @@ MATRIX = {
     # a platform team's shared cluster: placement, Kueue's topology and priority, pod-only metadata, the quota's
     # shape (local disk, CPU without a limit) and the Prometheus Operator's PodMonitor
     "platform": PLATFORM,
+    # the stage step as a Job of its own: no GPU held while the model downloads
+    "separate-stage-job": ["initializer.separate_job=true", "initializer.model.storage_uri=hf://org/model",
+                           "resources.gpu.accelerator_count=8", "resources.cpu=32", "resources.memory=256",
+                           "network_policy.egress=[{cidr: 0.0.0.0/0, ports: [443]}]"],
 }
 
 
@@ -107,7 +111,8 @@ def render(*sets: str) -> list[dict]:
 
 
 def job_of(docs):
-    return next(doc for doc in docs if doc["kind"] == "Job")
+    """The training Job: the last Job (a stage Job of its own comes before it: initializer.separate_job)."""
+    return [doc for doc in docs if doc["kind"] == "Job"][-1]
 
 
 def test_rendering_is_deterministic():

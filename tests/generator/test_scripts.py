@@ -363,3 +363,54 @@ def test_run_slurm_status_shows_the_jobs_of_the_batch_scripts_name(tmp_path):
             "waiting: Slurm job 812 mnist-train PENDING (Priority): jobs of higher priority are ahead of it in "
             "partition debug; it starts after them: nothing to change (slurm.qos or slurm.partition, where the site "
             "offers a faster one)"]
+
+
+def staging_cluster(tmp_path, outcome: str) -> tuple[Path, Path]:
+    """A kubectl whose stage Job (initializer.separate_job) completes after one turn of run.sh's wait
+    (``outcome`` complete), or fails (failed), recording its arguments."""
+    bin_dir, log, turns = tmp_path / "fakebin", tmp_path / "kubectl.log", tmp_path / "turns"
+    bin_dir.mkdir()
+    complete = "[ -f \"$turns\" ] && exit 0; touch \"$turns\"; exit 1" if outcome == "complete" else "exit 1"
+    failed = "True" if outcome == "failed" else ""
+    (bin_dir / "kubectl").write_text(
+        f'#!/bin/sh\nturns="{turns}"\necho "$*" >> "{log}"\ncase "$*" in\n'
+        f'  *"wait --for=condition=complete"*) {complete} ;;\n'
+        f'  *"jsonpath={{.status.conditions[?(@.type==\\"Failed\\")].status}}"*) printf "{failed}" ;;\n'
+        '  *"jsonpath={.status.conditions[?(@.type==\\"Failed\\")].reason}"*) '
+        'printf "BackoffLimitExceeded: Job has reached the specified backoff limit" ;;\nesac\nexit 0\n')
+    (bin_dir / "kubectl").chmod(0o755)
+    return bin_dir, log
+
+
+STAGED = ("--set", "namespace=ml", "--set", "name=digits", "--set", "initializer.separate_job=true",
+          "--set", "initializer.model.storage_uri=hf://org/model", "--set", "network_policy.enabled=false")
+
+
+def test_run_applies_a_stage_job_of_its_own_first_and_the_training_job_once_it_completed(tmp_path):
+    """initializer.separate_job: everything but the training Job, then a wait on the stage Job (kubectl wait, a
+    line per turn), then the training Job: no GPU is held while the model downloads."""
+    bin_dir, log = staging_cluster(tmp_path, "complete")
+    build = tmp_path / "build"
+    script("prepare.sh", *STAGED, build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    first = next(call for call in calls if call.startswith("apply"))
+    assert f"-f {build}/4-stage-job.yaml" in first and "4-job.yaml" not in first
+    assert f"-f {build}/1-persistentvolumeclaim.yaml" in first and f"-f {build}/2-configmap.yaml" in first
+    waits = [i for i, call in enumerate(calls) if call.startswith("-n ml wait --for=condition=complete")]
+    assert len(waits) == 2 and all(calls[i].endswith("job/digits-stage") for i in waits)
+    assert calls[-1] == f"apply -f {build}/4-job.yaml" and calls.index(first) < waits[0]
+    assert "Job ml/digits-stage still staging (" in result.stderr
+    assert "run.sh: Job ml/digits-stage complete" in result.stderr
+
+
+def test_run_stops_when_the_stage_job_fails_and_says_why(tmp_path):
+    bin_dir, log = staging_cluster(tmp_path, "failed")
+    build = tmp_path / "build"
+    script("prepare.sh", *STAGED, build=build)
+    result = script("run.sh", build=build, path_prefix=bin_dir)
+    assert result.returncode == 1
+    assert ("run.sh: error: Job ml/digits-stage did not complete: BackoffLimitExceeded: Job has reached the "
+            "specified backoff limit; see its log (kubectl -n ml logs job/digits-stage)") in result.stderr
+    assert not any("4-job.yaml" in call for call in log.read_text().splitlines())

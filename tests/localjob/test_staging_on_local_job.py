@@ -113,3 +113,47 @@ def test_a_run_killed_on_one_volume_resumes_on_an_empty_one_from_the_bucket(tmp_
         assert "testing" not in log.replace("s3://", "")
     finally:
         s3.close()
+
+
+def test_a_stage_job_of_its_own_stages_before_the_training_job_starts_and_its_failure_ends_the_run(tmp_path):
+    """initializer.separate_job: local-job runs Job staged-mnist-stage to its end first, as ./run.sh and Argo CD's
+    sync waves apply them (its one pod stages the digits from the bucket, CPU and memory only), then the training
+    Job, whose pods' stage step finds them staged by that Job and both train. A stage Job that cannot stage (no
+    such bucket: 78) fails the run, and the training Job never starts."""
+    s3 = S3Server()
+    try:
+        client = s3.client()
+        client.create_bucket(Bucket="team-data")
+        for name, data in SMALL.items():
+            client.put_object(Bucket="team-data", Key=f"mnist/MNIST/raw/{name}", Body=data)
+        secret = tmp_path / "s3-credentials.env"
+        secret.write_text("AWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n")
+        env = {"AWS_ENDPOINT_URL": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
+        extra = [f"--secret=s3-credentials={secret}"]
+
+        def run(bucket: str, claim):
+            return run_local_job(tmp_path, gen_manifests(
+                "name=staged-mnist", "replicas=2", "config_map={EPOCHS: '1', DOWNLOAD: 'false'}",
+                f"initializer.dataset.storage_uri=s3://{bucket}/mnist", "initializer.separate_job=true",
+                "env_from_secrets=[s3-credentials]"), claim, CLAIM, env=env, extra=extra)
+
+        claim = tmp_path / "volume"
+        claim.mkdir()
+        result, log, status = run("team-data", claim)
+        assert result.returncode == 0, log[-4000:] + result.stderr.decode()[-2000:]
+        stage = log.index("Job staged-mnist-stage complete")
+        assert re.search(r"^\[staged-mnist-stage-0-\w{5}\] stage: dataset s3://team-data/mnist staged at ", log, re.M)
+        for index in (0, 1):  # every training pod's stage step waits for the stage Job, and begins after it ended
+            said = re.search(rf"^\[staged-mnist-{index}-\w{{5}}/stage\] stage: dataset s3://team-data/mnist staged "
+                             r"at .* by Job staged-mnist-stage \(", log, re.M)
+            assert said and said.start() > stage, log[-4000:]
+        assert json.loads((claim / "runs/staged-mnist/model.json").read_text())["accuracy"] > 0.5
+        assert status["condition"]["type"] == "Complete"
+
+        empty = tmp_path / "empty-volume"
+        empty.mkdir()
+        failed, log, _ = run("no-such-bucket", empty)
+        assert failed.returncode == 1, log[-3000:]
+        assert "Job staged-mnist-stage failed after" in log and "[staged-mnist-0-" not in log, log[-3000:]
+    finally:
+        s3.close()

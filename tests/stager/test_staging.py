@@ -24,6 +24,7 @@ from testbed.storage_servers import FileServer, HubServer, S3Server
 from tests.conftest import BIN, OUTSIDE
 from trainer_contract import storage
 from trainer_contract.exit_codes import BAD_CONFIG, DATA_UNAVAILABLE, PEER_LOST
+from trainer_contract.storage import STAGE_JOB_VARIABLE
 
 TINY_MODEL = {"config.json": b'{"model_type": "bert", "hidden_size": 32}\n', "vocab.txt": b"[PAD]\n[UNK]\nhello\n",
               "model.safetensors": os.urandom(300_000)}
@@ -110,6 +111,22 @@ def test_a_hub_dataset_is_staged_and_the_other_index_waits_for_it_saying_what_fo
     assert "waiting for index 0 to stage dataset org/squad-tiny@main" in output
     assert "staged at" in output and "by index 0" in output
     assert len(hub.fetched("/train.json")) == 1  # fetched once, by index 0
+
+
+def test_with_a_stage_job_of_its_own_every_index_waits_for_it_and_index_0_fetches_nothing(hub, tmp_path):
+    """initializer.separate_job: the training pods' stage step (STAGE_JOB_VARIABLE names the stage Job) waits for
+    what that Job's pod stages, index 0 as the others, and says so by the Job's name."""
+    hub.add("org/squad-tiny", {"train.json": b'{"data": []}\n' * 2000}, repo_type="dataset")
+    hub.faults.slow_bytes_per_second = 8_000  # a few seconds of transfer, so that index 0 of the training waits
+    environ = {**sources("dataset", "hf://datasets/org/squad-tiny", tmp_path), "HF_ENDPOINT": hub.url}
+    training = stager({**environ, STAGE_JOB_VARIABLE: "squad-stage"}, index=0, wait=False)
+    stage_job = stager(environ)  # its one pod: index 0 of the stage Job
+    output, _ = training.communicate(timeout=120)
+    assert stage_job.returncode == 0, stage_job.stdout
+    assert training.returncode == 0, output
+    assert "waiting for Job squad-stage to stage dataset org/squad-tiny@main" in output
+    assert "by Job squad-stage (" in output and "index 0" not in output
+    assert len(hub.fetched("/train.json")) == 1  # fetched once, by the stage Job
 
 
 @pytest.mark.parametrize(("fault", "uri", "words"), [

@@ -549,7 +549,9 @@ def test_waiting_on_a_kubernetes_job_says_each_change_and_gives_up_on_a_deleted_
     from status_views.view import follow
 
     replies = iter([kubernetes.KubectlError("Unable to connect to the server: dial tcp: i/o timeout"),
-                    kubernetes.KubectlError('Error from server (NotFound): jobs.batch "mnist-train" not found')])
+                    kubernetes.KubectlError('Error from server (NotFound): jobs.batch "mnist-train" not found'),
+                    # no stage Job either (initializer.separate_job): the Job is gone
+                    kubernetes.KubectlError('Error from server (NotFound): jobs.batch "mnist-train-stage" not found')])
 
     def kubectl(*args):
         raise next(replies)
@@ -559,6 +561,40 @@ def test_waiting_on_a_kubernetes_job_says_each_change_and_gives_up_on_a_deleted_
     assert follow(lambda: kubernetes.read_state("team", "mnist-train"), 0, said.append, "Job team/mnist-train") == 1
     assert said == ["cannot read Job team/mnist-train now, retrying: Unable to connect to the server: dial tcp: i/o "
                     "timeout", "Job team/mnist-train is not on the cluster (deleted, or never applied)"]
+
+
+@pytest.mark.parametrize(("conditions", "exit_code"), [
+    ([], None),  # staging
+    ([{"type": "Complete", "status": "True"}], None),  # ./run.sh applies the training Job next: no end of a wait
+    ([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+       "message": "Job has reached the specified backoff limit"}], 1),  # ./run.sh applies nothing more
+])
+def test_before_the_training_job_is_applied_its_stage_jobs_state_is_the_view(monkeypatch, conditions, exit_code):
+    """initializer.separate_job: ./run.sh applies the training Job once its stage Job completed; until then the
+    view (and a wait) shows the stage Job and its pod, and a failed stage Job ends a wait with 1."""
+    from status_views import kubernetes
+
+    stage = {"metadata": {"name": "mnist-train-stage", "namespace": "ml"}, "spec": {"completions": 1},
+             "status": {"active": 0 if conditions else 1, "conditions": conditions}}
+    staging = pod("mnist-train-stage-0-aaaaa", 0, "2026-11-24T11:50:00Z", "Running",
+                  {"running": {"startedAt": "2026-11-24T11:50:05Z"}}, container="stage")
+
+    def kubectl(*args):
+        if args[3:5] == ("job", "mnist-train"):
+            raise kubernetes.KubectlError('Error from server (NotFound): jobs.batch "mnist-train" not found')
+        if args[3:5] == ("job", "mnist-train-stage"):
+            return json.dumps(stage)
+        if args[3] == "pods":
+            assert args[5] == "batch.kubernetes.io/job-name=mnist-train-stage"
+            return json.dumps({"items": [staging]})
+        raise kubernetes.KubectlError("no logs here")
+
+    monkeypatch.setattr(kubernetes, "kubectl", kubectl)
+    state = kubernetes.read_state("ml", "mnist-train")
+    assert state.lines[0] == ("Job ml/mnist-train is applied once Job mnist-train-stage has staged the model and "
+                              "data (initializer.separate_job):")
+    assert any("mnist-train-stage-0-aaaaa" in line for line in state.lines), state.lines
+    assert state.exit_code == exit_code
 
 
 # --- a pod deleted whose node does not confirm its end (a node down or cut off): what its index waits for
