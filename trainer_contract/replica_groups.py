@@ -59,6 +59,23 @@ class ReplicaGroups:
         return f"group{self.group}"
 
 
+# The finished run's summary names the group that wrote the model: that group's launcher alone uploads the export.
+WRITER = "written_by_group"
+
+
+def written_by(groups: ReplicaGroups) -> dict[str, int]:
+    """What the summary of a run whose model this group wrote records of it."""
+    return {WRITER: groups.group}
+
+
+def uploads_the_export(summary: Mapping[str, Any] | None, environ: Mapping[str, str]) -> bool:
+    """Whether this pod uploads the finished run's export: always without replica groups; with them only the pod of
+    the group that wrote the model (its summary says so), not every one of a thousand groups."""
+    if not environ.get(GROUPS, "").strip():
+        return True
+    return summary is not None and str(summary.get(WRITER)) == environ.get(GROUP, "0").strip()
+
+
 # The built-in programs that run as replica groups (their module), and the strategies a group trains with, its last
 # the program's default: the groups replicate what each group holds (fsdp shards the model within a group, hsdp is
 # fsdp there since a group is one node)

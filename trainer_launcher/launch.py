@@ -182,7 +182,8 @@ def gang_ledger(args, environ=os.environ) -> GangLedger | None:
 
 def upload_export(args, environ=os.environ) -> int:
     """Node 0 of a completed run uploads EXPORT_DIR to export.storage_uri (a built-in program's export is written
-    first if the run finished before one was asked for); the exit code the pod ends with."""
+    first if the run finished before one was asked for; with replica groups, the group's that wrote the model); the
+    exit code the pod ends with."""
     text = environ.get(storage.URI_VARIABLES["export"])
     if not text or str(args.node_rank) != "0":
         return exit_codes.OK
@@ -192,6 +193,9 @@ def upload_export(args, environ=os.environ) -> int:
     directory = Path(environ.get(storage.EXPORT_VARIABLE) or ".")
     try:
         run = kept_run(args.training_script if args.module else None, args.training_script_args)
+        if run is not None and not replica_groups.uploads_the_export(run.summary(), environ):
+            say("the export is uploaded by the replica group that wrote the model, not this one")
+            return exit_codes.OK
         if run is not None and not any(directory.glob("*")) and run.finished():
             run.write_export(directory)
         upload_directory(storage.parse(text, "export"), directory, say)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class KeptRun(Protocol):
@@ -27,6 +27,9 @@ class KeptRun(Protocol):
 
     def finished(self) -> bool:
         """Whether the run there is complete."""
+
+    def summary(self) -> dict[str, Any] | None:
+        """The finished run's summary (which names the replica group that wrote the model), or None."""
 
     def changed_settings(self) -> list[str]:
         """One line per setting in which the finished run differs from this start's (each a refusal)."""

@@ -37,12 +37,13 @@ from torch.distributed.tensor import DTensor
 from trainer_contract.replica_groups import ReplicaGroups, share_of
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.metrics import live
+from trainer_runtime.stop import agreed
 
-# A Job's groups other than the last step's first wait this long after writing what the job writes at its end, for the
-# Job to complete with the first one's success (its successPolicy then terminates them: SIGTERM ends the wait): the
-# Job controller judges failed indexes before its successPolicy, so with an index failed (a group's crash loop)
-# every other group succeeding in one look of the controller's would fail the Job (FailedIndexes).
-SUCCESS_STAGGER_SECONDS = 30.0
+# The job's model is written once, by the last step's first group: under a Job the others wait for the Job to
+# complete with that group's success (its successPolicy then ends them: SIGTERM ends the wait), and the group in
+# place p of that step's quorum writes it in the first's stead after p times this, where the Job has not ended it by
+# then and no model is written (the writer lost for good). So one group of 1,024 writes a 70B model, not every one.
+SUCCESSION_SECONDS = 600.0
 
 # A collective across the groups, a peer's answer about the commit, a recovery's transfer: a dead peer's gloo
 # connection closes at once, so this bounds only a peer that hangs (a node lost without a reset).
@@ -216,16 +217,29 @@ def missing_torchft() -> list[str]:
     return []
 
 
-def linger(last_part: int, stopped: Callable[[], bool], log: Callable[[str], None], group: str) -> None:
-    """A group that was not the last step's first (``last_part``) waits, under a Job, for the Job to complete with
-    that group's success (SUCCESS_STAGGER_SECONDS, or until ``stopped()``)."""
-    if last_part == 0 or "JOB_COMPLETION_INDEX" not in os.environ:
-        return
-    log(f"{group}: waiting up to {SUCCESS_STAGGER_SECONDS:g} s for the Job to complete with the last step's first "
-        "group (the Job then ends this pod)")
-    deadline = time.monotonic() + SUCCESS_STAGGER_SECONDS
+def writes_the_model(last_part: int, stopped: Callable[[], bool], written: Callable[[], bool], device: Any,
+                     log: Callable[[str], None], group: str) -> bool:
+    """Whether this group writes the job's model at the end: the last step's first group (``last_part`` 0) does.
+    Not under a Job (Slurm, whose batch script waits for every node) another group ends at once. Under a Job it
+    waits for the Job to end its pod (``stopped()``) up to ``last_part`` x SUCCESSION_SECONDS, and then writes the
+    model in the first group's stead unless ``written()`` (the writer lost for good: its index failed, its pod gone
+    without a successor). Every process of the group decides alike (``agreed``)."""
+    if last_part == 0:
+        return True
+    if "JOB_COMPLETION_INDEX" not in os.environ:
+        log(f"{group}: the last step's first group writes the model; this group's part is done")
+        return False
+    wait = last_part * SUCCESSION_SECONDS
+    log(f"{group}: the last step's first group writes the model; waiting for the Job to complete with it and end this "
+        f"pod, or {wait:g} s to write it in its place")
+    deadline = time.monotonic() + wait
     while not stopped() and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # a flag set by this process's signal handler, not a shared resource
+    ended, done = agreed((stopped(), written()), device)
+    if ended or done:
+        return False
+    log(f"{group}: the Job did not complete in {wait:g} s and no model is written: this group writes it")
+    return True
 
 
 def stepping(participants: int, groups: int) -> str:

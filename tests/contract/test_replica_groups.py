@@ -15,6 +15,8 @@ from trainer_contract.replica_groups import (
     lighthouse_command,
     scaled,
     share_of,
+    uploads_the_export,
+    written_by,
 )
 from trainer_contract.settings import ConfigError
 
@@ -138,3 +140,22 @@ def test_the_host_other_groups_reach_is_a_name_or_an_ipv4_address(host, good):
     else:
         with pytest.raises(ConfigError, match="REPLICA_GROUP_HOST: .* must be a host name"):
             from_environ({**GOOD, "REPLICA_GROUP_HOST": host})
+
+
+@pytest.mark.parametrize(("environ", "summary", "uploads"), [
+    ({}, {"accuracy": 0.9}, True),  # one gang: node 0 uploads
+    ({}, None, True),
+    ({"REPLICA_GROUPS": "3", "REPLICA_GROUP": "2"}, {"written_by_group": 2}, True),
+    ({"REPLICA_GROUPS": "3", "REPLICA_GROUP": "1"}, {"written_by_group": 2}, False),
+    ({"REPLICA_GROUPS": "3", "REPLICA_GROUP": "0"}, {"accuracy": 0.9}, False),  # a summary that names no writer
+    ({"REPLICA_GROUPS": "3", "REPLICA_GROUP": "0"}, None, False),  # the writer has not finished
+])
+def test_only_the_group_that_wrote_the_model_uploads_the_export(environ, summary, uploads):
+    assert uploads_the_export(summary, environ) is uploads
+
+
+def test_the_summary_names_the_group_that_wrote_it_as_the_upload_reads_it():
+    groups = ReplicaGroups(group=5, groups=8, min_replicas=1, lighthouse="http://h:29510")
+    environ = {"REPLICA_GROUPS": "8", "REPLICA_GROUP": "5"}
+    assert uploads_the_export(written_by(groups), environ)
+    assert not uploads_the_export(written_by(groups), {**environ, "REPLICA_GROUP": "4"})

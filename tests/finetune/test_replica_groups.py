@@ -25,7 +25,7 @@ SETTINGS = {"EPOCHS": "3", "BATCH_SIZE": "16", "LEARNING_RATE": "0.005", "PRECIS
 def test_a_killed_group_costs_that_group_and_every_text_is_taken_once_an_epoch(tmp_path):
     """Group 1's worker dies before the job's step 18 and its launcher restarts it: group 0 steps on alone
     with the whole step's texts, group 1 joins a later quorum with group 0's weights, AdamW's state and schedule;
-    both finish and export. Every committed step took its own 32 texts, every epoch every text once; the model
+    both finish, the last step's first group exports. Every committed step took its own 32 texts, every epoch every text once; the model
     learns as the gang's does."""
     model, data = make_model(tmp_path / "model", dropout=0.1), make_texts(tmp_path / "data", train=512, validation=64)
     output = tmp_path / "out"
@@ -49,7 +49,12 @@ def test_a_killed_group_costs_that_group_and_every_text_is_taken_once_an_epoch(t
     assert summary["accuracy"] >= 90, summary  # two balanced classes: chance is 50
     exported = output / "bert_classifier_trained"
     assert {"config.json", "model.safetensors"} <= {path.name for path in exported.iterdir()}
-    assert not list(output.glob(".tmp-*"))  # every group's export renamed into place, or gone
+    assert not list(output.glob(".tmp-*"))
+    # one group exports and writes the summary (naming it); the other, not under a Job, ends at once
+    writer = summary["written_by_group"]
+    assert [out0, out1][writer].count("exported to ") == 1 and "exported to " not in [out0, out1][1 - writer]
+    assert f"group{1 - writer}: the last step's first group writes the model; this group's part is done" in \
+        [out0, out1][1 - writer]
     # group 0's records in OUTPUT_DIR, group 1's of its own; a checkpoint by the quorum's first group
     assert (output / "metrics.jsonl").exists() and (output / ".groups" / "1" / "metrics.jsonl").exists()
     assert list((output / "checkpoints").glob("step-*.ckpt"))

@@ -23,7 +23,8 @@ def test_a_pod_lost_whole_costs_its_group_and_the_other_keeps_stepping(tmp_path,
     """Two groups, each one pod; once the job is 20 steps in, `local-job delete` of index ``lost``'s pod (as
     kubectl delete pod: SIGTERM). Its group leaves between two steps (exit 82: not counted) and the other steps on
     alone with the whole step's examples while the Job replaces the pod, whose new group joins a later quorum with
-    the survivor's weights and step; the Job completes, every group writes the model."""
+    the survivor's weights and step; the last step's first group writes the model and the Job completes with it,
+    ending the other, which waited for that."""
     claim = volume(tmp_path, SMALL)
     manifests = render("replicas=2", "fault_tolerance.replica_groups=true", "max_restarts=1",
                        "config_map.EPOCHS=3", "config_map.BATCH_SIZE=8", "config_map.LOG_INTERVAL=1")
@@ -62,6 +63,10 @@ def test_a_pod_lost_whole_costs_its_group_and_the_other_keeps_stepping(tmp_path,
                      "Ignore", log), log[-5000:]
     summary = json.loads((claim / "runs" / "mnist-train" / "model.json").read_text())
     assert summary["replica_groups"] == 2 and summary["accuracy"] > 0.9
+    waited = 1 - summary["written_by_group"]
+    assert log.count("model saved to ") == 1, log[-5000:]
+    assert re.search(rf"^\[mnist-train-{waited}-\w{{5}}\] Rank 0: group{waited}: the last step's first group writes the "
+                     "model; waiting for the Job to complete with it", log, re.M), log[-5000:]
 
 
 def test_the_lighthouse_killed_is_started_again_and_the_groups_go_on_from_their_step(tmp_path):

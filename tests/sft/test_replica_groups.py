@@ -38,10 +38,11 @@ def test_groups_under_fsdp_make_one_gangs_updates_and_a_killed_rank_takes_its_sh
     assert "Traceback" not in out0 + out1, out0[-3000:] + out1[-3000:]
     assert "FAULT_INJECT: sigkill at batch=1.3" in out1 and "under fsdp" in out0
     assert re.search(r"group1 joined at step \d+, its state from a peer", out1), out1[-3000:]
-    # both groups finish and export (the same weights, each export renamed into place whole)
-    assert out0.count("exported to ") == out1.count("exported to ") == 1
+    # the last step's first group exports (its ranks gather the shards), the other ends at once
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["replica_groups"] == 2 and (out0 + out1).count("exported to ") == 1
+    assert "exported to " in [out0, out1][summary["written_by_group"]]
     assert (output / ADAPTER).exists() and not list(output.glob("**/.tmp-*"))
-    assert json.loads((output / "summary.json").read_text())["replica_groups"] == 2
     gang = run_workload("worker.sft", short, model, data, tmp_path / "gang", {"GRADIENT_ACCUMULATION_STEPS": "4"},
                         processes=1)
     assert gang.returncode == 0, gang.stdout[-3000:] + gang.stderr[-3000:]

@@ -99,3 +99,28 @@ def test_nothing_to_upload_is_refused_with_the_directory_named(s3, tmp_path):
     with pytest.raises(StagingError, match="holds no file") as raised:
         upload_directory(storage.parse("s3://team-models/x", "export"), tmp_path / "empty", print)
     assert not raised.value.retryable
+
+
+def test_with_replica_groups_only_the_group_that_wrote_the_model_uploads_the_export(s3, tmp_path, monkeypatch):
+    """Every group's launcher ends its pod through the same path (the writer's after its export, the others' when
+    the Job ends them, or at once on Slurm): only the one the finished run's summary names uploads."""
+    import json
+
+    import worker.launch  # noqa: F401  (the built-in programs' finished runs, as the launcher knows them)
+    from trainer_contract.launcher import BUILT_IN_WORKER
+    from trainer_launcher import launch
+
+    output, exported = tmp_path / "run", _export(tmp_path, {"model.pt": b"weights", "model.json": b"{}"})
+    output.mkdir()
+    (output / "model.pt").write_bytes(b"weights")
+    (output / "model.json").write_text(json.dumps({"config": {}, "accuracy": 0.9, "epochs": 1,
+                                                   "written_by_group": 1}))
+    uri = "s3://team-models/mnist/groups"
+    monkeypatch.setenv("OUTPUT_DIR", str(output))
+    args = launch.parse_args(["--nnodes=1", "--node-rank=0", "-m", BUILT_IN_WORKER])
+    environ = {storage.URI_VARIABLES["export"]: uri, storage.EXPORT_VARIABLE: str(exported), "REPLICA_GROUPS": "3"}
+    client = s3.client()
+    assert launch.upload_export(args, {**environ, "REPLICA_GROUP": "0"}) == 0
+    assert "Contents" not in client.list_objects_v2(Bucket="team-models", Prefix="mnist/groups/")
+    assert launch.upload_export(args, {**environ, "REPLICA_GROUP": "1"}) == 0
+    assert complete_record(client, storage.parse(uri, "export"))["files"].keys() == {"model.pt", "model.json"}

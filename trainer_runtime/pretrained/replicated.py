@@ -12,8 +12,9 @@ steps alone.
 
 The quorum's first group checkpoints (the loop's own checkpoints: for a loss of every group at once) and each group's
 rank 0 records its own steps (OUTPUT_DIR/metrics.jsonl for group 0, OUTPUT_DIR/.groups/<index>/ for the others).
-Every group that finishes exports the model (the same weights, each export renamed into place whole) and writes the
-summary, so that the Job, which succeeds with its first group to finish, never ends a pod the export waits for.
+The last step's first group exports the model and writes the summary; under a Job the others wait for the Job to
+complete with it (its successPolicy, succeededCount 1, then ends them), one of them exporting in its stead where it is
+lost for good (trainer_runtime.replica_groups.writes_the_model).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import torch
 
 from trainer_contract import exit_codes, hooks
 from trainer_contract.gang_rounds import note_progress
-from trainer_contract.replica_groups import ReplicaGroups, program_problem, setting_problems
+from trainer_contract.replica_groups import ReplicaGroups, program_problem, setting_problems, written_by
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
+from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.pretrained.loop import Evaluate, Loop
-from trainer_runtime.replica_groups import Left, ReplicaGroup, linger, missing_torchft
+from trainer_runtime.replica_groups import Left, ReplicaGroup, missing_torchft, writes_the_model
 from trainer_runtime.run_log import RunLog
 from trainer_runtime.stop import StopRequest, agreed
 
@@ -238,10 +240,16 @@ def train(loop: Loop, groups: ReplicaGroups, env: DistEnv, log: Callable[[str], 
         replicated.group.close()
     log(f"{groups.replica_id}: {replicated.group.committed} of {replicated.group.attempted} steps it took committed "
         f"({finished.train_seconds:.1f} s); the job's {loop.total} steps are done")
-    finish({**finished.scores, "train_seconds": round(finished.train_seconds, 3), "step": loop.step,
-            "replica_groups": groups.groups})
-    linger(finished.last_part, lambda: stop.requested, log, groups.replica_id)
+    if writes_the_model(finished.last_part, lambda: stop.requested, lambda: _finished(loop.config), loop.device, log,
+                        groups.replica_id):
+        finish({**finished.scores, "train_seconds": round(finished.train_seconds, 3), "step": loop.step,
+                "replica_groups": groups.groups, **written_by(groups)})
     return exit_codes.OK
+
+
+def _finished(config: Any) -> bool:
+    finished = finished_run_of(config)
+    return finished is not None and finished.finished()
 
 
 def refuse(config: Any, module: str) -> None:

@@ -3,9 +3,9 @@ in each step's quorum share its examples, a failed group costs that group, and a
 weights from a peer.
 
 A step takes the epoch's next BATCH_SIZE x processes per group x REPLICA_GROUPS examples, in the order of the
-uninterrupted run, whichever groups step; the learning rate follows the committed steps. Every group that
-finishes writes the model (the same weights, each file renamed into place whole), so that the Job, which succeeds
-with its first group to finish (successPolicy), never ends a pod that the model still waits for.
+uninterrupted run, whichever groups step; the learning rate follows the committed steps. The last step's first
+group writes the model; under a Job the others wait for the Job to complete with it (its successPolicy ends them),
+one writing it in its stead where it is lost for good (trainer_runtime.replica_groups.writes_the_model).
 
 Checkpoints are for a loss of every group at once: the quorum's first group writes one every
 CHECKPOINT_EVERY_SECONDS (the MNIST worker's format and names, its world size the processes of every group, so a
@@ -27,7 +27,7 @@ from trainer_contract.checkpoint_layout import Position
 from trainer_contract.gang_rounds import note_progress
 from trainer_contract.launcher import BUILT_IN_WORKER
 from trainer_contract.program_settings import TrainConfig
-from trainer_contract.replica_groups import ReplicaGroups, setting_problems
+from trainer_contract.replica_groups import ReplicaGroups, setting_problems, written_by
 from trainer_runtime.checkpoints.found import Checkpoint
 from trainer_runtime.checkpoints.manager import CheckpointManager
 from trainer_runtime.checkpoints.state import TrainingState
@@ -37,7 +37,7 @@ from trainer_runtime.failures import Refusal
 from trainer_runtime.finished_run import finished_run_of
 from trainer_runtime.gang import from_rank0
 from trainer_runtime.metrics import live
-from trainer_runtime.replica_groups import Left, ReplicaGroup, linger, missing_torchft, stepping
+from trainer_runtime.replica_groups import Left, ReplicaGroup, missing_torchft, stepping, writes_the_model
 from trainer_runtime.sampler import RankBatches
 from trainer_runtime.stop import Terminated, agreed
 from worker.mnist import finished_run, resume
@@ -204,16 +204,20 @@ class ReplicatedTraining:
             metrics.evaluation("accuracy", correct / max(tested, 1))
 
     def finish(self, seconds: float) -> None:
-        """Say what this group did, and write the model (every group's rank 0: the same weights)."""
+        """Say what this group did; the last step's first group evaluates and writes the model (one group of many:
+        trainer_runtime.replica_groups.writes_the_model)."""
         trainer = self.trainer
         self.log0(f"{self.groups.replica_id}: {self.group.committed} of {self.group.attempted} steps it took "
                   f"committed ({seconds:.1f} s); the job's {self.total} steps are done")
+        if not writes_the_model(self.last_part, lambda: trainer.stop.requested, lambda: _finished(trainer.config),
+                                trainer.device, self.log0, self.groups.replica_id):
+            return
         correct, tested = trainer.evaluate_gang()
         trainer.checkpoints.wait()  # the last checkpoint is on disk before the model (the mark of a finished run)
         if trainer.env.is_rank0:
             trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
-                                trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups)
-        linger(self.last_part, lambda: trainer.stop.requested, self.log0, self.groups.replica_id)
+                                trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups,
+                                **written_by(self.groups))
 
 
 def _finished(config: TrainConfig) -> bool:
