@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from trainer_contract.start_up import die_with_parent
+
 # A Deployment's pod that exits is recreated at once; a Lighthouse that cannot start at all is not retried faster.
 RESTART_DELAY_SECONDS = 1.0
 
@@ -36,7 +38,7 @@ class LocalLighthouse:
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(self.command, stdout=output, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                            env={"RUST_LOG": "warn"})
+                                            env={"RUST_LOG": "warn"}, preexec_fn=die_with_parent)
         self.starts += 1
 
     def _keep(self) -> None:

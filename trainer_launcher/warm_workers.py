@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 
 from trainer_contract.gang_rounds import PROGRESS_VARIABLE
-from trainer_contract.start_up import import_all
+from trainer_contract.start_up import die_with_parent, import_all
 from trainer_contract.warm_start import (
     LAUNCHER_PID_VARIABLE,
     MAX_REQUEST_BYTES,
@@ -251,17 +251,6 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """SIGKILL from the kernel when the launcher dies (PR_SET_PDEATHSIG), even while importing torch; the serve
-    loop's check of the parent covers a kernel without it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def wait_for(path: Path, parent: int, started: float, delay: float) -> bool:
     """Wait, importing nothing, until a checkpoint noted at ``path`` since ``started`` is ``delay`` seconds old (a
     replacement pod's server does not compete with its own pod's start); False if the launcher ended first."""
@@ -293,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import", dest="imports", action="append", default=[])
     args = parser.parse_args(argv)
     parent = args.parent
-    _die_with_parent()
+    die_with_parent()  # the serve loop's check of the parent covers a kernel without it
     if os.getppid() != parent:
         return 0
     for signum in (signal.SIGINT, signal.SIGTERM):  # it ends with the launcher (a Ctrl-C reaches the whole group)

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -144,8 +145,11 @@ def pods_and_logs(status: dict, logs: Path) -> str:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_local_job_reports_what_the_job_controller_reports(scenario, control_plane, tmp_path):
     namespace = "parity-" + "".join(c if c.isalnum() else "-" for c in scenario.name.lower())[:40].strip("-")
-    real, real_times = run_on_the_control_plane(scenario, control_plane, namespace)
-    local, local_times = run_on_local_job(scenario, tmp_path)
+    # both at once: each mostly waits out the same back-offs
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        local_run = beside.submit(run_on_local_job, scenario, tmp_path)
+        real, real_times = run_on_the_control_plane(scenario, control_plane, namespace)
+        local, local_times = local_run.result()
     assert comparable(real) == scenario.expected, yaml.safe_dump(real)
     assert comparable(local) == comparable(real), pods_and_logs(local, tmp_path / "root" / "logs")
     # a replacement waits the controller's back-off in both (10 s for an index's first failure)

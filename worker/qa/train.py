@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from trainer_contract import exit_codes, hooks
 from trainer_contract.atomic import atomic_write
 from trainer_contract.program_settings import FP16_NEEDS_CUDA, QaConfig
+from trainer_runtime import process_group
 from trainer_runtime.checkpoints.clock import CheckpointClock
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
@@ -70,9 +71,12 @@ def _data(config: QaConfig, tokenizer, log):
     return evaluation, train_features, eval_features
 
 
+def _backend(cuda: bool) -> str:
+    return "nccl" if cuda else "gloo"
+
+
 def _strategy(config: QaConfig, env: DistEnv, cuda: bool):
-    timeout = timedelta(seconds=config.collective_timeout)
-    backend = "nccl" if cuda else "gloo"
+    timeout, backend = timedelta(seconds=config.collective_timeout), _backend(cuda)
     if config.strategy == "fsdp":
         if config.precision == "fp16":
             raise Refusal(exit_codes.BAD_CONFIG, ["PRECISION: fp16 under STRATEGY=fsdp has no gradient scaler here; "
@@ -164,6 +168,9 @@ def _train(config: QaConfig, env: DistEnv, log, store: CheckpointStore) -> int:
                                shard_dtype=torch.bfloat16 if config.precision == "bf16" else None,
                                train_batches=train_batches, evaluation=evaluation, record=now,
                                evaluated=progress.evaluated)
+    # this round's process group, which Lightning then keeps (it starts one only where none is up)
+    process_group.init_round_group(_backend(cuda), env.nodes, env.rank, env.world_size,
+                                   timedelta(seconds=config.collective_timeout))
     trainer = _trainer(config, env, cuda, progress, stop, store)
     stop.defer()
     try:
