@@ -191,7 +191,10 @@ def batch_script(spec: JobSpec, options: SlurmOptions) -> BatchScript:
         stage_command=shlex.join(launcher.stage_command(spec.restores_for)) if spec.runs_stager else None,
         training_srun=shlex.join(["env", *(f"--unset={variable}" for variable in spec.secret_uris), "srun"])
         if spec.secret_uris else "srun",
-        fail_codes=exit_codes.taking("fail"),
+        # a replica group in a crash loop (80) ends its node's task, not the job: srun returns once every group has
+        # ended, and the requeue's counted failures bound it (the next allocation finds the run finished, or resumes)
+        fail_codes=tuple(code for code in exit_codes.taking("fail")
+                         if not (spec.replica_groups and code.code == exit_codes.RESTARTS_EXHAUSTED)),
         # a replica group that left on SIGTERM (scancel, a preemption) stopped as a gang's worker does: requeued
         stop_codes=exit_codes.taking("stop") + tuple(
             code for code in exit_codes.taking("leave") if code.code == exit_codes.GROUP_LEFT and spec.replica_groups),

@@ -173,3 +173,39 @@ def test_a_launcher_the_nodes_cannot_start_is_bad_configuration_not_a_failure_to
                             env={"PATH": f"{bare}:/usr/bin:/bin", "SLURMD_NODENAME": "node7"})
     assert result.returncode == 78, result.stdout + result.stderr
     assert said in result.stderr and result.stdout == ""
+
+
+STUBS = {  # the cluster's commands as the first node's batch step sees them: what each answers, requeue recorded
+    "srun": 'exit "$SRUN_EXIT"',
+    "scontrol": 'case "$1 $2" in "show hostnames") echo node0 ;; "show node") echo "NodeName=node0 NodeAddr=127.0.0.1" ;;'
+                ' *) echo "$*" >> "$SCONTROL_LOG" ;; esac',
+    "torchft_lighthouse": "exec sleep 30",
+}
+
+
+@pytest.mark.parametrize(("sets", "said", "requeued"), [
+    ([], "more failed rounds than max_restarts (exit 80): not requeued", False),
+    (["fault_tolerance.replica_groups=true"], "failed with exit code 80 (failure 1 in a row of at most 3 restarts): "
+                                              "requeued", True),
+])
+def test_a_crash_loop_fails_a_gang_and_requeues_replica_groups_counted(sets, said, requeued, tmp_path):
+    """srun returns 80 (a launcher past max_restarts): a gang's job fails there, as its Job does (FailJob); with
+    replica groups it is one group's crash loop, whose srun returns once every other group has ended too (done, or
+    failed): the job is requeued as a counted failure, and the next allocation finds the run finished or resumes."""
+    import sys
+
+    script = tmp_path / "job.sbatch"
+    script.write_text(render("max_restarts=3", f"slurm.shared_dir={tmp_path}", *sets).stdout)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in {**STUBS, "python": f'exec {sys.executable} "$@"'}.items():
+        (stubs / name).write_text(f"#!/bin/bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    log = tmp_path / "scontrol.log"
+    result = subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={"PATH": f"{stubs}:/usr/bin:/bin", "SRUN_EXIT": "80", "SCONTROL_LOG": str(log),
+                                 "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node0", "SLURM_JOB_NUM_NODES": "2",
+                                 "SLURMD_NODENAME": "node0", "SLURM_SUBMIT_DIR": str(tmp_path)})
+    assert result.returncode == 80, result.stdout + result.stderr
+    assert said in result.stderr
+    assert (log.read_text().split() if log.exists() else []) == (["requeue", "7"] if requeued else [])
