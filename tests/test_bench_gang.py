@@ -14,6 +14,7 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.slow
+@pytest.mark.onecore  # a 2-pod gang that mostly waits out its recovery: 0.47 of a core busy (10 CPU-s in 22 s)
 def test_a_real_gang_recovers_in_place_and_its_volume_is_quiet_as_simulated(tmp_path):
     out = tmp_path / "gang.json"
     result = subprocess.run([sys.executable, "-m", "bench.gang", "--quick", "--json", str(out)], capture_output=True,

@@ -150,6 +150,7 @@ def test_every_group_stopped_at_once_loses_no_step_the_last_quorums_first_group_
     assert {line["step"] for line in ledger(output) if line["attempt"] == 1} == set(range(last + 1, 64))
 
 
+@pytest.mark.onecore  # two starts one after another, each mostly starting up: 0.88 of a core (17 CPU-s in 19 s)
 def test_every_group_lost_at_once_resumes_from_the_checkpoint_of_the_quorums_first_group(tmp_path, small_dir):
     """Both groups' pods die in the same step of epoch 2 (the Lighthouse with them); the next start of both finds
     the newest checkpoint the quorum's first group wrote (CHECKPOINT_EVERY_SECONDS=1) and goes on from there:
