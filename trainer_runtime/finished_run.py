@@ -45,6 +45,12 @@ def finished_run_of(config: Any) -> FinishedRun | None:
     return None if program is None else reader_of(program)(config)
 
 
+def is_finished(config: Any) -> bool:
+    """Whether the built-in program's run that ``config`` names is complete (one read of its summary)."""
+    finished = finished_run_of(config)
+    return finished is not None and finished.finished()
+
+
 class FinishedRun:
     """The run ``config`` names (its OUTPUT_DIR), for a program's start and for its launcher."""
 

@@ -223,7 +223,9 @@ def writes_the_model(last_part: int, stopped: Callable[[], bool], written: Calla
     Not under a Job (Slurm, whose batch script waits for every node) another group ends at once. Under a Job it
     waits for the Job to end its pod (``stopped()``) up to ``last_part`` x SUCCESSION_SECONDS, and then writes the
     model in the first group's stead unless ``written()`` (the writer lost for good: its index failed, its pod gone
-    without a successor). Every process of the group decides alike (``agreed``)."""
+    without a successor). Every process of the group decides alike (``agreed``). A SIGTERM before the model is
+    written ends the pod as a leave (the launcher's 82, trainer_launcher.launch.stopped_by), never as the success
+    that would complete the Job without its model."""
     if last_part == 0:
         return True
     if "JOB_COMPLETION_INDEX" not in os.environ:

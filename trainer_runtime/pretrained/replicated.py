@@ -33,7 +33,7 @@ from trainer_contract.replica_groups import ReplicaGroups, program_problem, sett
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.finished_run import finished_run_of
+from trainer_runtime.finished_run import is_finished
 from trainer_runtime.pretrained.loop import Evaluate, Loop
 from trainer_runtime.replica_groups import Left, ReplicaGroup, missing_torchft, writes_the_model
 from trainer_runtime.run_log import RunLog
@@ -240,16 +240,11 @@ def train(loop: Loop, groups: ReplicaGroups, env: DistEnv, log: Callable[[str], 
         replicated.group.close()
     log(f"{groups.replica_id}: {replicated.group.committed} of {replicated.group.attempted} steps it took committed "
         f"({finished.train_seconds:.1f} s); the job's {loop.total} steps are done")
-    if writes_the_model(finished.last_part, lambda: stop.requested, lambda: _finished(loop.config), loop.device, log,
-                        groups.replica_id):
+    if writes_the_model(finished.last_part, lambda: stop.requested, lambda: is_finished(loop.config), loop.device,
+                        log, groups.replica_id):
         finish({**finished.scores, "train_seconds": round(finished.train_seconds, 3), "step": loop.step,
                 "replica_groups": groups.groups, **written_by(groups)})
     return exit_codes.OK
-
-
-def _finished(config: Any) -> bool:
-    finished = finished_run_of(config)
-    return finished is not None and finished.finished()
 
 
 def refuse(config: Any, module: str) -> None:

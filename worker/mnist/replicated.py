@@ -34,7 +34,7 @@ from trainer_runtime.checkpoints.state import TrainingState
 from trainer_runtime.checkpoints.store import CheckpointStore
 from trainer_runtime.distenv import DistEnv
 from trainer_runtime.failures import Refusal
-from trainer_runtime.finished_run import finished_run_of
+from trainer_runtime.finished_run import is_finished
 from trainer_runtime.gang import from_rank0
 from trainer_runtime.metrics import live
 from trainer_runtime.replica_groups import Left, ReplicaGroup, missing_torchft, stepping, writes_the_model
@@ -149,7 +149,9 @@ class ReplicatedTraining:
             if agreed((self.trainer.stop.requested,), self.trainer.device)[0]:
                 raise Left(self.group.step)
             part, parts = self.group.begin()
-            if self.group.attempted == 1 and parts < self.groups.groups and _finished(self.trainer.config):
+            # alone at its first quorum, a group may have started once the others finished the job: it must not
+            # train it again (one read of the finished run, only then)
+            if self.group.attempted == 1 and parts < self.groups.groups and is_finished(self.trainer.config):
                 self.log0(f"{self.groups.replica_id}: the job finished while this group set up; nothing to do")
                 return False
             self.take_step(part, parts)
@@ -209,7 +211,7 @@ class ReplicatedTraining:
         trainer = self.trainer
         self.log0(f"{self.groups.replica_id}: {self.group.committed} of {self.group.attempted} steps it took "
                   f"committed ({seconds:.1f} s); the job's {self.total} steps are done")
-        if not writes_the_model(self.last_part, lambda: trainer.stop.requested, lambda: _finished(trainer.config),
+        if not writes_the_model(self.last_part, lambda: trainer.stop.requested, lambda: is_finished(trainer.config),
                                 trainer.device, self.log0, self.groups.replica_id):
             return
         correct, tested = trainer.evaluate_gang()
@@ -218,13 +220,6 @@ class ReplicatedTraining:
             trainer.write_model(trainer.parallel.full_model_state(), {"accuracy": correct / max(tested, 1)},
                                 trainer.env.world_size * self.groups.groups, replica_groups=self.groups.groups,
                                 **written_by(self.groups))
-
-
-def _finished(config: TrainConfig) -> bool:
-    """Whether the job's model is written: a group that starts once the others have left finds itself alone at
-    its first quorum, and must not train the job again (one read of model.json, only then)."""
-    finished = finished_run_of(config)
-    return finished is not None and finished.finished()
 
 
 def _refusals(config: TrainConfig) -> list[str]:
