@@ -69,7 +69,6 @@ def test_a_pod_lost_whole_costs_its_group_and_the_other_keeps_stepping(tmp_path,
                      "model; waiting for the Job to complete with it", log, re.M), log[-5000:]
 
 
-@pytest.mark.onecore  # the groups mostly wait for the Lighthouse's return: 0.77 of a core busy (18 CPU-s in 24 s)
 def test_the_lighthouse_killed_is_started_again_and_the_groups_go_on_from_their_step(tmp_path):
     """The Lighthouse's process dies (SIGKILL) between two quorums, while both groups take step 21: local-job starts
     it again, as its Deployment would, the groups' next quorum waits for it and they go on from the step they
