@@ -13,7 +13,7 @@ pytest.importorskip("torchft", reason="replica groups need the [replicas] extra 
 
 
 def decide(last_part: int, under_job: bool, stopped_after: float | None, written: bool, monkeypatch,
-           succession: float = 0.5) -> tuple[bool, float, list[str]]:
+           succession: float = 1.0) -> tuple[bool, float, list[str]]:
     """writes_the_model for a group in place ``last_part``, with a SIGTERM after ``stopped_after`` seconds (None:
     none comes); whether it writes, the seconds it took and what it said."""
     monkeypatch.setattr(replica_groups, "SUCCESSION_SECONDS", succession)
@@ -32,13 +32,13 @@ def decide(last_part: int, under_job: bool, stopped_after: float | None, written
 
 
 @pytest.mark.parametrize(("last_part", "under_job", "stopped_after", "written", "writes", "least", "most"), [
-    (0, True, None, False, True, 0.0, 0.1),  # the last step's first group writes at once
-    (0, False, None, False, True, 0.0, 0.1),
-    (1, False, None, False, False, 0.0, 0.1),  # not under a Job (Slurm): the others end at once
-    (1, True, 0.2, False, False, 0.2, 0.45),  # the Job completed with the writer and ended this pod
-    (1, True, None, True, False, 0.5, 0.9),  # no end, but the model is written: this group succeeds, writing nothing
-    (1, True, None, False, True, 0.5, 0.9),  # the writer lost for good: the second group writes in its stead
-    (2, True, None, False, True, 1.0, 1.4),  # the third after twice as long
+    (0, True, None, False, True, 0.0, 0.5),  # the last step's first group writes at once
+    (0, False, None, False, True, 0.0, 0.5),
+    (1, False, None, False, False, 0.0, 0.5),  # not under a Job (Slurm): the others end at once
+    (1, True, 0.2, False, False, 0.2, 0.95),  # the Job completed with the writer and ended this pod, before its turn
+    (1, True, None, True, False, 1.0, 3.0),  # no end, but the model is written: this group succeeds, writing nothing
+    (1, True, None, False, True, 1.0, 3.0),  # the writer lost for good: the second group writes in its stead
+    (2, True, None, False, True, 2.0, 4.0),  # the third after twice as long
 ])
 def test_one_group_writes_the_model_and_the_others_wait_for_the_jobs_end_or_succeed_it_in_turn(
         monkeypatch, last_part, under_job, stopped_after, written, writes, least, most):
