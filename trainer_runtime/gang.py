@@ -41,9 +41,9 @@ def join(config: Any, env: DistEnv, log, group_of_one: bool = True) -> Gang:
     store = None
     if env.world_size > 1:
         timeout = timedelta(seconds=config.collective_timeout)
-        store = process_group.round_store(env.nodes, timeout)
-        where = {} if store is None else {"store": store, "rank": env.rank, "world_size": env.world_size}
-        process_group.init_process_group(backend, timeout=timeout, device_id=device if cuda else None, **where)
+        bound = {"device_id": device if cuda else None}
+        if not process_group.init_round_group(backend, env.nodes, env.rank, env.world_size, timeout, **bound):
+            process_group.init_process_group(backend, timeout=timeout, **bound)
         store = dist.distributed_c10d._get_default_store()
     elif group_of_one:
         process_group.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)

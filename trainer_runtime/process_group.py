@@ -37,14 +37,14 @@ def round_store(nodes: int, timeout: timedelta):
     return dist.PrefixStore(f"indexed-trainer/round-{restarts}", shared)
 
 
-def init_round_group(backend: str, nodes: int, rank: int, world_size: int, timeout: timedelta) -> bool:
-    """For a framework that starts the process group itself unless one is up (Lightning): this round's group on its
-    round store (``round_store``) where torchrun serves one store for every round in place, and True; False
-    elsewhere, where the framework's own env:// start is right."""
+def init_round_group(backend: str, nodes: int, rank: int, world_size: int, timeout: timedelta, **kwargs) -> bool:
+    """This round's group on its round store (``round_store``) where torchrun serves one store for every round in
+    place, and True; False elsewhere, where env:// is right (the caller's own start, or a framework's that starts a
+    group only where none is up: Lightning). ``kwargs``: more of init_process_group's (device_id)."""
     store = round_store(nodes, timeout) if world_size > 1 else None
     if store is None:
         return False
-    init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
     return True
 
 
